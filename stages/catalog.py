@@ -1,0 +1,151 @@
+"""Build the image table from a data root: a folder per label, or a manifest CSV.
+
+:func:`read_source` gives one row per image (``image_id, path, label`` plus any
+extra CSV columns and the CSV's ``split``), and :func:`probe` adds what the file
+itself says (``sha256, width, height`` and a ``problem`` when it cannot be used).
+Nothing is judged here; :mod:`stages.contract` decides what is acceptable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path, PurePosixPath
+
+import pandas as pd
+from tqdm import tqdm
+
+from stages.common import UserError
+from stages.images import DECODE_ERRORS, decode
+
+log = logging.getLogger(__name__)
+
+REQUIRED_CSV_COLUMNS = ("path", "label")
+#: Catalog columns, in order; extra CSV columns follow them.
+CATALOG_COLUMNS = ("image_id", "path", "label", "sha256", "width", "height")
+
+
+def check_root(root: Path) -> None:
+    if not root.exists():
+        raise UserError(f"data root {str(root)!r} does not exist; set `split.data_root` in params.yaml to your image folder.")
+    if not root.is_dir():
+        raise UserError(f"data root {str(root)!r} is not a folder; set `split.data_root` to the folder that holds the images.")
+
+
+def scan_folder(root: Path) -> pd.DataFrame:
+    """One row per file under ``root/<label>/`` (any depth); hidden files and folders are skipped."""
+    check_root(root)
+    rows: list[tuple[str, str]] = []
+    loose: list[str] = []
+    for entry in sorted(os.scandir(root), key=lambda e: e.name):
+        if entry.name.startswith("."):
+            continue
+        if not entry.is_dir():
+            loose.append(entry.name)
+            continue
+        for dirpath, dirnames, filenames in os.walk(entry.path):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for name in sorted(filenames):
+                if not name.startswith("."):
+                    rel = Path(dirpath, name).relative_to(root).as_posix()
+                    rows.append((rel, entry.name))
+    if loose:
+        log.warning("ignoring %d file(s) directly under %s (images belong in a folder per label): %s",
+                    len(loose), root, ", ".join(loose[:5]))
+    if not rows:
+        raise UserError(
+            f"data root {str(root)!r} holds no images; put each label's images in a sub-folder "
+            f"named after the label (e.g. {root}/cat/001.jpg), or set `split.csv` to a manifest."
+        )
+    frame = pd.DataFrame(rows, columns=["path", "label"], dtype=object)
+    frame.insert(0, "image_id", frame["path"])
+    return frame
+
+
+def read_manifest(root: Path, csv_name: str) -> pd.DataFrame:
+    """Read a manifest CSV (``path,label`` and optional ``image_id``, ``split``, extra columns).
+
+    Every column is read as text, so label ``1`` and ``1.0`` stay different, and
+    empty cells become missing values for the contract to report.
+    """
+    check_root(root)
+    csv_path = root / csv_name
+    if not csv_path.is_file():
+        raise UserError(f"manifest {str(csv_path)!r} not found; `split.csv` is a path inside `split.data_root`.")
+    try:
+        frame = pd.read_csv(csv_path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
+        raise UserError(f"manifest {str(csv_path)!r} is not a readable UTF-8 CSV ({exc}); fix the file.") from None
+    frame.columns = [str(c).strip() for c in frame.columns]
+    missing = [c for c in REQUIRED_CSV_COLUMNS if c not in frame.columns]
+    if missing:
+        raise UserError(
+            f"manifest {str(csv_path)!r} lacks column(s) {', '.join(missing)}; it needs a header with "
+            f"path,label (optional: image_id, split, extra columns). Found: {', '.join(frame.columns)}."
+        )
+    if frame.empty:
+        raise UserError(f"manifest {str(csv_path)!r} has no rows; list one image per row.")
+    frame = frame.astype(object).where(frame != "", None)
+    if "image_id" not in frame.columns:
+        frame.insert(0, "image_id", frame["path"])
+    first = ["image_id", "path", "label"]
+    return frame[first + [c for c in frame.columns if c not in first]]
+
+
+def read_source(root: Path, csv_name: str | None) -> pd.DataFrame:
+    return scan_folder(root) if csv_name is None else read_manifest(root, csv_name)
+
+
+def is_safe_relative(path: object) -> bool:
+    """True for a relative POSIX path with no ``..`` part (a string, not absolute, no drive)."""
+    if not isinstance(path, str) or not path or "\\" in path:
+        return False
+    p = PurePosixPath(path)
+    return not p.is_absolute() and ".." not in p.parts and ":" not in p.parts[0]
+
+
+def probe_file(root: Path, rel: object) -> tuple[str | None, int | None, int | None, str | None]:
+    """Return ``(sha256, width, height, problem)`` for one image path relative to ``root``.
+
+    Paths that are not safe and relative are not opened at all (the contract
+    reports them); files that resolve outside ``root`` are not read.
+    """
+    if not is_safe_relative(rel):
+        return None, None, None, None
+    full = root / str(rel)
+    if not full.resolve().is_relative_to(root.resolve()):
+        return None, None, None, "resolves outside the data root (a symlink?); copy the file into the data root"
+    if not full.is_file():
+        return None, None, None, "file does not exist; fix the path or remove the row"
+    data = full.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        width, height = decode(data).size
+    except DECODE_ERRORS as exc:
+        return digest, None, None, f"Pillow cannot decode it ({exc}); replace or remove the file"
+    return digest, width, height, None
+
+
+def probe(root: Path, frame: pd.DataFrame, workers: int = 4) -> pd.DataFrame:
+    """Add ``sha256, width, height, problem`` columns by reading every image once (threads)."""
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = list(tqdm(pool.map(lambda rel: probe_file(root, rel), frame["path"]),
+                            total=len(frame), desc="hash+decode", unit="img", disable=None))
+    out = frame.copy()
+    probed = pd.DataFrame(results, columns=["sha256", "width", "height", "problem"], index=frame.index)
+    out["sha256"] = probed["sha256"].astype(object)
+    out["width"] = probed["width"].astype("Int64")
+    out["height"] = probed["height"].astype("Int64")
+    out["problem"] = probed["problem"].astype(object)
+    return out
+
+
+def location(root: Path, rel: str) -> str:
+    """Where the encode stage finds an image: relative to the working directory when inside it."""
+    full = Path(os.path.abspath(root / rel))
+    try:
+        return full.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return full.as_posix()

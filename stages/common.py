@@ -1,0 +1,70 @@
+"""Shared plumbing for the stage scripts: user errors, atomic writes, stage runner.
+
+Nothing here knows about retrieval. Stage modules import it; library modules
+raise :class:`UserError` for problems the user must fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+log = logging.getLogger("stages")
+
+
+class UserError(Exception):
+    """A problem with the user's data, params or files; reported without a traceback."""
+
+
+def did_you_mean(word: str, choices: Sequence[str]) -> str:
+    """Return ``" Did you mean `x`?"`` for a close match, or an empty string."""
+    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    return f" Did you mean `{close[0]}`?" if close else ""
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; rename it over ``path`` on success.
+
+    On any exception the temporary file is removed, so a failed write never
+    leaves a partial output behind.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, target)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8", newline="\n")
+
+
+def remove_outputs(paths: Sequence[str | os.PathLike]) -> None:
+    """Delete stale outputs so a failed run cannot leave an old result looking current."""
+    for p in paths:
+        with contextlib.suppress(FileNotFoundError):
+            Path(p).unlink()
+
+
+def run_stage(main: Callable[[Sequence[str] | None], None], argv: Sequence[str] | None = None) -> None:
+    """Run a stage ``main``; turn a :class:`UserError` into one message and exit code 2."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        main(argv)
+    except UserError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        sys.exit(2)

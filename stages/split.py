@@ -1,0 +1,89 @@
+"""Stage ``split``: image catalog and split assignment, checked by the data contract.
+
+Reads only the ``split`` section of params.yaml. Writes two files, both or neither:
+
+* the catalog (``image_id, path, label, sha256, width, height`` + extra CSV
+  columns), which depends only on the images, never on split params, so a
+  split-only change leaves it byte-identical and DVC skips ``encode``;
+* the split assignment (``image_id, split, query, gallery``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from stages import catalog, contract, splitting
+from stages.common import UserError, atomic_path, remove_outputs, run_stage
+from stages.params import load_section
+
+log = logging.getLogger("stages.split")
+
+CATALOG_CSV = "data/prepared/catalog.csv"
+SPLIT_CSV = "data/prepared/split.csv"
+
+
+def build(*, data_root: str, csv: str | None, strategy: str, protocol: str, seed: int,
+          fractions: dict[str, float]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Return ``(catalog, split)`` frames for a data root, or raise a UserError."""
+    root = Path(data_root)
+    frame = catalog.read_source(root, csv)
+    frame = catalog.probe(root, frame)
+    for column in ("image_id", "path", "label"):
+        frame[column] = frame[column].astype("str")
+    frame["split"] = splitting.assign_splits(frame, strategy=strategy, protocol=protocol,
+                                             fractions=fractions, seed=seed)
+    source = f"{root / csv}" if csv else f"{root}/"
+    contract.validate(frame, class_disjoint=strategy == "class_disjoint", source=source,
+                      csv_lines=csv is not None)
+
+    frame = frame.sort_values("image_id", kind="stable").reset_index(drop=True)
+    query, gallery = splitting.roles(frame["split"], protocol)
+    if not query.any() or not gallery.any():
+        counts = frame["split"].value_counts().to_dict()
+        raise UserError(f"the split has {int(query.sum())} queries and {int(gallery.sum())} gallery images "
+                        f"(split sizes: {counts}); adjust `split.fractions` or the manifest's split column "
+                        f"so that both are non-empty.")
+    orphans = splitting.queries_without_positive(frame["label"], query, gallery)
+    if orphans.any():
+        labels = sorted(frame.loc[orphans, "label"].unique())
+        log.warning("%d queries (labels: %s) have no gallery image of their label other than themselves; "
+                    "score will exclude and count them", int(orphans.sum()), ", ".join(labels[:10]))
+
+    extras = [c for c in frame.columns if c not in catalog.CATALOG_COLUMNS + ("problem", "split")]
+    cat = frame[list(catalog.CATALOG_COLUMNS) + extras].copy()
+    cat["path"] = [catalog.location(root, p) for p in cat["path"]]
+    split = pd.DataFrame({"image_id": frame["image_id"], "split": frame["split"],
+                          "query": query, "gallery": gallery})
+    return cat, split
+
+
+def write_outputs(cat: pd.DataFrame, split: pd.DataFrame, catalog_csv: str, split_csv: str) -> None:
+    """Write both CSVs to temp files, then rename both: never one without the other."""
+    with atomic_path(catalog_csv) as tmp_cat, atomic_path(split_csv) as tmp_split:
+        cat.to_csv(tmp_cat, index=False, lineterminator="\n")
+        split.to_csv(tmp_split, index=False, lineterminator="\n")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Build the image catalog and the split assignment.")
+    parser.add_argument("--catalog", default=CATALOG_CSV)
+    parser.add_argument("--split", default=SPLIT_CSV)
+    parser.add_argument("--params", default="params.yaml")
+    args = parser.parse_args(argv)
+    remove_outputs([args.catalog, args.split])
+    params = load_section("split", args.params)
+    cat, split = build(**params)
+    write_outputs(cat, split, args.catalog, args.split)
+    counts = split["split"].value_counts()
+    log.info("catalog: %d images, %d labels; split: %s; %d queries, %d gallery", len(cat),
+             cat["label"].nunique(), ", ".join(f"{s}={int(counts.get(s, 0))}" for s in splitting.SPLITS),
+             int(split["query"].sum()), int(split["gallery"].sum()))
+
+
+if __name__ == "__main__":
+    run_stage(main)
