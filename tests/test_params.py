@@ -1,0 +1,89 @@
+"""params.yaml schema: defaults, types, ranges, unknown keys, all errors at once."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from stages.common import UserError
+from stages.params import SCHEMA, load_section, validate_section
+
+from conftest import ROOT
+
+PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
+
+
+def with_change(path: str, value):
+    params = copy.deepcopy(PARAMS)
+    *parents, last = path.split(".")
+    node = params
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = value
+    return params
+
+
+def test_committed_params_are_valid_and_complete():
+    for section in SCHEMA:
+        values = validate_section(PARAMS, section)
+        assert values == PARAMS[section]  # every key is spelled out in params.yaml
+
+
+def test_missing_keys_take_defaults():
+    values = validate_section({"score": {"ks": [3]}}, "score")
+    assert values == {"ks": [3], "max_memory_mb": 512}
+
+
+@pytest.mark.parametrize("path, value, section, match", [
+    ("score.ks", [0, 5], "score", r"`score.ks` must be positive integers. Got \[0, 5\] instead."),
+    ("score.ks", [-1], "score", r"`score.ks` must be positive integers"),          # negative
+    ("score.ks", [1.5], "score", r"`score.ks` must be positive integers"),         # not an integer
+    ("score.ks", [True], "score", r"`score.ks` must be positive integers"),        # bool is not a K
+    ("score.ks", [], "score", r"`score.ks` must be positive integers. Got \[\]"),  # empty
+    ("score.ks", 5, "score", r"`score.ks` must be positive integers. Got 5"),      # scalar, not a list
+    ("score.ks", [5, 5], "score", r"`score.ks` must not repeat a value"),
+    ("score.max_memory_mb", 0, "score", r"`score.max_memory_mb` must be a positive number"),
+    ("split.seed", "zero", "split", r"`split.seed` must be an integer >= 0. Got 'zero'"),
+    ("split.strategy", "per_clas", "split", r"`split.strategy` must be one of .* Did you mean `per_class`\?"),
+    ("split.protocol", "loo", "split", r"`split.protocol` must be one of query_gallery, leave_one_out"),
+    ("split.fractions.val", 1.5, "split", r"`split.fractions.val` must be a number between 0 and 1"),
+    ("split.fractions.train", 0.6, "split", r"train \+ val \+ gallery must sum to 1. Got 1.1 instead."),
+    ("split.data_root", "", "split", r"`split.data_root` must be a non-empty path string"),
+    ("encode.batch_size", 0, "encode", r"`encode.batch_size` must be an integer between 1 and 65536"),
+    ("encode.pixels.size", "16", "encode", r"`encode.pixels.size` must be an integer"),
+    ("split.sed", 1, "split", r"`split.sed` is not a known param.*Did you mean `seed`\?"),  # typo
+    ("scroe.ks", [1], "score", r"`scroe` is not a known params section.*Did you mean `score`\?"),
+])
+def test_bad_params(path, value, section, match):
+    with pytest.raises(UserError, match=match):
+        validate_section(with_change(path, value), section)
+
+
+def test_every_error_is_reported_at_once():
+    params = with_change("split.seed", -1)
+    params["split"]["strategy"] = "random"
+    params["split"]["colour"] = "red"
+    with pytest.raises(UserError) as info:
+        validate_section(params, "split")
+    message = str(info.value)
+    for fragment in ("`split.seed`", "`split.strategy`", "`split.colour`"):
+        assert fragment in message
+
+
+@pytest.mark.parametrize("text, match", [
+    ("split: [", r"not valid YAML"),                    # syntax error
+    ("- 1\n- 2\n", r"must be a mapping"),               # not a mapping
+    ("score: 3\n", r"`score` must be a mapping"),       # section not a mapping
+])
+def test_bad_params_file(tmp_path, text, match):
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError, match=match):
+        load_section("score", path)
+
+
+def test_missing_params_file(tmp_path):
+    with pytest.raises(UserError, match="params.yaml not found"):
+        load_section("score", tmp_path / "params.yaml")
