@@ -1,0 +1,83 @@
+"""The score stage end to end on a digits subset: metrics file, report block, stale inputs."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from stages.score import recall_at_k, retrieval_summary
+
+from conftest import run_module
+
+
+@pytest.fixture
+def scored(project):
+    for stage in ("stages.split", "stages.encode", "stages.score"):
+        proc = run_module(stage, cwd=project)
+        assert proc.returncode == 0, proc.stderr
+    return project, proc
+
+
+def test_metrics_file_is_flat_and_matches_the_api(scored):
+    project, proc = scored
+    metrics = json.loads((project / "metrics/recall.json").read_text())
+    assert list(metrics) == ["recall@1", "recall@5", "recall@10", "num_queries", "num_excluded_queries",
+                             "num_gallery", "embedding_dim"]
+    split = pd.read_csv(project / "data/prepared/split.csv")
+    cat = pd.read_csv(project / "data/prepared/catalog.csv", dtype=str).set_index("image_id")
+    emb = np.load(project / "data/embeddings/embeddings.npy")
+    row = {i: n for n, i in enumerate(np.load(project / "data/embeddings/ids.npy"))}
+    q = split.loc[split["query"], "image_id"].tolist()
+    g = split.loc[split["gallery"], "image_id"].tolist()
+    expected = retrieval_summary(emb[[row[i] for i in q]], emb[[row[i] for i in g]], cat.loc[q, "label"],
+                                 cat.loc[g, "label"], ks=(1, 5, 10), query_ids=q, gallery_ids=g)
+    assert metrics == expected
+    assert metrics["num_queries"] + metrics["num_excluded_queries"] == len(q)
+    assert metrics["num_gallery"] == len(g) and metrics["embedding_dim"] == 768
+    assert 0.5 < metrics["recall@1"] <= metrics["recall@5"] <= metrics["recall@10"] <= 1.0
+
+
+def test_report_block_is_printed(scored):
+    project, proc = scored
+    for line in ("[evaluation]", "num queries:", "num gallery:", "embedding_dim: 768", "[recall]", "recall@1:"):
+        assert line in proc.stdout
+    shown = run_module("stages.score", "--show", cwd=project)
+    assert shown.returncode == 0 and shown.stdout.strip() == proc.stdout.strip()
+
+
+def test_leave_one_out_scores_every_eval_image(project):
+    params = (project / "params.yaml").read_text().replace("protocol: query_gallery", "protocol: leave_one_out")
+    (project / "params.yaml").write_text(params)
+    for stage in ("stages.split", "stages.encode", "stages.score"):
+        assert run_module(stage, cwd=project).returncode == 0
+    metrics = json.loads((project / "metrics/recall.json").read_text())
+    split = pd.read_csv(project / "data/prepared/split.csv")
+    assert (split["query"] == split["gallery"]).all()          # eval images are both
+    assert metrics["num_queries"] == metrics["num_gallery"] == int(split["query"].sum())
+    assert metrics["recall@1"] < 1.0 or metrics["num_excluded_queries"] == 0
+
+
+def test_stale_embeddings_are_refused(scored):
+    project, _ = scored
+    ids = np.load(project / "data/embeddings/ids.npy")
+    emb = np.load(project / "data/embeddings/embeddings.npy")
+    split = pd.read_csv(project / "data/prepared/split.csv")
+    keep = ids != split.loc[split["query"], "image_id"].iloc[0]  # drop one query's embedding
+    np.save(project / "data/embeddings/ids.npy", ids[keep])
+    np.save(project / "data/embeddings/embeddings.npy", emb[keep])
+    proc = run_module("stages.score", cwd=project)
+    assert proc.returncode == 2
+    assert "1 split images have no embedding" in proc.stderr and "run `dvc repro`" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (project / "metrics/recall.json").exists()
+
+
+def test_api_recall_matches_summary_keys():
+    rng = np.random.default_rng(0)
+    q, g = rng.normal(size=(5, 3)), rng.normal(size=(7, 3))
+    ql, gl = [0, 1, 0, 1, 2], [0, 1, 2, 0, 1, 2, 2]
+    assert recall_at_k(q, g, ql, gl, ks=(2, 1)) == {k: v for k, v in retrieval_summary(q, g, ql, gl, ks=(2, 1)).items()
+                                                     if k.startswith("recall@")}
