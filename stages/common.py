@@ -6,6 +6,7 @@ raise :class:`UserError` for problems the user must fix.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import difflib
 import logging
@@ -58,6 +59,18 @@ def remove_outputs(paths: Sequence[str | os.PathLike]) -> None:
     for p in paths:
         with contextlib.suppress(FileNotFoundError):
             Path(p).unlink()
+
+
+def parse_stage_args(argv: Sequence[str] | None, description: str, paths: dict[str, str],
+                     flags: dict[str, str] | None = None) -> argparse.Namespace:
+    """Parse a stage's ``--<name> PATH`` options (defaults: the paths in dvc.yaml) plus ``--params``."""
+    parser = argparse.ArgumentParser(description=description)
+    for name, default in paths.items():
+        parser.add_argument(f"--{name}", default=default)
+    parser.add_argument("--params", default="params.yaml")
+    for name, help_text in (flags or {}).items():
+        parser.add_argument(f"--{name}", action="store_true", help=help_text)
+    return parser.parse_args(argv)
 
 
 def run_stage(main: Callable[[Sequence[str] | None], None], argv: Sequence[str] | None = None) -> None:

@@ -7,7 +7,6 @@ image ids (``.npy`` of strings), both or neither.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import logging
 from collections import deque
@@ -20,7 +19,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from stages.backbones import Backbone, get_backbone
-from stages.common import UserError, atomic_path, remove_outputs, run_stage
+from stages.common import UserError, atomic_path, parse_stage_args, remove_outputs, run_stage
 from stages.images import DECODE_ERRORS, decode
 from stages.params import load_section
 
@@ -81,12 +80,8 @@ def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Embed every catalog image.")
-    parser.add_argument("--catalog", default=CATALOG_CSV)
-    parser.add_argument("--embeddings", default=EMBEDDINGS_NPY)
-    parser.add_argument("--ids", default=IDS_NPY)
-    parser.add_argument("--params", default="params.yaml")
-    args = parser.parse_args(argv)
+    args = parse_stage_args(argv, "Embed every catalog image.",
+                            {"catalog": CATALOG_CSV, "embeddings": EMBEDDINGS_NPY, "ids": IDS_NPY})
     remove_outputs([args.embeddings, args.ids])
     params = load_section("encode", args.params)
     backbone = get_backbone(params["backbone"], params.get(params["backbone"]))

@@ -6,7 +6,8 @@ The public functions are :func:`recall_at_k`, :func:`retrieval_summary` and
 Conventions shared by every function here
 -----------------------------------------
 * Similarity is the cosine: rows are L2-normalised (a zero vector stays zero and
-  so has similarity 0 to everything), then compared by inner product in float32.
+  so has similarity 0 to everything); inner products of the float32 unit rows are
+  accumulated in float64 and rounded to float32 (see :func:`cosine_block`).
 * Ranking is by descending similarity; **ties are broken by gallery order**: of
   two gallery items with equal similarity, the one with the smaller gallery
   index ranks first. The stage orders the gallery by ``image_id``.
@@ -24,7 +25,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 #: Bytes of scratch memory per (query, gallery) pair while scoring a block.
-_BYTES_PER_PAIR = 16
+_BYTES_PER_PAIR = 24
 
 
 def _as_matrix(x: Any, name: str) -> np.ndarray:
@@ -50,10 +51,27 @@ def check_ks(ks: Iterable[Any]) -> list[int]:
 
 
 def l2_normalize(x: np.ndarray) -> np.ndarray:
-    """Return float32 rows scaled to unit L2 norm; all-zero rows stay zero."""
-    x = np.asarray(x, dtype=np.float32)
-    norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64)).astype(np.float32)
-    return x / np.where(norms > 0, norms, 1.0)[:, None]
+    """Return rows scaled to unit L2 norm, as float32; all-zero rows stay zero.
+
+    Computed in float64 after dividing each row by its largest magnitude, so any
+    finite scale (1e-60 or 1e60) gives the same direction.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    peak = np.abs(x).max(axis=1, keepdims=True) if x.size else np.ones((x.shape[0], 1))
+    x = x / np.where(peak > 0, peak, 1.0)
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x))[:, None]
+    return (x / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+
+
+def cosine_block(q_unit: np.ndarray, g_unit_t: np.ndarray) -> np.ndarray:
+    """Similarities of unit rows ``q_unit`` (b, d) to the columns of ``g_unit_t`` (d, m), as float32.
+
+    Products of float32 values are exact in float64, so accumulating in float64
+    and rounding once makes the result independent of the BLAS kernel (and so of
+    the block size): exactly cancelling terms give exactly 0, and values equal at
+    float32 precision are ties.
+    """
+    return (q_unit.astype(np.float64) @ g_unit_t).astype(np.float32)
 
 
 def _label_codes(query_labels: Sequence[Any], gallery_labels: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -129,11 +147,12 @@ def first_positive_ranks(query_emb: np.ndarray, gallery_emb: np.ndarray, query_l
     rank = np.full(n_query, -1, dtype=np.int64)
 
     columns = np.arange(n_gallery)
+    g_t = g.astype(np.float64).T
     block = block_rows(n_gallery, max_memory_mb)
     for start in range(0, n_query, block):
         stop = min(start + block, n_query)
         rows = np.arange(stop - start)
-        sims = q[start:stop] @ g.T
+        sims = cosine_block(q[start:stop], g_t)
         positive = g_codes[None, :] == q_codes[start:stop, None]
         own = self_col[start:stop]
         has_self = own >= 0

@@ -11,7 +11,6 @@ API for training loops::
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -23,7 +22,7 @@ import pandas as pd
 from PIL import Image
 
 from stages import images
-from stages.common import UserError, remove_outputs, run_stage, write_text_atomic
+from stages.common import UserError, parse_stage_args, remove_outputs, run_stage, write_text_atomic
 from stages.params import load_section
 from stages.retrieval import check_ks, first_positive_ranks, recall_at_k, retrieval_summary
 
@@ -124,15 +123,10 @@ def score(*, ks: list[int], max_memory_mb: float, catalog_csv: str, split_csv: s
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Score recall@K and write the metrics JSON.")
-    parser.add_argument("--catalog", default=CATALOG_CSV)
-    parser.add_argument("--split", default=SPLIT_CSV)
-    parser.add_argument("--embeddings", default=EMBEDDINGS_NPY)
-    parser.add_argument("--ids", default=IDS_NPY)
-    parser.add_argument("--metrics", default=METRICS_JSON)
-    parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--show", action="store_true", help="only print the report of an existing metrics file")
-    args = parser.parse_args(argv)
+    args = parse_stage_args(argv, "Score recall@K and write the metrics JSON.",
+                            {"catalog": CATALOG_CSV, "split": SPLIT_CSV, "embeddings": EMBEDDINGS_NPY, "ids": IDS_NPY,
+                             "metrics": METRICS_JSON},
+                            flags={"show": "only print the report of an existing metrics file"})
     if args.show:
         if not Path(args.metrics).is_file():
             raise UserError(f"{args.metrics} not found; run `make repro` first.")

@@ -10,7 +10,6 @@ Reads only the ``split`` section of params.yaml. Writes two files, both or neith
 
 from __future__ import annotations
 
-import argparse
 import logging
 from pathlib import Path
 from typing import Sequence
@@ -18,7 +17,7 @@ from typing import Sequence
 import pandas as pd
 
 from stages import catalog, contract, splitting
-from stages.common import UserError, atomic_path, remove_outputs, run_stage
+from stages.common import UserError, atomic_path, parse_stage_args, remove_outputs, run_stage
 from stages.params import load_section
 
 log = logging.getLogger("stages.split")
@@ -70,11 +69,8 @@ def write_outputs(cat: pd.DataFrame, split: pd.DataFrame, catalog_csv: str, spli
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Build the image catalog and the split assignment.")
-    parser.add_argument("--catalog", default=CATALOG_CSV)
-    parser.add_argument("--split", default=SPLIT_CSV)
-    parser.add_argument("--params", default="params.yaml")
-    args = parser.parse_args(argv)
+    args = parse_stage_args(argv, "Build the image catalog and the split assignment.",
+                            {"catalog": CATALOG_CSV, "split": SPLIT_CSV})
     remove_outputs([args.catalog, args.split])
     params = load_section("split", args.params)
     cat, split = build(**params)
