@@ -1,8 +1,8 @@
 """The declared schema of ``params.yaml`` and its validation.
 
-Each stage calls :func:`load_section` for its own section only. Every problem in
-the file (unknown keys anywhere, wrong types or values in that section) is
-reported at once, in one :class:`~stages.common.UserError`, before any work starts.
+Each stage calls :func:`load_section` for its own section. Every problem it can
+see (unknown sections and keys anywhere in the file, wrong types or values in its
+own section) is reported at once, in one :class:`~stages.common.UserError`, before any work starts.
 """
 
 from __future__ import annotations
@@ -113,7 +113,8 @@ SCHEMA: dict[str, dict[str, Any]] = {
 }
 
 
-def _validate(spec: dict[str, Any], given: Any, prefix: str, errors: list[str]) -> dict[str, Any]:
+def _validate(spec: dict[str, Any], given: Any, prefix: str, errors: list[str],
+              check_values: bool = True) -> dict[str, Any]:
     if given is None:
         given = {}
     if not isinstance(given, dict):
@@ -129,10 +130,10 @@ def _validate(spec: dict[str, Any], given: Any, prefix: str, errors: list[str]) 
     for key, sub in spec.items():
         name = f"{prefix}.{key}"
         if isinstance(sub, dict):
-            out[key] = _validate(sub, given.get(key), name, errors)
+            out[key] = _validate(sub, given.get(key), name, errors, check_values)
             continue
         value = given.get(key, sub.default)
-        problem = sub.check(value)
+        problem = sub.check(value) if check_values else None
         if problem:
             errors.append(f"`{name}` {problem}")
         out[key] = value
@@ -150,8 +151,11 @@ def validate_section(params: Any, section: str) -> dict[str, Any]:
                 f"`{top}` is not a known params section; remove it or fix the name.{did_you_mean(top, SCHEMA)}"
                 f" Known sections: {', '.join(SCHEMA)}."
             )
+    for other in SCHEMA:
+        if other != section and other in params:
+            _validate(SCHEMA[other], params[other], other, errors, check_values=False)
     values = _validate(SCHEMA[section], params.get(section), section, errors)
-    if section == "split" and not errors:
+    if section == "split" and all(_fraction(v) is None for v in values["fractions"].values()):
         total = sum(values["fractions"].values())
         if not math.isclose(total, 1.0, abs_tol=1e-9):
             errors.append(
