@@ -46,20 +46,20 @@ def fingerprint(name: str, version: str, **options: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def encode_pixels(images: Sequence[Image.Image], *, size: int) -> np.ndarray:
-    """Resize each RGB image to ``size x size`` (bilinear) and flatten to ``3 * size**2`` values in [0, 1]."""
-    out = np.empty((len(images), 3 * size * size), dtype=np.float32)
+def encode_pixels(images: Sequence[Image.Image], *, resolution: int) -> np.ndarray:
+    """Resize each RGB image to ``resolution`` squared (bilinear); flatten to ``3 * resolution**2`` values in [0, 1]."""
+    out = np.empty((len(images), 3 * resolution * resolution), dtype=np.float32)
     for i, img in enumerate(images):
-        small = img.convert("RGB").resize((size, size), Image.Resampling.BILINEAR)
+        small = img.convert("RGB").resize((resolution, resolution), Image.Resampling.BILINEAR)
         out[i] = np.asarray(small, dtype=np.float32).reshape(-1) / 255.0
     return out
 
 
 @register("pixels")
-def pixels(size: int = 16) -> Backbone:
+def pixels(resolution: int = 16) -> Backbone:
     """Baseline with no learned weights: the resized image's pixels are the embedding."""
-    return Backbone(name="pixels", dim=3 * size * size, encode=functools.partial(encode_pixels, size=size),
-                    fingerprint=fingerprint("pixels", "1", size=size))
+    return Backbone(name="pixels", dim=3 * resolution**2, encode=functools.partial(encode_pixels, resolution=resolution),
+                    fingerprint=fingerprint("pixels", "1", resolution=resolution))
 
 
 def get_backbone(name: str, options: dict[str, Any] | None = None) -> Backbone:

@@ -104,7 +104,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "backbone": Param("pixels", _name),
         "batch_size": Param(64, _int(1, 65536)),
         "num_workers": Param(2, _int(1, 256)),
-        "pixels": {"size": Param(16, _int(1, 1024))},
+        "pixels": {"resolution": Param(16, _int(1, 1024))},
     },
     "score": {
         "ks": Param([1, 5, 10], check_ks),

@@ -50,7 +50,7 @@ def test_decode_rejects_truncated_file(tmp_path):
 
 @pytest.mark.parametrize("size", [1, 4, 16])
 def test_pixels_backbone_shape_and_values(size):
-    backbone = get_backbone("pixels", {"size": size})
+    backbone = get_backbone("pixels", {"resolution": size})
     white = Image.new("RGB", (30, 20), (255, 255, 255))
     emb = backbone.encode([white, Image.new("RGB", (7, 7))])
     assert emb.shape == (2, 3 * size * size) == (2, backbone.dim)
@@ -60,8 +60,8 @@ def test_pixels_backbone_shape_and_values(size):
 
 
 def test_fingerprint_changes_with_preprocessing():
-    assert get_backbone("pixels", {"size": 8}).fingerprint != get_backbone("pixels", {"size": 16}).fingerprint
-    assert get_backbone("pixels", {"size": 8}).fingerprint == get_backbone("pixels", {"size": 8}).fingerprint
+    assert get_backbone("pixels", {"resolution": 8}).fingerprint != get_backbone("pixels", {"resolution": 16}).fingerprint
+    assert get_backbone("pixels", {"resolution": 8}).fingerprint == get_backbone("pixels", {"resolution": 8}).fingerprint
 
 
 @pytest.mark.parametrize("name, match", [
@@ -95,7 +95,7 @@ def _catalog(tmp_path, n):
 @pytest.mark.parametrize("batch_size, workers", [(1, 1), (3, 2), (64, 4)])
 def test_encode_catalog_order_independent_of_batching(tmp_path, batch_size, workers):
     cat = _catalog(tmp_path, 7)
-    backbone = get_backbone("pixels", {"size": 4})
+    backbone = get_backbone("pixels", {"resolution": 4})
     got = encode_catalog(cat, backbone, batch_size=batch_size, num_workers=workers)
     want = backbone.encode([images.load(p) for p in cat["path"]])
     np.testing.assert_array_equal(got, want)
@@ -105,7 +105,7 @@ def test_encode_refuses_changed_image(tmp_path):
     cat = _catalog(tmp_path, 2)
     save_image(tmp_path / "1.png", seed=99)  # content changed after cataloguing
     with pytest.raises(UserError, match="changed since the catalog was built"):
-        encode_catalog(cat, get_backbone("pixels", {"size": 2}), batch_size=2, num_workers=1)
+        encode_catalog(cat, get_backbone("pixels", {"resolution": 2}), batch_size=2, num_workers=1)
 
 
 def test_encode_rejects_non_finite_embeddings(tmp_path):
@@ -132,4 +132,4 @@ def test_encode_stage_writes_aligned_outputs(project):
     assert emb.dtype == np.float32 and emb.shape == (200, 768)
     assert ids.tolist() == cat["image_id"].tolist()
     first = images.load(project / cat["path"][0])
-    np.testing.assert_array_equal(emb[0], get_backbone("pixels", {"size": 16}).encode([first])[0])
+    np.testing.assert_array_equal(emb[0], get_backbone("pixels", {"resolution": 16}).encode([first])[0])

@@ -52,7 +52,7 @@ def test_missing_keys_take_defaults():
     ("split.fractions.train", 0.6, "split", r"train \+ val \+ gallery must sum to 1. Got 1.1 instead."),
     ("split.data_root", "", "split", r"`split.data_root` must be a non-empty path string"),
     ("encode.batch_size", 0, "encode", r"`encode.batch_size` must be an integer between 1 and 65536"),
-    ("encode.pixels.size", "16", "encode", r"`encode.pixels.size` must be an integer"),
+    ("encode.pixels.resolution", "16", "encode", r"`encode.pixels.resolution` must be an integer"),
     ("split.sed", 1, "split", r"`split.sed` is not a known param.*Did you mean `seed`\?"),  # typo
     ("scroe.ks", [1], "score", r"`scroe` is not a known params section.*Did you mean `score`\?"),
 ])
