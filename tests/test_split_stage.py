@@ -244,3 +244,18 @@ def test_build_rejects_a_split_without_queries(work):
     images(work / "data", {"a": 4})
     with pytest.raises(UserError, match=r"0 queries .* adjust `split.fractions`"):
         build(fractions={"train": 1.0, "val": 0.0, "gallery": 0.0})
+
+
+@pytest.mark.parametrize("protocol, expected", [
+    # val queries of label b have no gallery image of b: both are excluded at score time
+    ("query_gallery", "2 queries (labels: b) have no gallery image of their label"),
+    # leave-one-out: b's two images find each other; c's single image has only itself
+    ("leave_one_out", "1 queries (labels: c) have no gallery image of their label"),
+])
+def test_queries_without_positive_are_reported_with_a_count(work, caplog, protocol, expected):
+    images(work / "data", {"a": 2, "b": 2, "c": 1})
+    write_csv(work / "data" / "m.csv", "path,label,split\n"
+              "a/000.png,a,val\na/001.png,a,gallery\nb/000.png,b,val\nb/001.png,b,val\nc/000.png,c,gallery\n")
+    with caplog.at_level("WARNING"):
+        build(csv="m.csv", strategy="given", protocol=protocol)
+    assert expected in caplog.text
