@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
+import inspect
 import json
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -24,9 +27,10 @@ from stages.common import UserError, did_you_mean
 @dataclass(frozen=True)
 class Backbone:
     name: str
-    dim: int
+    dim: int | None  # None: known after the first batch (a user callable)
     encode: Callable[[Sequence[Image.Image]], np.ndarray]
     fingerprint: str
+    input_size: int | None = None  # side the backbone resizes to; loaders may decode JPEGs at reduced size down to it
 
 
 REGISTRY: dict[str, Callable[..., Backbone]] = {}
@@ -59,12 +63,54 @@ def encode_pixels(images: Sequence[Image.Image], *, resolution: int) -> np.ndarr
 def pixels(resolution: int = 16) -> Backbone:
     """Baseline with no learned weights: the resized image's pixels are the embedding."""
     return Backbone(name="pixels", dim=3 * resolution**2, encode=functools.partial(encode_pixels, resolution=resolution),
-                    fingerprint=fingerprint("pixels", "1", resolution=resolution))
+                    fingerprint=fingerprint("pixels", "1", resolution=resolution), input_size=resolution)
+
+
+@register("efficientnet_lite0")
+def efficientnet_lite0(**options: Any) -> Backbone:
+    """ImageNet-pretrained EfficientNet-Lite0, 1280-d pooled features (the torch extra, imported lazily)."""
+    try:
+        from stages import backbones_torch
+    except ImportError as exc:
+        missing = f"cannot import {exc.name!r}" if exc.name else str(exc)
+        raise UserError(f"backbone 'efficientnet_lite0' needs the torch extra: pip install -e '.[torch]' "
+                        f"({missing}).") from None
+    return backbones_torch.build(**options)
+
+
+CALLABLE_PREFIX = "callable:"
+
+
+def user_callable(spec: str) -> Backbone:
+    """``callable:package.module:function``: a user function ``list[PIL.Image] -> (n, d)`` array.
+
+    It is imported from the working directory or the installed packages. Its
+    fingerprint hashes the module's source file, so editing it re-encodes.
+    """
+    target = spec[len(CALLABLE_PREFIX):]
+    module_name, _, func_name = target.partition(":")
+    hint = "write it as `callable:package.module:function`, importable from the project root"
+    if not module_name or not func_name:
+        raise UserError(f"`encode.backbone: {spec}` is not a valid callable; {hint}.")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UserError(f"cannot import module {module_name!r} for `encode.backbone` ({exc}); {hint}.") from None
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise UserError(f"module {module_name!r} has no function {func_name!r} for `encode.backbone`; {hint}.")
+    source = inspect.getsourcefile(module)
+    digest = hashlib.sha256(Path(source).read_bytes()).hexdigest() if source else module_name
+    return Backbone(name=target, dim=None, encode=func,
+                    fingerprint=fingerprint("callable", "1", target=target, source_sha256=digest))
 
 
 def get_backbone(name: str, options: dict[str, Any] | None = None) -> Backbone:
     """Build the registered backbone ``name`` with ``options``; a UserError names the fix."""
+    if name.startswith(CALLABLE_PREFIX):
+        return user_callable(name)
     if name not in REGISTRY:
-        raise UserError(f"unknown backbone {name!r} in `encode.backbone`.{did_you_mean(name, REGISTRY)} "
-                        f"Available backbones: {', '.join(sorted(REGISTRY))}.")
+        names = sorted([*REGISTRY, "precomputed"])
+        raise UserError(f"unknown backbone {name!r} in `encode.backbone`.{did_you_mean(name, names)} "
+                        f"Available backbones: {', '.join(names)}, or `callable:package.module:function`.")
     return REGISTRY[name](**(options or {}))

@@ -105,6 +105,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "batch_size": Param(64, _int(1, 65536)),
         "num_workers": Param(2, _int(1, 256)),
         "pixels": {"resolution": Param(16, _int(1, 1024))},
+        "precomputed": {"path": Param(None, _path(True)), "ids": Param(None, _path(True))},
     },
     "score": {
         "ks": Param([1, 5, 10], check_ks),

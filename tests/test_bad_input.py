@@ -198,7 +198,7 @@ def test_unknown_backbone_lists_available_and_suggests(project):
     edit_params(project, set_param("encode.backbone", "pixel"))
     proc = run_module("stages.encode", cwd=project)
     assert_user_error(proc, "unknown backbone 'pixel' in `encode.backbone`", "Did you mean `pixels`?",
-                      "Available backbones: pixels")
+                      "Available backbones: ", "pixels, precomputed")
     assert_no_outputs(project, OUTPUTS[2:])
     assert (project / "data/prepared/catalog.csv").is_file()  # the split outputs are untouched
 

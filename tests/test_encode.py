@@ -10,7 +10,7 @@ from PIL import Image
 from stages import backbones, images
 from stages.backbones import Backbone, get_backbone
 from stages.common import UserError
-from stages.encode import encode_catalog
+from stages.encoding import encode_catalog
 
 from conftest import run_module, save_image
 
@@ -66,7 +66,7 @@ def test_fingerprint_changes_with_preprocessing():
 
 @pytest.mark.parametrize("name, match", [
     ("pixel", "unknown backbone 'pixel'.*Did you mean `pixels`"),  # typo gets a suggestion
-    ("resnet", "unknown backbone 'resnet'.*Available backbones: pixels"),
+    ("resnet", "unknown backbone 'resnet'.*Available backbones: .*pixels, precomputed, or `callable:"),
 ])
 def test_unknown_backbone(name, match):
     with pytest.raises(UserError, match=match):
@@ -96,7 +96,8 @@ def _catalog(tmp_path, n):
 def test_encode_catalog_order_independent_of_batching(tmp_path, batch_size, workers):
     cat = _catalog(tmp_path, 7)
     backbone = get_backbone("pixels", {"resolution": 4})
-    got = encode_catalog(cat, backbone, batch_size=batch_size, num_workers=workers)
+    got, n_encoded, n_cached = encode_catalog(cat, backbone, batch_size=batch_size, num_workers=workers)
+    assert (n_encoded, n_cached) == (7, 0)
     want = backbone.encode([images.load(p) for p in cat["path"]])
     np.testing.assert_array_equal(got, want)
 
@@ -111,7 +112,7 @@ def test_encode_refuses_changed_image(tmp_path):
 def test_encode_rejects_non_finite_embeddings(tmp_path):
     cat = _catalog(tmp_path, 3)
     nan_second = Backbone("bad", 2, lambda imgs: np.array([[1, 0], [np.nan, 0], [0, 1]][: len(imgs)]), "b")
-    with pytest.raises(UserError, match=r"NaN or inf for 1 image\(s\): id1"):
+    with pytest.raises(UserError, match=r"NaN, inf or all-zero embeddings for 1 image\(s\): id1"):
         encode_catalog(cat, nan_second, batch_size=8, num_workers=1)
 
 

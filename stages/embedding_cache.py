@@ -1,0 +1,85 @@
+"""Content-addressed embedding cache: (backbone fingerprint, image sha256) -> float32 vector.
+
+One SQLite file outside the DVC outs, shared by every run on the machine:
+
+* Only content and the backbone fingerprint form the key, so a split change,
+  a renamed file or an added image never re-encodes what was already encoded.
+* Each batch is committed in one transaction: a run killed midway (even by
+  SIGKILL) keeps every finished batch and never leaves a half-written entry.
+* SQLite's own locking serialises concurrent writers (two ``dvc repro`` at once).
+
+The location is ``$RECALLK_CACHE_DIR/embeddings.sqlite``, by default
+``.cache/recallk/embeddings.sqlite`` under the working directory (git-ignored).
+Deleting it is always safe: it only costs re-encoding.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from stages.common import UserError
+
+DEFAULT_DIR = ".cache/recallk"
+_CHUNK = 500  # keys per SELECT, well under SQLite's variable limit
+
+
+def default_path() -> Path:
+    return Path(os.environ.get("RECALLK_CACHE_DIR") or DEFAULT_DIR) / "embeddings.sqlite"
+
+
+class EmbeddingCache:
+    """Embeddings of one backbone (``fingerprint``), keyed by image sha256."""
+
+    def __init__(self, path: str | os.PathLike, fingerprint: str):
+        self.path = Path(path)
+        self.fingerprint = fingerprint
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=600, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("CREATE TABLE IF NOT EXISTS embedding (fingerprint TEXT NOT NULL, sha256 TEXT NOT NULL, "
+                             "dim INTEGER NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (fingerprint, sha256))")
+        except (OSError, sqlite3.Error) as exc:
+            raise UserError(f"cannot open the embedding cache {str(self.path)!r} ({exc}); delete it or set "
+                            "RECALLK_CACHE_DIR to a writable folder.") from None
+
+    def get_many(self, shas: Iterable[str]) -> dict[str, np.ndarray]:
+        """Return the cached vectors among ``shas`` (entries of the wrong size are ignored)."""
+        found: dict[str, np.ndarray] = {}
+        keys = list(dict.fromkeys(shas))
+        for start in range(0, len(keys), _CHUNK):
+            chunk = keys[start:start + _CHUNK]
+            rows = self._db.execute(
+                f"SELECT sha256, dim, vector FROM embedding WHERE fingerprint = ? AND sha256 IN "
+                f"({','.join('?' * len(chunk))})", [self.fingerprint, *chunk])
+            for sha, dim, blob in rows:
+                if len(blob) == 4 * dim:
+                    found[sha] = np.frombuffer(blob, dtype="<f4")
+        return found
+
+    def put_many(self, shas: Sequence[str], vectors: np.ndarray) -> None:
+        """Store ``vectors[i]`` for ``shas[i]`` in one transaction."""
+        vectors = np.ascontiguousarray(vectors, dtype="<f4")
+        try:
+            with self._db:
+                self._db.execute("BEGIN IMMEDIATE")
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO embedding VALUES (?, ?, ?, ?)",
+                    [(self.fingerprint, sha, vectors.shape[1], vectors[i].tobytes()) for i, sha in enumerate(shas)])
+        except sqlite3.Error as exc:
+            raise UserError(f"cannot write the embedding cache {str(self.path)!r} ({exc}); free disk space, "
+                            "or delete the cache file and re-run.") from None
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "EmbeddingCache":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

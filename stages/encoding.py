@@ -1,0 +1,115 @@
+"""Encode catalog images with a backbone, never twice: the logic under the encode stage.
+
+Unique files (by sha256) are looked up in the :class:`~stages.embedding_cache.EmbeddingCache`;
+only the misses are decoded and encoded, in catalog order, in batches. Decoding
+runs in threads a bounded number of batches ahead of the backbone, so loading
+overlaps inference and memory stays bounded. Every finished batch is committed
+to the cache before the next one, so a killed run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+from PIL import Image
+from tqdm import tqdm
+
+from stages.backbones import Backbone
+from stages.common import UserError
+from stages.embedding_cache import EmbeddingCache
+from stages.images import DECODE_ERRORS, decode
+
+log = logging.getLogger("stages.encode")
+
+
+def read_checked(path: str, sha256: str, min_side: int | None = None) -> Image.Image:
+    """Load one catalog image, refusing a file that changed since the catalog was built."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise UserError(f"cannot read image {path!r} ({exc.strerror}); run `dvc repro` to rebuild the catalog.") from None
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise UserError(f"image {path!r} changed since the catalog was built; run `dvc repro` to rebuild it.")
+    try:
+        return decode(data, min_side=min_side)
+    except DECODE_ERRORS as exc:
+        raise UserError(f"image {path!r} no longer decodes ({exc}); run `dvc repro`.") from None
+
+
+def decoded_batches(paths: Sequence[str], shas: Sequence[str], *, batch_size: int, num_workers: int,
+                    min_side: int | None = None, prefetch: int = 2) -> Iterator[tuple[int, list[Image.Image]]]:
+    """Yield ``(start, images)`` batches in order, decoding up to ``prefetch`` batches ahead in threads."""
+    starts = deque(range(0, len(paths), batch_size))
+    pending: deque[tuple[int, list[Future]]] = deque()
+    with ThreadPoolExecutor(max_workers=num_workers) as pool:
+        while starts or pending:
+            while starts and len(pending) <= prefetch:
+                s = starts.popleft()
+                pending.append((s, [pool.submit(read_checked, p, h, min_side)
+                                    for p, h in zip(paths[s:s + batch_size], shas[s:s + batch_size])]))
+            start, futures = pending.popleft()
+            yield start, [f.result() for f in futures]
+
+
+def bad_rows(emb: np.ndarray) -> np.ndarray:
+    """Rows that are not usable embeddings: any NaN or inf, or a zero norm."""
+    return ~np.isfinite(emb).all(axis=1) | ~np.any(emb != 0, axis=1)
+
+
+def _run_backbone(backbone: Backbone, images: list[Image.Image], dim: int | None) -> np.ndarray:
+    emb = np.asarray(backbone.encode(images), dtype=np.float32)
+    want = (len(images), dim if dim is not None else (emb.shape[1] if emb.ndim == 2 else -1))
+    if emb.ndim != 2 or emb.shape != want:
+        raise UserError(f"backbone {backbone.name!r} returned shape {emb.shape} for a batch of {len(images)}; "
+                        f"expected {want} (one row per image, the same dimension for every batch).")
+    return emb
+
+
+def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int, num_workers: int,
+                   cache: EmbeddingCache | None = None) -> tuple[np.ndarray, int, int]:
+    """Embed the catalog's images in catalog order.
+
+    Returns ``(embeddings, n_encoded, n_cached)``: float32 array (n_images, dim),
+    the number of files encoded now and the number served from ``cache``.
+    Raises a UserError naming every image whose embedding is NaN, inf or zero.
+    """
+    shas = catalog["sha256"].tolist()
+    first_row = dict(zip(reversed(shas), reversed(range(len(shas)))))  # sha -> first catalog row
+    known = cache.get_many(first_row) if cache is not None else {}
+    todo = [sha for sha in first_row if sha not in known]
+    dim = backbone.dim or next((v.size for v in known.values()), None)
+    names = catalog["image_id"].tolist()
+    failed: list[str] = []
+    with tqdm(total=len(todo), desc=f"encode {backbone.name}", unit="img", disable=None) as bar:
+        todo_paths = [catalog["path"].iat[first_row[sha]] for sha in todo]
+        for start, images in decoded_batches(todo_paths, todo, batch_size=batch_size, num_workers=num_workers,
+                                             min_side=backbone.input_size):
+            emb = _run_backbone(backbone, images, dim)
+            dim = emb.shape[1]
+            batch = todo[start:start + len(images)]
+            bad = bad_rows(emb)
+            failed += [names[first_row[sha]] for sha in np.asarray(batch)[bad]]
+            good = [sha for sha, b in zip(batch, bad) if not b]
+            known.update(zip(good, emb[~bad]))
+            if cache is not None and good:
+                cache.put_many(good, emb[~bad])
+            bar.update(len(images))
+    if failed:
+        raise UserError(f"backbone {backbone.name!r} gave NaN, inf or all-zero embeddings for {len(failed)} "
+                        f"image(s): {', '.join(failed[:10])}; check those images or the backbone.")
+    dim = dim if dim is not None else 0
+    out = np.empty((len(catalog), dim), dtype=np.float32)
+    for i, sha in enumerate(shas):
+        vector = known[sha]
+        if vector.size != dim:
+            raise UserError(f"cached embedding of {names[i]!r} has dimension {vector.size}, not {dim}; "
+                            "delete the embedding cache and re-run.")
+        out[i] = vector
+    return out, len(todo), len(first_row) - len(todo)

@@ -1,0 +1,77 @@
+"""The ``precomputed`` backbone: embeddings computed elsewhere, checked against the catalog.
+
+``encode.precomputed.path`` is either an ``.npz`` with arrays ``ids`` and
+``embeddings``, or an ``.npy`` of embeddings with ``encode.precomputed.ids``
+naming the aligned ids (an ``.npy`` of strings, or a ``.txt`` with one id per
+line). Nothing is unpickled: arrays load with ``allow_pickle=False``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from stages.common import UserError
+from stages.encoding import bad_rows
+
+NAME = "precomputed"
+
+
+def _load_array(path: Path, what: str) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot load {what} {str(path)!r} ({exc}); save it with numpy.save / numpy.savez "
+                        "(numbers and strings only, no objects).") from None
+
+
+def read_precomputed(path: str | None, ids_path: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``(ids, embeddings)`` as stored, or raise a UserError naming the fix."""
+    if not path:
+        raise UserError("`encode.backbone: precomputed` needs `encode.precomputed.path` (an .npz with ids and "
+                        "embeddings, or an .npy with `encode.precomputed.ids`).")
+    file = Path(path)
+    if not file.is_file():
+        raise UserError(f"precomputed embeddings {path!r} not found; fix `encode.precomputed.path`.")
+    if file.suffix == ".npz":
+        with _load_array(file, "precomputed embeddings") as npz:
+            missing = {"ids", "embeddings"} - set(npz.files)
+            if missing:
+                raise UserError(f"{path!r} lacks array(s) {', '.join(sorted(missing))}; save it with "
+                                "numpy.savez(path, ids=..., embeddings=...).")
+            return npz["ids"], npz["embeddings"]
+    if not ids_path:
+        raise UserError(f"{path!r} holds embeddings only; set `encode.precomputed.ids` to the aligned ids file.")
+    if not Path(ids_path).is_file():
+        raise UserError(f"ids file {ids_path!r} not found; fix `encode.precomputed.ids`.")
+    if ids_path.endswith(".txt"):
+        ids = np.array(Path(ids_path).read_text(encoding="utf-8").splitlines())
+    else:
+        ids = _load_array(Path(ids_path), "ids file")
+    return ids, _load_array(file, "precomputed embeddings")
+
+
+def align(ids: np.ndarray, emb: np.ndarray, catalog_ids: Sequence[str], source: str) -> np.ndarray:
+    """Rows of ``emb`` in catalog order; every id present, one dimension, finite, non-zero."""
+    if emb.ndim != 2 or not np.issubdtype(emb.dtype, np.number):
+        raise UserError(f"{source}: embeddings must be a numeric 2-D array (n, d); got shape {emb.shape}, "
+                        f"dtype {emb.dtype}.")
+    ids = np.asarray(ids).astype(str)
+    if ids.ndim != 1 or len(ids) != len(emb):
+        raise UserError(f"{source}: {len(ids)} ids for {len(emb)} embedding rows; they must align one to one.")
+    row = {image_id: i for i, image_id in enumerate(ids)}
+    if len(row) != len(ids):
+        raise UserError(f"{source}: ids repeat; give every embedding row its own image_id.")
+    missing = [i for i in catalog_ids if i not in row]
+    if missing:
+        raise UserError(f"{source}: {len(missing)} catalog image(s) have no embedding, e.g. "
+                        f"{', '.join(missing[:5])}; compute embeddings for every catalog image_id.")
+    out = emb[[row[i] for i in catalog_ids]].astype(np.float32)
+    bad = bad_rows(out)
+    if bad.any():
+        names = np.asarray(catalog_ids)[bad][:10].tolist()
+        raise UserError(f"{source}: NaN, inf or all-zero embeddings for {int(bad.sum())} image(s): "
+                        f"{', '.join(names)}; fix them at the source.")
+    return out
