@@ -1,6 +1,6 @@
 # Two commands on a fresh machine with python3 and pip:
 #   make repro   set up .venv, run the DVC pipeline, print the report
-#   make test    set up .venv with test dependencies, run pytest
+#   make test    set up .venv with test dependencies and the optional extras, run pytest
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -17,8 +17,9 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
 	$(PIP_INSTALL) -e .
 	touch $@
 
+# Tests cover the optional extras too, so they install them.
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PIP_INSTALL) -e '.[test]'
+	$(PIP_INSTALL) -e '.[test,torch]'
 	touch $@
 
 venv: $(VENV)/.installed
