@@ -14,6 +14,7 @@ import hashlib
 import importlib
 import inspect
 import json
+import sys
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -93,7 +94,10 @@ def user_callable(spec: str) -> Backbone:
     if not module_name or not func_name:
         raise UserError(f"`encode.backbone: {spec}` is not a valid callable; {hint}.")
     try:
+        loaded = module_name in sys.modules
         module = importlib.import_module(module_name)
+        if loaded:  # the fingerprint hashes the file as it is now: run that code, not an older import
+            module = importlib.reload(module)
     except ImportError as exc:
         raise UserError(f"cannot import module {module_name!r} for `encode.backbone` ({exc}); {hint}.") from None
     func = getattr(module, func_name, None)

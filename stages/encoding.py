@@ -81,12 +81,14 @@ def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int
     Raises a UserError naming every image whose embedding is NaN, inf or zero.
     """
     shas = catalog["sha256"].tolist()
-    first_row = dict(zip(reversed(shas), reversed(range(len(shas)))))  # sha -> first catalog row
+    first_row: dict[str, int] = {}  # sha -> first catalog row, in catalog order
+    for i, sha in enumerate(shas):
+        first_row.setdefault(sha, i)
     known = cache.get_many(first_row) if cache is not None else {}
     todo = [sha for sha in first_row if sha not in known]
     dim = backbone.dim or next((v.size for v in known.values()), None)
     names = catalog["image_id"].tolist()
-    failed: list[str] = []
+    failed_shas: set[str] = set()
     with tqdm(total=len(todo), desc=f"encode {backbone.name}", unit="img", disable=None) as bar:
         todo_paths = [catalog["path"].iat[first_row[sha]] for sha in todo]
         for start, images in decoded_batches(todo_paths, todo, batch_size=batch_size, num_workers=num_workers,
@@ -95,12 +97,13 @@ def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int
             dim = emb.shape[1]
             batch = todo[start:start + len(images)]
             bad = bad_rows(emb)
-            failed += [names[first_row[sha]] for sha in np.asarray(batch)[bad]]
+            failed_shas.update(sha for sha, b in zip(batch, bad) if b)
             good = [sha for sha, b in zip(batch, bad) if not b]
             known.update(zip(good, emb[~bad]))
             if cache is not None and good:
                 cache.put_many(good, emb[~bad])
             bar.update(len(images))
+    failed = [name for name, sha in zip(names, shas) if sha in failed_shas]
     if failed:
         raise UserError(f"backbone {backbone.name!r} gave NaN, inf or all-zero embeddings for {len(failed)} "
                         f"image(s): {', '.join(failed[:10])}; check those images or the backbone.")

@@ -41,7 +41,11 @@ def read_precomputed(path: str | None, ids_path: str | None) -> tuple[np.ndarray
             if missing:
                 raise UserError(f"{path!r} lacks array(s) {', '.join(sorted(missing))}; save it with "
                                 "numpy.savez(path, ids=..., embeddings=...).")
-            return npz["ids"], npz["embeddings"]
+            try:
+                return npz["ids"], npz["embeddings"]
+            except ValueError as exc:
+                raise UserError(f"cannot load precomputed embeddings {path!r} ({exc}); save it with numpy.savez "
+                                "(numbers and strings only, no objects).") from None
     if not ids_path:
         raise UserError(f"{path!r} holds embeddings only; set `encode.precomputed.ids` to the aligned ids file.")
     if not Path(ids_path).is_file():

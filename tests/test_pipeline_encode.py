@@ -47,3 +47,27 @@ def test_forced_encode_with_unchanged_data_encodes_nothing(tmp_path: Path) -> No
     assert "encode" in ran and encode_counts(out) == (0, 200)
     assert (repo / "data/embeddings/embeddings.npy").read_bytes() == before
     assert git("status", "--porcelain", cwd=repo).stdout == ""
+
+
+def test_backbone_experiment_flow(tmp_path: Path) -> None:
+    """README recipe: `dvc exp run -S encode.backbone=efficientnet_lite0`, then compare with pixels."""
+    repo = copy_project(tmp_path / "repo")
+    git_init(repo)
+    repro(repo)
+    commit(repo, "pixels baseline")
+    baseline = metrics(repo)
+    proc = dvc("exp", "run", "-S", "encode.backbone=efficientnet_lite0", cwd=repo)
+    out = proc.stdout + proc.stderr
+    assert "Running stage 'encode'" in out and "Running stage 'split'" not in out, out
+    assert encode_counts(out) == (200, 0)
+    lite = metrics(repo)
+    assert lite["embedding_dim"] == 1280 and baseline["embedding_dim"] == 768
+    assert lite["num_queries"] == baseline["num_queries"]  # same split, other backbone
+
+    diff = json.loads(dvc("metrics", "diff", "--json", cwd=repo).stdout)["metrics/recall.json"]
+    assert diff["embedding_dim"] == {"old": 768, "new": 1280, "diff": 512}
+    assert diff["recall@1"]["old"] == pytest.approx(baseline["recall@1"])
+    assert diff["recall@1"]["new"] == pytest.approx(lite["recall@1"])
+
+    shown = json.dumps(json.loads(dvc("exp", "show", "--json", cwd=repo).stdout))
+    assert "efficientnet_lite0" in shown and "recall@1" in shown
