@@ -23,6 +23,7 @@ import numpy as np
 from PIL import Image
 
 from stages.common import UserError, did_you_mean
+from stages.images import DECODE_VERSION
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,9 @@ def register(name: str) -> Callable[[Callable[..., Backbone]], Callable[..., Bac
 
 
 def fingerprint(name: str, version: str, **options: Any) -> str:
-    """A short stable hash of a backbone's name, code version and preprocessing options."""
-    blob = json.dumps({"name": name, "version": version, "options": options}, sort_keys=True)
+    """A short stable hash of a backbone's name, code version, preprocessing options and image decoder."""
+    blob = json.dumps({"name": name, "version": version, "options": options, "decode": DECODE_VERSION},
+                      sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

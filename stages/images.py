@@ -11,6 +11,10 @@ import os
 
 from PIL import Image, ImageOps
 
+#: Bump whenever :func:`decode` could return other pixels (draft rule, EXIF, mode conversion);
+#: every backbone fingerprint includes it, so cached embeddings are then recomputed.
+DECODE_VERSION = "1"
+
 #: Exceptions Pillow raises for files that are not (complete) images.
 DECODE_ERRORS = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
 
