@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
+import PIL
 from PIL import Image
 
 from stages.common import UserError, did_you_mean
@@ -47,9 +48,14 @@ def register(name: str) -> Callable[[Callable[..., Backbone]], Callable[..., Bac
 
 
 def fingerprint(name: str, version: str, **options: Any) -> str:
-    """A short stable hash of a backbone's name, code version, preprocessing options and image decoder."""
-    blob = json.dumps({"name": name, "version": version, "options": options, "decode": DECODE_VERSION},
-                      sort_keys=True)
+    """A short stable hash of a backbone's name, code version, preprocessing options and image decoder.
+
+    The installed Pillow and numpy versions are part of it too, so upgrading them
+    (which can move pixels by a rounding step) never serves stale cached vectors.
+    """
+    libs = {"pillow": PIL.__version__, "numpy": np.__version__}
+    blob = json.dumps({"name": name, "version": version, "options": options, "decode": DECODE_VERSION,
+                       "libs": libs}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -100,8 +106,9 @@ def user_callable(spec: str) -> Backbone:
         module = importlib.import_module(module_name)
         if loaded:  # the fingerprint hashes the file as it is now: run that code, not an older import
             module = importlib.reload(module)
-    except ImportError as exc:
-        raise UserError(f"cannot import module {module_name!r} for `encode.backbone` ({exc}); {hint}.") from None
+    except Exception as exc:  # any failure in the user's module (ImportError, SyntaxError, ...) is theirs to fix
+        raise UserError(f"cannot import module {module_name!r} for `encode.backbone` "
+                        f"({type(exc).__name__}: {exc}); {hint}.") from None
     func = getattr(module, func_name, None)
     if not callable(func):
         raise UserError(f"module {module_name!r} has no function {func_name!r} for `encode.backbone`; {hint}.")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
@@ -171,5 +172,6 @@ def build(**options: Any) -> Backbone:
         raise UserError(f"backbone {NAME!r} takes no options; remove {', '.join(sorted(options))} "
                         f"from `encode.{NAME}`.")
     fp = fingerprint(NAME, VERSION, weights_sha256=weights_sha256(weights_path()), resize=RESIZE, crop=CROP,
-                     mean=MEAN, std=STD, intra_op_threads=1)
+                     mean=MEAN, std=STD, intra_op_threads=1, torch=torch.__version__,
+                     efficientnet_pytorch=importlib.metadata.version("efficientnet_pytorch"))
     return Backbone(name=NAME, dim=DIM, encode=encode, fingerprint=fp, input_size=RESIZE)

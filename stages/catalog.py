@@ -119,7 +119,10 @@ def probe_file(root: Path, rel: object) -> tuple[str | None, int | None, int | N
         return None, None, None, "resolves outside the data root (a symlink?); copy the file into the data root"
     if not full.is_file():
         return None, None, None, "file does not exist; fix the path or remove the row"
-    data = full.read_bytes()
+    try:
+        data = full.read_bytes()
+    except OSError as exc:
+        return None, None, None, f"cannot read the file ({exc.strerror}); fix its permissions or remove it"
     digest = hashlib.sha256(data).hexdigest()
     try:
         width, height = decode(data).size

@@ -9,10 +9,13 @@ scaled to 0..255 and stored as 8-bit grayscale PNGs named by their index in
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+log = logging.getLogger("stages.digits")
 
 
 def digit_images() -> tuple[np.ndarray, np.ndarray]:
@@ -39,8 +42,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", nargs="?", default="data/digits")
     args = parser.parse_args(argv)
-    n = write_digits(args.root)
-    print(f"wrote {n} digit images under {args.root}")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    log.info("wrote %d digit images under %s", write_digits(args.root), args.root)
 
 
 if __name__ == "__main__":

@@ -64,7 +64,11 @@ def bad_rows(emb: np.ndarray) -> np.ndarray:
 
 
 def _run_backbone(backbone: Backbone, images: list[Image.Image], dim: int | None) -> np.ndarray:
-    emb = np.asarray(backbone.encode(images), dtype=np.float32)
+    try:
+        emb = np.asarray(backbone.encode(images), dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise UserError(f"backbone {backbone.name!r} did not return numbers for a batch of {len(images)} "
+                        f"({exc}); return an (n, d) array of floats.") from None
     want = (len(images), dim if dim is not None else (emb.shape[1] if emb.ndim == 2 else -1))
     if emb.ndim != 2 or emb.shape != want:
         raise UserError(f"backbone {backbone.name!r} returned shape {emb.shape} for a batch of {len(images)}; "

@@ -8,6 +8,7 @@ line). Nothing is unpickled: arrays load with ``allow_pickle=False``.
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Sequence
 
@@ -22,7 +23,7 @@ NAME = "precomputed"
 def _load_array(path: Path, what: str) -> np.ndarray:
     try:
         return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise UserError(f"cannot load {what} {str(path)!r} ({exc}); save it with numpy.save / numpy.savez "
                         "(numbers and strings only, no objects).") from None
 
@@ -36,14 +37,18 @@ def read_precomputed(path: str | None, ids_path: str | None) -> tuple[np.ndarray
     if not file.is_file():
         raise UserError(f"precomputed embeddings {path!r} not found; fix `encode.precomputed.path`.")
     if file.suffix == ".npz":
-        with _load_array(file, "precomputed embeddings") as npz:
+        npz = _load_array(file, "precomputed embeddings")
+        if not isinstance(npz, np.lib.npyio.NpzFile):
+            raise UserError(f"{path!r} is not an .npz archive; save it with numpy.savez(path, ids=..., "
+                            "embeddings=...), or name an .npy file with `encode.precomputed.ids`.")
+        with npz:
             missing = {"ids", "embeddings"} - set(npz.files)
             if missing:
                 raise UserError(f"{path!r} lacks array(s) {', '.join(sorted(missing))}; save it with "
                                 "numpy.savez(path, ids=..., embeddings=...).")
             try:
                 return npz["ids"], npz["embeddings"]
-            except ValueError as exc:
+            except (ValueError, OSError, zipfile.BadZipFile) as exc:
                 raise UserError(f"cannot load precomputed embeddings {path!r} ({exc}); save it with numpy.savez "
                                 "(numbers and strings only, no objects).") from None
     if not ids_path:
@@ -51,7 +56,10 @@ def read_precomputed(path: str | None, ids_path: str | None) -> tuple[np.ndarray
     if not Path(ids_path).is_file():
         raise UserError(f"ids file {ids_path!r} not found; fix `encode.precomputed.ids`.")
     if ids_path.endswith(".txt"):
-        ids = np.array(Path(ids_path).read_text(encoding="utf-8").splitlines())
+        try:
+            ids = np.array(Path(ids_path).read_text(encoding="utf-8").splitlines())
+        except UnicodeDecodeError as exc:
+            raise UserError(f"ids file {ids_path!r} is not UTF-8 text ({exc}); save one id per line as UTF-8.") from None
     else:
         ids = _load_array(Path(ids_path), "ids file")
     return ids, _load_array(file, "precomputed embeddings")

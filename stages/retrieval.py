@@ -67,9 +67,10 @@ def cosine_block(q_unit: np.ndarray, g_unit_t: np.ndarray) -> np.ndarray:
     """Similarities of unit rows ``q_unit`` (b, d) to the columns of ``g_unit_t`` (d, m), as float32.
 
     Products of float32 values are exact in float64, so accumulating in float64
-    and rounding once makes the result independent of the BLAS kernel (and so of
-    the block size): exactly cancelling terms give exactly 0, and values equal at
-    float32 precision are ties.
+    and rounding once to float32 makes the result practically independent of the
+    BLAS kernel and so of the block size: exactly cancelling terms give exactly 0,
+    and a float64 summation-order difference (about 1e-16) changes the float32
+    value only when it straddles a rounding boundary, which is vanishingly rare.
     """
     return (q_unit.astype(np.float64) @ g_unit_t).astype(np.float32)
 
@@ -173,9 +174,24 @@ def retrieval_summary(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labe
                       max_memory_mb: float = 512) -> dict[str, float | int]:
     """recall@K for every K plus the counts the report needs.
 
-    Returns a flat dict: ``recall@K`` for each K in ``ks`` (in the given order),
-    ``num_queries`` (queries in the mean), ``num_excluded_queries``,
-    ``num_gallery`` and ``embedding_dim``. See :func:`recall_at_k` for the formula.
+    Parameters
+    ----------
+    query_emb : array-like of shape (n_queries, d)
+    gallery_emb : array-like of shape (n_gallery, d)
+    query_labels : sequence of length n_queries
+    gallery_labels : sequence of length n_gallery
+    ks : iterable of positive int, default (1, 5, 10)
+    query_ids, gallery_ids : sequences, optional
+        Ids that identify the same image in both sets (self-match exclusion).
+    max_memory_mb : float, default 512
+        Bound on scratch memory (see :func:`first_positive_ranks`).
+
+    Returns
+    -------
+    dict
+        ``recall@K`` for each K in ``ks`` (in the given order), ``num_queries``
+        (queries in the mean), ``num_excluded_queries``, ``num_gallery`` and
+        ``embedding_dim``. Formula, ties and self-matches: see :func:`recall_at_k`.
 
     Raises
     ------

@@ -51,9 +51,26 @@ def evaluate(query_images: Sequence[Any], query_labels: Sequence[Any], gallery_i
              ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
     """Encode both sets with ``encoder_fn`` and return :func:`recall_at_k`.
 
-    Images are file paths (decoded like the pipeline: EXIF orientation applied,
-    RGB) or PIL images. A path present in both sets is the same image: that
-    query never retrieves it (self-match exclusion by path).
+    Parameters
+    ----------
+    query_images, gallery_images : sequence of str, os.PathLike or PIL.Image.Image
+        File paths are decoded like the pipeline (EXIF orientation applied, RGB).
+    query_labels : sequence of length len(query_images)
+    gallery_labels : sequence of length len(gallery_images)
+    encoder_fn : callable
+        ``encoder_fn(list[PIL.Image.Image]) -> array of shape (batch, d)``, called on batches of 32.
+    ks : sequence of positive int, default (1, 5, 10)
+
+    Returns
+    -------
+    dict
+        ``{"recall@K": float}`` for each K (see :func:`recall_at_k` for the formula and tie rule).
+
+    Notes
+    -----
+    When both lists are paths, a path present in both is the same image: that
+    query never retrieves it (self-match exclusion by absolute path). PIL
+    images carry no identity, so no self-match exclusion applies to them.
     """
     check_ks(ks)
     q_emb = encode_all(query_images, encoder_fn)

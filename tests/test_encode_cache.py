@@ -226,11 +226,20 @@ def test_callable_backbone_infers_dim_and_fingerprints_source(tmp_path, user_mod
     ("callable:missing_mod_zz:f", r"cannot import module 'missing_mod_zz'"),                             # not importable
     ("callable:mymod_err:absent", r"module 'mymod_err' has no function 'absent'"),                       # no such name
     ("callable:mymod_err:CONSTANT", r"module 'mymod_err' has no function 'CONSTANT'"),                   # not callable
+    ("callable:mymod_syntax:embed", r"cannot import module 'mymod_syntax' for `encode.backbone` \(SyntaxError"),
 ])
 def test_callable_backbone_errors(user_module, spec, match):
     user_module("mymod_err", MEAN_RGB + "CONSTANT = 3\n")
+    user_module("mymod_syntax", "def embed(images)\n    return images\n")
     with pytest.raises(UserError, match=match):
         get_backbone(spec)
+
+
+def test_callable_returning_non_numbers(tmp_path, user_module):
+    user_module("mymod_text", "def embed(images):\n    return [['a', 'b'] for _ in images]\n")
+    with pytest.raises(UserError, match=r"did not return numbers for a batch of 2 .*return an \(n, d\) array"):
+        encode_catalog(_catalog(tmp_path, range(2)), get_backbone("callable:mymod_text:embed"), batch_size=2,
+                       num_workers=1)
 
 
 def test_callable_changing_dimension_between_batches(tmp_path, user_module):
@@ -272,12 +281,19 @@ def test_precomputed_aligned_to_catalog_order(tmp_path, layout):
     ("e.npy", None, r"holds embeddings only; set `encode.precomputed.ids`"),   # .npy without its ids
     ("e.npy", "nowhere.txt", r"ids file 'nowhere.txt' not found"),            # ids file missing
     ("obj.npy", "ids.npy", r"cannot load precomputed embeddings .*no objects"),  # pickled .npy refused
+    ("npy.npz", None, r"'npy.npz' is not an .npz archive; save it with numpy.savez"),  # .npy bytes named .npz
+    ("broken.npz", None, r"cannot load precomputed embeddings 'broken.npz'"),         # corrupt zip archive
+    ("e.npy", "latin1.txt", r"ids file 'latin1.txt' is not UTF-8 text"),              # ids not UTF-8
 ])
 def test_precomputed_file_errors(tmp_path, monkeypatch, path, ids, match):
     monkeypatch.chdir(tmp_path)
     np.save("e.npy", EMB)
     np.save("ids.npy", STORED_IDS)
     np.save("obj.npy", np.array([[{"x": 1}]] * 4, dtype=object), allow_pickle=True)
+    with open("npy.npz", "wb") as fh:
+        np.save(fh, EMB)
+    (tmp_path / "broken.npz").write_bytes(b"PK\x03\x04 not really a zip archive")
+    (tmp_path / "latin1.txt").write_bytes("d\nc\n\xe9t\xe9\nb\n".encode("latin-1"))
     with pytest.raises(UserError, match=match):
         precomputed.read_precomputed(path, ids)
 

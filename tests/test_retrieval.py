@@ -325,3 +325,28 @@ def test_format_report_has_seed_block():
                    "  recall@1:", "  recall@5:", "  recall@10:"):
         assert any(line.startswith(prefix) for line in lines), prefix
     assert lines.index("[evaluation]") < lines.index("[recall]")
+
+
+# --------------------------------------------------------------------------- memory bound
+
+def _peak_mib(fn) -> float:
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+def test_block_scratch_memory_stays_under_the_budget():
+    """12,000 queries x 3,000 gallery: the full matrix would take 137 MiB in float32 alone."""
+    rng = np.random.default_rng(0)
+    q, g = rng.normal(size=(12000, 32)).astype(np.float32), rng.normal(size=(3000, 32)).astype(np.float32)
+    ql, gl = rng.integers(0, 50, 12000), rng.integers(0, 50, 3000)
+    run = lambda mb: _peak_mib(lambda: first_positive_ranks(q, g, ql, gl, max_memory_mb=mb))  # noqa: E731
+    baseline = run(1e-6)  # one query per block: what remains is the O(n + m) copies (normalised inputs, labels)
+    for budget in (8, 64):
+        scratch = run(budget) - baseline
+        assert scratch <= budget, f"{scratch:.1f} MiB of block scratch over a {budget} MiB budget"
+    assert run(64) - baseline > 8  # the budget is really used: bigger blocks, not a fixed size

@@ -259,3 +259,39 @@ def test_queries_without_positive_are_reported_with_a_count(work, caplog, protoc
     with caplog.at_level("WARNING"):
         build(csv="m.csv", strategy="given", protocol=protocol)
     assert expected in caplog.text
+
+
+def test_unreadable_file_is_reported_by_the_contract(work, monkeypatch):
+    images(work / "data", {"a": 3, "b": 3})
+    real_read = Path.read_bytes
+
+    def read_bytes(self):
+        if self.name == "001.png" and self.parent.name == "b":
+            raise PermissionError(13, "Permission denied")
+        return real_read(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    with pytest.raises(UserError) as info:
+        build()
+    message = str(info.value)
+    assert contract.FILE_RULE in message and "path 'b/001.png'" in message
+    assert "cannot read the file (Permission denied); fix its permissions or remove it" in message
+
+
+def test_contract_rejects_a_label_on_both_sides_under_class_disjoint(work):
+    images(work / "data", {"a": 2, "b": 2})
+    frame = catalog.probe(Path("data"), catalog.scan_folder(Path("data")))
+    frame["split"] = ["train", "gallery", "val", "gallery"]  # label a is in train and in gallery
+    with pytest.raises(UserError, match=re.escape(contract.DISJOINT_RULE)) as info:
+        contract.validate(frame, class_disjoint=True, source="data/", csv_lines=False)
+    assert "path 'a/000.png'" in str(info.value) and "path 'a/001.png'" in str(info.value)
+    assert "b/000.png" not in str(info.value)
+    contract.validate(frame, class_disjoint=False, source="data/", csv_lines=False)  # fine for per_class
+
+
+def test_missing_label_in_manifest_stays_missing(work):
+    images(work / "data", {"a": 2})
+    write_csv(work / "data" / "m.csv", "path,label\na/000.png,a\na/001.png,\n")
+    with pytest.raises(UserError, match=r"label must not be missing") as info:
+        build(csv="m.csv")
+    assert "CSV line 3" in str(info.value)
