@@ -26,6 +26,8 @@ import numpy as np
 
 #: Bytes of scratch memory per (query, gallery) pair while scoring a block.
 _BYTES_PER_PAIR = 24
+#: Rows normalised at a time (float64 scratch of at most 4096 x d x 8 bytes).
+_NORMALIZE_ROWS = 4096
 
 
 def _as_matrix(x: Any, name: str) -> np.ndarray:
@@ -54,13 +56,18 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
     """Return rows scaled to unit L2 norm, as float32; all-zero rows stay zero.
 
     Computed in float64 after dividing each row by its largest magnitude, so any
-    finite scale (1e-60 or 1e60) gives the same direction.
+    finite scale (1e-60 or 1e60) gives the same direction; in chunks of rows, so
+    the float64 scratch stays small whatever the number of rows.
     """
-    x = np.asarray(x, dtype=np.float64)
-    peak = np.abs(x).max(axis=1, keepdims=True) if x.size else np.ones((x.shape[0], 1))
-    x = x / np.where(peak > 0, peak, 1.0)
-    norms = np.sqrt(np.einsum("ij,ij->i", x, x))[:, None]
-    return (x / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+    x = np.asarray(x)
+    out = np.empty(x.shape, dtype=np.float32)
+    for start in range(0, x.shape[0], _NORMALIZE_ROWS):
+        chunk = x[start:start + _NORMALIZE_ROWS].astype(np.float64)
+        peak = np.abs(chunk).max(axis=1, keepdims=True) if chunk.size else np.ones((chunk.shape[0], 1))
+        chunk /= np.where(peak > 0, peak, 1.0)
+        norms = np.sqrt(np.einsum("ij,ij->i", chunk, chunk))[:, None]
+        out[start:start + _NORMALIZE_ROWS] = chunk / np.where(norms > 0, norms, 1.0)
+    return out
 
 
 def cosine_block(q_unit: np.ndarray, g_unit_t: np.ndarray) -> np.ndarray:

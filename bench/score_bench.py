@@ -1,0 +1,353 @@
+"""Score-stage benchmark: exact recall@K of the engine against FAISS, the seed template and the compute floor.
+
+On one seeded data set (random normal float32 vectors, labels from 1,000
+classes, every class present so every query has positives) it times, each in a
+fresh subprocess so peak memory is per method:
+
+* ``engine``: :func:`stages.retrieval.retrieval_summary` with ``max_memory_mb=512``;
+* ``faiss``: ``faiss.IndexFlatIP`` on L2-normalised float32 vectors, ``search``
+  with k = max(ks) (+1 for leave-one-out, self dropped), then the same recall
+  (hit if any of the top K shares the label; queries without a positive excluded);
+* ``seed template``: the seed skill's ``recall_at_k`` (full N x M similarity
+  matrix, argpartition + argsort), run only when its estimated memory fits;
+* ``floor``: the bare float32 product ``q_block @ g.T`` over the engine's query
+  blocks into a reused buffer, nothing else: the compute floor.
+
+Scenario A: 10,000 queries x 50,000 gallery x 512-d (disjoint), recall@{1,5,10}.
+Scenario B: leave-one-out, 20,000 x 512-d (queries == gallery, self excluded by id).
+Targets (the issue's): A engine <= 1.0x FAISS and <= 1.15x floor; B engine
+<= 0.65x FAISS; engine extra memory <= 512 MB. Peak extra memory is
+``ru_maxrss`` at the end minus the RSS after imports and data generation.
+
+Run from the project root (``--quick``: sizes 20x smaller, a smoke run):
+
+    python bench/score_bench.py [--quick] [--seed 0] [--repeat 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+KS = (1, 5, 10)
+DIM = 512
+MAX_MEMORY_MB = 512
+SEED_LIMIT_BYTES = 16 * 2**30          # run the seed template only below this estimate ...
+SEED_AVAILABLE_FRACTION = 0.8          # ... and below this share of MemAvailable
+TARGETS = {"A": {"faiss": 1.0, "floor": 1.15}, "B": {"faiss": 0.65}}
+METHODS = ("engine", "faiss", "seed template", "floor")
+
+
+def sizes(quick: bool) -> dict:
+    f = 20 if quick else 1
+    return {"A": {"n_query": 10_000 // f, "n_gallery": 50_000 // f, "classes": 1_000 // f},
+            "B": {"n": 20_000 // f, "classes": 1_000 // f}}
+
+
+# --------------------------------------------------------------------------- data
+
+def _labels(rng: np.random.Generator, n: int, classes: int) -> np.ndarray:
+    """Balanced labels (every class present ``n // classes`` or one more times), shuffled."""
+    return rng.permutation(np.arange(n, dtype=np.int64) % classes)
+
+
+def make_data(scenario: str, quick: bool, seed: int) -> dict:
+    """Seeded data; float32 generated in place (no float64 temporary) to keep the RSS baseline honest."""
+    s = sizes(quick)[scenario]
+    rng = np.random.default_rng([seed, ord(scenario)])
+    if scenario == "A":
+        q = rng.standard_normal((s["n_query"], DIM), dtype=np.float32)
+        g = rng.standard_normal((s["n_gallery"], DIM), dtype=np.float32)
+        return {"q": q, "g": g, "ql": _labels(rng, s["n_query"], s["classes"]),
+                "gl": _labels(rng, s["n_gallery"], s["classes"]), "qid": None, "gid": None}
+    x = rng.standard_normal((s["n"], DIM), dtype=np.float32)
+    lab = _labels(rng, s["n"], s["classes"])
+    ids = np.arange(s["n"], dtype=np.int64)
+    return {"q": x, "g": x, "ql": lab, "gl": lab, "qid": ids, "gid": ids}
+
+
+# --------------------------------------------------------------------------- methods
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    n = np.linalg.norm(x, axis=1, keepdims=True)
+    return (x / np.where(n > 0, n, 1)).astype(np.float32, copy=False)
+
+
+def _recall_from_neighbours(nbr: np.ndarray, ql: np.ndarray, gl: np.ndarray, n_pos: np.ndarray, ks) -> dict:
+    """recall@K from sorted neighbour indices (n, k); queries with ``n_pos == 0`` are excluded."""
+    k = nbr.shape[1]
+    hit = (gl[np.maximum(nbr, 0)] == ql[:, None]) & (nbr >= 0)
+    first = np.where(hit.any(axis=1), hit.argmax(axis=1), k)
+    inc = n_pos > 0
+    n_inc = int(inc.sum())
+    f = first[inc]
+    out = {f"recall@{kk}": float(np.count_nonzero(f < kk) / n_inc) for kk in ks}
+    out["num_queries"] = n_inc
+    return out
+
+
+def run_engine(d: dict) -> dict:
+    from stages.retrieval import retrieval_summary
+    s = retrieval_summary(d["q"], d["g"], d["ql"], d["gl"], ks=KS, query_ids=d["qid"], gallery_ids=d["gid"],
+                          max_memory_mb=MAX_MEMORY_MB)
+    return {k: v for k, v in s.items() if k.startswith("recall@") or k == "num_queries"}
+
+
+def run_faiss(d: dict) -> dict:
+    import faiss
+    q, g, ql, gl = _unit(d["q"]), _unit(d["g"]), d["ql"], d["gl"]
+    loo = d["qid"] is not None
+    n_q, n_g = q.shape[0], g.shape[0]
+    k = min(max(KS), n_g - int(loo))
+    index = faiss.IndexFlatIP(g.shape[1])
+    index.add(g)
+    _, nbr = index.search(q, k + int(loo))
+    # positives per query: same-label gallery items, minus the query itself (labels are int codes here)
+    per_label = np.bincount(gl, minlength=int(max(ql.max(), gl.max())) + 1)
+    n_pos = per_label[ql].astype(np.int64)
+    if loo:
+        col = {int(i): j for j, i in enumerate(d["gid"])}
+        self_col = np.array([col.get(int(i), -1) for i in d["qid"]], dtype=np.int64)
+        n_pos -= (self_col >= 0) & (gl[np.maximum(self_col, 0)] == ql)
+        drop = nbr == self_col[:, None]
+        drop[~drop.any(axis=1), -1] = True     # self not in the k+1: drop the last one instead
+        nbr = nbr[~drop].reshape(n_q, k)
+    return _recall_from_neighbours(nbr, ql, gl, n_pos, KS)
+
+
+def seed_template_recall(query_emb, gallery_emb, q_labels, g_labels, ks=(1, 5, 10), query_ids=None,
+                         gallery_ids=None):
+    """The seed skill's ``recall_at_k``, algorithm unchanged (``normalize`` is sklearn's, written out)."""
+    if len(query_emb) == 0 or len(gallery_emb) == 0:
+        return {f"recall@{k}": 0.0 for k in ks}
+    g_label_set = set(g_labels.tolist())
+    keep = np.array([lbl in g_label_set for lbl in q_labels])
+    if not keep.any():
+        return {f"recall@{k}": 0.0 for k in ks}
+    q_emb_f = query_emb[keep]
+    q_lab_f = q_labels[keep]
+    q_id_f = query_ids[keep] if query_ids is not None else None
+    q = _unit(q_emb_f)
+    g = _unit(gallery_emb)
+    sims = q @ g.T
+    if q_id_f is not None and gallery_ids is not None:
+        self_mask = q_id_f[:, None] == gallery_ids[None, :]
+        sims = np.where(self_mask, -np.inf, sims)
+    top_k_max = min(max(ks), g.shape[0])
+    if top_k_max <= 0:
+        return {f"recall@{k}": 0.0 for k in ks}
+    top = np.argpartition(-sims, top_k_max - 1, axis=1)[:, :top_k_max]
+    sorted_top = np.take_along_axis(top, np.argsort(-sims[np.arange(len(q))[:, None], top], axis=1), axis=1)
+    out = {}
+    for k in ks:
+        k_eff = min(k, top_k_max)
+        hits = np.any(g_labels[sorted_top[:, :k_eff]] == q_lab_f[:, None], axis=1)
+        out[f"recall@{k}"] = float(hits.mean())
+    out["num_queries"] = int(keep.sum())
+    return out
+
+
+def seed_estimate_bytes(n_query: int, n_gallery: int, loo: bool) -> int:
+    """sims float32 + ``-sims`` float32 + argpartition's int64 indices (+ the bool self mask), per pair."""
+    return n_query * n_gallery * (4 + 4 + 8 + (1 if loo else 0))
+
+
+def run_seed(d: dict) -> dict:
+    return seed_template_recall(d["q"], d["g"], d["ql"], d["gl"], KS, d["qid"], d["gid"])
+
+
+def run_floor(d: dict) -> tuple[dict, float]:
+    """Untimed setup (unit float32 rows), then the timed bare blocked product; returns (info, seconds)."""
+    from stages.retrieval import block_rows
+    q, g = _unit(d["q"]), _unit(d["g"])
+    g_t = g.T                                   # a view: BLAS reads it transposed, no copy
+    block = block_rows(g.shape[0], MAX_MEMORY_MB)
+    buf = np.empty((min(block, q.shape[0]), g.shape[0]), dtype=np.float32)
+    sink = 0.0
+    t0 = time.perf_counter()
+    for start in range(0, q.shape[0], block):
+        stop = min(start + block, q.shape[0])
+        out = buf[: stop - start]
+        np.matmul(q[start:stop], g_t, out=out)
+        sink += float(out[0, 0]) + float(out[-1, -1])   # keeps the work observable, costs nothing
+    secs = time.perf_counter() - t0
+    return {"block_rows": block, "sink": sink}, secs
+
+
+# --------------------------------------------------------------------------- child process
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _maxrss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024   # KiB on Linux
+
+
+def child(method: str, scenario: str, quick: bool, seed: int, repeat: int) -> None:
+    import faiss  # noqa: F401  (imported before the baseline in every child, so the baseline is comparable)
+    import stages.retrieval  # noqa: F401
+    d = make_data(scenario, quick, seed)
+    base, max_before = _rss_bytes(), _maxrss_bytes()
+    times = []
+    for _ in range(repeat):
+        if method == "floor":
+            info, secs = run_floor(d)
+        else:
+            fn = {"engine": run_engine, "faiss": run_faiss, "seed template": run_seed}[method]
+            t0 = time.perf_counter()
+            info = fn(d)
+            secs = time.perf_counter() - t0
+        times.append(secs)
+    secs = min(times)
+    peak = _maxrss_bytes()
+    print(json.dumps({"seconds": secs, "extra_bytes": peak - base, "hidden": peak <= max_before,
+                      "baseline_bytes": base, "info": info}))
+
+
+# --------------------------------------------------------------------------- parent
+
+def blas_summary() -> list[str]:
+    lines = []
+    try:
+        import faiss  # noqa: F401  (so its OpenBLAS / OpenMP show up)
+        from threadpoolctl import threadpool_info
+        for p in threadpool_info():
+            who = "numpy" if "numpy" in p["filepath"] else "faiss" if "faiss" in p["filepath"] else "?"
+            extra = f", {p.get('threading_layer')}, {p.get('architecture')}" if p["user_api"] == "blas" else ""
+            lines.append(f"  {who:5s} {p['internal_api']} {p.get('version') or ''} threads={p['num_threads']}"
+                         f"{extra} ({Path(p['filepath']).name})")
+    except ImportError:
+        cfg = np.show_config(mode="dicts") if "mode" in np.show_config.__code__.co_varnames else {}
+        blas = cfg.get("Build Dependencies", {}).get("blas", {}) if cfg else {}
+        lines.append(f"  numpy blas: {blas.get('name', '?')} {blas.get('version', '')} (threadpoolctl not installed)")
+    env = {k: os.environ[k] for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+           if k in os.environ}
+    lines.append(f"  cpus={os.cpu_count()} env={env or 'no thread env vars'}")
+    return lines
+
+
+def run_child(method: str, scenario: str, quick: bool, seed: int, repeat: int) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--method", method, "--scenario", scenario,
+           "--seed", str(seed), "--repeat", str(repeat)] + (["--quick"] if quick else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
+        return {"error": f"failed (rc={proc.returncode}) {tail[0][:200]}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _mem_available() -> int:
+    with open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _fmt_recall(info: dict) -> str:
+    return " ".join(f"{info[f'recall@{k}']:.4f}" for k in KS)
+
+
+def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
+    s = sizes(quick)[scenario]
+    if scenario == "A":
+        nq, ng, loo = s["n_query"], s["n_gallery"], False
+        print(f"\nScenario A: {nq:,} queries x {ng:,} gallery x {DIM}-d, disjoint, {s['classes']:,} classes, "
+              f"ks={KS}")
+    else:
+        nq = ng = s["n"]
+        loo = True
+        print(f"\nScenario B: leave-one-out {nq:,} x {DIM}-d (queries == gallery, self excluded by id), "
+              f"{s['classes']:,} classes, ks={KS}")
+    print(f"  {'method':14s} {'wall s':>8s} {'peak extra MB':>14s}   recall@{','.join(map(str, KS))}")
+    res = {}
+    for m in METHODS:
+        if m == "seed template":
+            need = seed_estimate_bytes(nq, ng, loo)
+            limit = min(SEED_LIMIT_BYTES, SEED_AVAILABLE_FRACTION * _mem_available())
+            if need >= limit:
+                print(f"  {m:14s} skipped (needs {need / 2**30:.1f} GB, limit {limit / 2**30:.1f} GB)")
+                continue
+        r = run_child(m, scenario, quick, seed, repeat)
+        res[m] = r
+        if "error" in r:
+            print(f"  {m:14s} {r['error']}")
+            continue
+        mb = r["extra_bytes"] / 2**20
+        mem = f"{'<=' if r['hidden'] else ''}{mb:.0f}"
+        rec = _fmt_recall(r["info"]) if m != "floor" else f"(blocks of {r['info']['block_rows']} queries)"
+        note = f"   est. {seed_estimate_bytes(nq, ng, loo) / 2**30:.2f} GB" if m == "seed template" else ""
+        print(f"  {m:14s} {r['seconds']:8.2f} {mem:>14s}   {rec}{note}")
+
+    eng = res.get("engine", {})
+    if "seconds" not in eng:
+        print("  engine did not run: no ratios")
+        return
+    for other in ("faiss", "floor"):
+        o = res.get(other, {})
+        if "seconds" not in o:
+            continue
+        ratio = eng["seconds"] / o["seconds"]
+        target = TARGETS[scenario].get(other)
+        verdict = f"(target <= {target:.2f}x: {'MET' if ratio <= target else 'MISSED'})" if target else "(no target)"
+        print(f"  engine/{other:5s} = {ratio:5.2f}x {verdict}")
+    mb = eng["extra_bytes"] / 2**20
+    print(f"  engine extra memory = {mb:.0f} MB (budget <= {MAX_MEMORY_MB} MB: "
+          f"{'MET' if mb <= MAX_MEMORY_MB else 'MISSED'})")
+    fa = res.get("faiss", {})
+    if "info" in fa:
+        keys = [f"recall@{k}" for k in KS] + ["num_queries"]
+        agree = all(eng["info"][k] == fa["info"][k] for k in keys)
+        nq_inc = eng["info"]["num_queries"]
+        print(f"  recall agrees: {'yes' if agree else 'no'} (engine {_fmt_recall(eng['info'])}, "
+              f"faiss {_fmt_recall(fa['info'])}, {nq_inc:,} queries in the mean"
+              + ("" if fa["info"]["num_queries"] == nq_inc else f" vs faiss {fa['info']['num_queries']:,}") + ")")
+    sd = res.get("seed template", {})
+    if "info" in sd:
+        agree = all(eng["info"][f"recall@{k}"] == sd["info"][f"recall@{k}"] for k in KS)
+        print(f"  seed template recall agrees with engine: {'yes' if agree else 'no'} ({_fmt_recall(sd['info'])})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="sizes 20x smaller (smoke run)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeat", type=int, default=1, help="time each method this many times, keep the best")
+    ap.add_argument("--method", choices=METHODS, help=argparse.SUPPRESS)
+    ap.add_argument("--scenario", choices=("A", "B"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.method:
+        child(args.method, args.scenario, args.quick, args.seed, max(1, args.repeat))
+        return
+    import faiss
+    t0 = time.perf_counter()
+    print(f"score_bench: {'QUICK (20x smaller)' if args.quick else 'full'} sizes, seed {args.seed}, "
+          f"python {platform.python_version()}, numpy {np.__version__}, faiss {faiss.__version__}, "
+          f"max_memory_mb={MAX_MEMORY_MB}, repeat={max(1, args.repeat)} (best time kept)")
+    print("BLAS / threads:")
+    for line in blas_summary():
+        print(line)
+    print("each method runs in a fresh subprocess on the same seeded data; wall s = the method call only; "
+          "peak extra = ru_maxrss - RSS after data generation")
+    for sc in ("A", "B"):
+        scenario_report(sc, args.quick, args.seed, max(1, args.repeat))
+    print(f"\ntotal {time.perf_counter() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
