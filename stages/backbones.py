@@ -63,7 +63,8 @@ def encode_pixels(images: Sequence[Image.Image], *, resolution: int) -> np.ndarr
     """Resize each RGB image to ``resolution`` squared (bilinear); flatten to ``3 * resolution**2`` values in [0, 1]."""
     out = np.empty((len(images), 3 * resolution * resolution), dtype=np.float32)
     for i, img in enumerate(images):
-        small = img.convert("RGB").resize((resolution, resolution), Image.Resampling.BILINEAR)
+        rgb = img if img.mode == "RGB" else img.convert("RGB")
+        small = rgb.resize((resolution, resolution), Image.Resampling.BILINEAR)
         out[i] = np.asarray(small, dtype=np.float32).reshape(-1) / 255.0
     return out
 

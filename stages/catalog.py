@@ -106,7 +106,8 @@ def is_safe_relative(path: object) -> bool:
     return not p.is_absolute() and ".." not in p.parts and ":" not in p.parts[0]
 
 
-def probe_file(root: Path, rel: object) -> tuple[str | None, int | None, int | None, str | None]:
+def probe_file(root: Path, rel: object, resolved_root: Path | None = None,
+               ) -> tuple[str | None, int | None, int | None, str | None]:
     """Return ``(sha256, width, height, problem)`` for one image path relative to ``root``.
 
     Paths that are not safe and relative are not opened at all (the contract
@@ -115,7 +116,7 @@ def probe_file(root: Path, rel: object) -> tuple[str | None, int | None, int | N
     if not is_safe_relative(rel):
         return None, None, None, None
     full = root / str(rel)
-    if not full.resolve().is_relative_to(root.resolve()):
+    if not full.resolve().is_relative_to(resolved_root or root.resolve()):
         return None, None, None, "resolves outside the data root (a symlink?); copy the file into the data root"
     if not full.is_file():
         return None, None, None, "file does not exist; fix the path or remove the row"
@@ -134,7 +135,8 @@ def probe_file(root: Path, rel: object) -> tuple[str | None, int | None, int | N
 def probe(root: Path, frame: pd.DataFrame, workers: int = 4) -> pd.DataFrame:
     """Add ``sha256, width, height, problem`` columns by reading every image once (threads)."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(tqdm(pool.map(lambda rel: probe_file(root, rel), frame["path"]),
+        resolved = root.resolve()
+        results = list(tqdm(pool.map(lambda rel: probe_file(root, rel, resolved), frame["path"]),
                             total=len(frame), desc="hash+decode", unit="img", disable=None))
     out = frame.copy()
     probed = pd.DataFrame(results, columns=["sha256", "width", "height", "problem"], index=frame.index)

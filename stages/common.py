@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+import pandas as pd
+
 log = logging.getLogger("stages")
 
 
@@ -43,10 +45,22 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        with open(tmp_path, "rb+") as fh:  # on disk before the rename, so a crash never leaves an empty file
+            os.fsync(fh.fileno())
         os.replace(tmp_path, target)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def read_input_csv(path: str | os.PathLike, **kwargs) -> pd.DataFrame:
+    """Read a stage input CSV as text; a missing or unparseable file is a UserError."""
+    try:
+        return pd.read_csv(path, dtype=str, keep_default_na=False, **kwargs)
+    except FileNotFoundError:
+        raise UserError(f"{path} not found; run the earlier stages first (`dvc repro`).") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
+        raise UserError(f"{path} is not a readable CSV ({exc}); delete it and run `dvc repro`.") from None
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from stages import precomputed
 from stages.backbones import get_backbone
-from stages.common import UserError, atomic_path, parse_stage_args, remove_outputs, run_stage
+from stages.common import atomic_path, parse_stage_args, read_input_csv, remove_outputs, run_stage
 from stages.embedding_cache import EmbeddingCache, default_path
 from stages.encoding import encode_catalog
 from stages.params import load_section
@@ -33,7 +33,7 @@ def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers:
           **backbone_options: Any) -> np.ndarray:
     """Embeddings of the catalog's images in catalog order, for the ``encode`` params."""
     if backbone == precomputed.NAME:
-        opts = backbone_options.get(precomputed.NAME) or {}
+        opts = backbone_options[precomputed.NAME]
         ids, emb = precomputed.read_precomputed(opts.get("path"), opts.get("ids"))
         out = precomputed.align(ids, emb, catalog["image_id"].tolist(), source=str(opts.get("path")))
         log.info("loaded %d precomputed embeddings (dim %d)", len(out), out.shape[1])
@@ -52,10 +52,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                             {"catalog": CATALOG_CSV, "embeddings": EMBEDDINGS_NPY, "ids": IDS_NPY})
     remove_outputs([args.embeddings, args.ids])
     params = load_section("encode", args.params)
-    try:
-        catalog = pd.read_csv(args.catalog, dtype=str, keep_default_na=False)
-    except FileNotFoundError:
-        raise UserError(f"catalog {args.catalog!r} not found; run the split stage first (`dvc repro`).") from None
+    catalog = read_input_csv(args.catalog, usecols=["image_id", "path", "sha256"])
     emb = embed(catalog, **params)
     ids = np.asarray(catalog["image_id"].tolist(), dtype=str)
     with atomic_path(args.embeddings) as tmp_emb, atomic_path(args.ids) as tmp_ids:

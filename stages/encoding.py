@@ -102,10 +102,10 @@ def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int
             batch = todo[start:start + len(images)]
             bad = bad_rows(emb)
             failed_shas.update(sha for sha, b in zip(batch, bad) if b)
-            good = [sha for sha, b in zip(batch, bad) if not b]
-            known.update(zip(good, emb[~bad]))
+            good, good_emb = [sha for sha, b in zip(batch, bad) if not b], emb[~bad]
+            known.update(zip(good, good_emb))
             if cache is not None and good:
-                cache.put_many(good, emb[~bad])
+                cache.put_many(good, good_emb)
             bar.update(len(images))
     failed = [name for name, sha in zip(names, shas) if sha in failed_shas]
     if failed:

@@ -28,6 +28,14 @@ def _load_array(path: Path, what: str) -> np.ndarray:
                         "(numbers and strings only, no objects).") from None
 
 
+def _load_npy(path: Path, what: str) -> np.ndarray:
+    arr = _load_array(path, what)
+    if not isinstance(arr, np.ndarray):
+        raise UserError(f"{what} {str(path)!r} is an .npz archive, not one array; save it with numpy.save, "
+                        "or give the .npz (with arrays ids and embeddings) as `encode.precomputed.path`.")
+    return arr
+
+
 def read_precomputed(path: str | None, ids_path: str | None) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(ids, embeddings)`` as stored, or raise a UserError naming the fix."""
     if not path:
@@ -61,8 +69,8 @@ def read_precomputed(path: str | None, ids_path: str | None) -> tuple[np.ndarray
         except UnicodeDecodeError as exc:
             raise UserError(f"ids file {ids_path!r} is not UTF-8 text ({exc}); save one id per line as UTF-8.") from None
     else:
-        ids = _load_array(Path(ids_path), "ids file")
-    return ids, _load_array(file, "precomputed embeddings")
+        ids = _load_npy(Path(ids_path), "ids file")
+    return ids, _load_npy(file, "precomputed embeddings")
 
 
 def align(ids: np.ndarray, emb: np.ndarray, catalog_ids: Sequence[str], source: str) -> np.ndarray:
@@ -72,7 +80,8 @@ def align(ids: np.ndarray, emb: np.ndarray, catalog_ids: Sequence[str], source: 
                         f"dtype {emb.dtype}.")
     ids = np.asarray(ids).astype(str)
     if ids.ndim != 1 or len(ids) != len(emb):
-        raise UserError(f"{source}: {len(ids)} ids for {len(emb)} embedding rows; they must align one to one.")
+        raise UserError(f"{source}: ids of shape {ids.shape} for {len(emb)} embedding rows; they must be a list "
+                        "aligned one to one with the rows.")
     row = {image_id: i for i, image_id in enumerate(ids)}
     if len(row) != len(ids):
         raise UserError(f"{source}: ids repeat; give every embedding row its own image_id.")

@@ -167,9 +167,10 @@ def first_positive_ranks(query_emb: np.ndarray, gallery_emb: np.ndarray, query_l
         sims[rows[has_self], own[has_self]] = -np.inf
         positive[rows[has_self], own[has_self]] = False
         best = np.where(positive, sims, -np.inf).max(axis=1)
-        first = np.argmax(positive & (sims == best[:, None]), axis=1)
+        tied = sims == best[:, None]
+        first = np.argmax(positive & tied, axis=1)
         ahead = (sims > best[:, None]).sum(axis=1)
-        ahead += ((sims == best[:, None]) & (columns[None, :] < first[:, None])).sum(axis=1)
+        ahead += (tied & (columns[None, :] < first[:, None])).sum(axis=1)
         found = n_pos[start:stop] > 0
         rank[start:stop] = np.where(found, ahead, -1)
     return rank, n_pos

@@ -22,7 +22,7 @@ import pandas as pd
 from PIL import Image
 
 from stages import images
-from stages.common import UserError, parse_stage_args, remove_outputs, run_stage, write_text_atomic
+from stages.common import UserError, parse_stage_args, read_input_csv, remove_outputs, run_stage, write_text_atomic
 from stages.params import load_section
 from stages.retrieval import check_ks, first_positive_ranks, recall_at_k, retrieval_summary
 
@@ -101,13 +101,14 @@ def format_report(metrics: dict[str, Any]) -> str:
 
 
 def load_inputs(catalog_csv: str, split_csv: str, embeddings_npy: str, ids_npy: str):
-    """Read and align the stage inputs; return (embeddings, ids, labels, query mask, gallery mask)."""
-    for path in (catalog_csv, split_csv, embeddings_npy, ids_npy):
+    """Read and align the stage inputs; return (embeddings, split rows scored, labels by id, row by id)."""
+    for path in (embeddings_npy, ids_npy):
         if not Path(path).is_file():
             raise UserError(f"{path} not found; run the earlier stages first (`dvc repro`).")
-    catalog = pd.read_csv(catalog_csv, dtype=str, keep_default_na=False)
-    split = pd.read_csv(split_csv, dtype={"image_id": str, "split": str, "query": bool, "gallery": bool},
-                        keep_default_na=False)
+    catalog = read_input_csv(catalog_csv, usecols=["image_id", "label"])
+    split = read_input_csv(split_csv, usecols=["image_id", "query", "gallery"])
+    for flag in ("query", "gallery"):
+        split[flag] = split[flag].eq("True")
     try:
         emb = np.load(embeddings_npy, allow_pickle=False)
         ids = np.load(ids_npy, allow_pickle=False)
@@ -123,6 +124,10 @@ def load_inputs(catalog_csv: str, split_csv: str, embeddings_npy: str, ids_npy: 
         raise UserError(f"{len(missing)} split images have no embedding (e.g. {', '.join(missing[:5])}); "
                         "the embeddings are stale: run `dvc repro`.")
     labels = catalog.set_index("image_id")["label"]
+    unknown = split.loc[~split["image_id"].isin(labels.index), "image_id"].tolist()
+    if unknown:
+        raise UserError(f"{len(unknown)} split images are not in the catalog (e.g. {', '.join(unknown[:5])}); "
+                        "the split and the catalog come from different runs: run `dvc repro`.")
     return emb, split, labels, row
 
 

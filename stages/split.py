@@ -32,9 +32,6 @@ def build(*, data_root: str, csv: str | None, strategy: str, protocol: str, seed
     root = Path(data_root)
     frame = catalog.read_source(root, csv)
     frame = catalog.probe(root, frame)
-    for column in ("image_id", "path", "label"):  # text, but a missing value stays missing for the contract
-        values = frame[column].astype(object)
-        frame[column] = values.where(values.isna(), values.astype(str))
     frame["split"] = splitting.assign_splits(frame, strategy=strategy, protocol=protocol,
                                              fractions=fractions, seed=seed)
     source = f"{root / csv}" if csv else f"{root}/"

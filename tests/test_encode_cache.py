@@ -284,6 +284,7 @@ def test_precomputed_aligned_to_catalog_order(tmp_path, layout):
     ("npy.npz", None, r"'npy.npz' is not an .npz archive; save it with numpy.savez"),  # .npy bytes named .npz
     ("broken.npz", None, r"cannot load precomputed embeddings 'broken.npz'"),         # corrupt zip archive
     ("e.npy", "latin1.txt", r"ids file 'latin1.txt' is not UTF-8 text"),              # ids not UTF-8
+    ("zip.npy", "ids.npy", r"'zip.npy' is an .npz archive, not one array"),            # .npz bytes named .npy
 ])
 def test_precomputed_file_errors(tmp_path, monkeypatch, path, ids, match):
     monkeypatch.chdir(tmp_path)
@@ -292,6 +293,8 @@ def test_precomputed_file_errors(tmp_path, monkeypatch, path, ids, match):
     np.save("obj.npy", np.array([[{"x": 1}]] * 4, dtype=object), allow_pickle=True)
     with open("npy.npz", "wb") as fh:
         np.save(fh, EMB)
+    with open("zip.npy", "wb") as fh:
+        np.savez(fh, ids=STORED_IDS, embeddings=EMB)
     (tmp_path / "broken.npz").write_bytes(b"PK\x03\x04 not really a zip archive")
     (tmp_path / "latin1.txt").write_bytes("d\nc\n\xe9t\xe9\nb\n".encode("latin-1"))
     with pytest.raises(UserError, match=match):
@@ -301,7 +304,7 @@ def test_precomputed_file_errors(tmp_path, monkeypatch, path, ids, match):
 @pytest.mark.parametrize("arrays, match", [
     ({"ids": None}, r"lacks array\(s\) ids; save it with numpy.savez"),               # npz without ids
     ({"embeddings": EMB[:, 0]}, r"numeric 2-D array \(n, d\); got shape \(4,\)"),  # a vector, not a matrix
-    ({"ids": STORED_IDS[:3]}, r"3 ids for 4 embedding rows"),                         # ids shorter than rows
+    ({"ids": STORED_IDS[:3]}, r"ids of shape \(3,\) for 4 embedding rows"),              # ids shorter than rows
     ({"ids": np.array(["a", "b", "c", "a"])}, r"ids repeat"),                         # 'a' twice
     ({"ids": np.array(["d", "c", "x", "b"])}, r"1 catalog image\(s\) have no embedding, e.g. a;"),  # 'a' absent
     ({"embeddings": np.where(np.arange(4)[:, None] == 3, np.nan, EMB)},

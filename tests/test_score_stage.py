@@ -81,3 +81,27 @@ def test_api_recall_matches_summary_keys():
     ql, gl = [0, 1, 0, 1, 2], [0, 1, 2, 0, 1, 2, 2]
     assert recall_at_k(q, g, ql, gl, ks=(2, 1)) == {k: v for k, v in retrieval_summary(q, g, ql, gl, ks=(2, 1)).items()
                                                      if k.startswith("recall@")}
+
+
+def _drop_catalog_row_of_first_query(project):
+    split = pd.read_csv(project / "data/prepared/split.csv")
+    query = split.loc[split["query"], "image_id"].iloc[0]
+    cat = pd.read_csv(project / "data/prepared/catalog.csv", dtype=str)
+    cat[cat["image_id"] != query].to_csv(project / "data/prepared/catalog.csv", index=False)
+
+
+@pytest.mark.parametrize("damage, match", [
+    # the split names an image the catalog does not have (outputs of two different runs)
+    (lambda p: _drop_catalog_row_of_first_query(p), "1 split images are not in the catalog"),
+    # the catalog is not a CSV any more
+    (lambda p: (p / "data/prepared/catalog.csv").write_bytes(b"\x00\x01garbage"), "catalog.csv is not a readable CSV"),
+    # the split file is gone
+    (lambda p: (p / "data/prepared/split.csv").unlink(), "split.csv not found; run the earlier stages first"),
+])
+def test_score_reports_damaged_inputs(scored, damage, match):
+    project, _ = scored
+    damage(project)
+    proc = run_module("stages.score", cwd=project)
+    assert proc.returncode == 2 and match in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (project / "metrics/recall.json").exists()
