@@ -8,6 +8,11 @@ Conventions shared by every function here
 * Similarity is the cosine: rows are L2-normalised (a zero vector stays zero and
   so has similarity 0 to everything); inner products of the float32 unit rows are
   accumulated in float64 and rounded to float32 (see :func:`cosine_block`).
+* Speed: blocks are scored with the fast float32 product (both cores), and only
+  the comparisons that product could get wrong (scores within its proven error
+  bound of a query's best positive) are re-decided in float64, so the ranks equal
+  those of the exact similarities. Blocks are ranked on a worker thread while
+  BLAS multiplies the next block.
 * Ranking is by descending similarity; **ties are broken by gallery order**: of
   two gallery items with equal similarity, the one with the smaller gallery
   index ranks first. The stage orders the gallery by ``image_id``.
@@ -20,12 +25,15 @@ Conventions shared by every function here
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 #: Bytes of scratch memory per (query, gallery) pair while scoring a block.
-_BYTES_PER_PAIR = 24
+_BYTES_PER_PAIR = 16
+#: Pairs whose similarity is recomputed exactly at a time.
+_EXACT_CHUNK = 65536
 #: Rows normalised at a time (float64 scratch of at most 4096 x d x 8 bytes).
 _NORMALIZE_ROWS = 4096
 
@@ -154,26 +162,88 @@ def first_positive_ranks(query_emb: np.ndarray, gallery_emb: np.ndarray, query_l
     n_pos = per_label[q_codes] - self_is_positive
     rank = np.full(n_query, -1, dtype=np.int64)
 
-    columns = np.arange(n_gallery)
-    g_t = g.astype(np.float64).T
-    block = block_rows(n_gallery, max_memory_mb)
-    for start in range(0, n_query, block):
-        stop = min(start + block, n_query)
-        rows = np.arange(stop - start)
-        sims = cosine_block(q[start:stop], g_t)
-        positive = g_codes[None, :] == q_codes[start:stop, None]
-        own = self_col[start:stop]
-        has_self = own >= 0
-        sims[rows[has_self], own[has_self]] = -np.inf
-        positive[rows[has_self], own[has_self]] = False
-        best = np.where(positive, sims, -np.inf).max(axis=1)
-        tied = sims == best[:, None]
-        first = np.argmax(positive & tied, axis=1)
-        ahead = (sims > best[:, None]).sum(axis=1)
-        ahead += (tied & (columns[None, :] < first[:, None])).sum(axis=1)
-        found = n_pos[start:stop] > 0
-        rank[start:stop] = np.where(found, ahead, -1)
+    order = np.argsort(g_codes, kind="stable")  # gallery by label: a query's positives are one slice
+    gp, gp_codes = g[order], g_codes[order]
+    column = np.empty(n_gallery, dtype=np.int64)
+    column[order] = np.arange(n_gallery)
+    lo, hi = np.searchsorted(gp_codes, q_codes, "left"), np.searchsorted(gp_codes, q_codes, "right")
+    own = np.where(self_col >= 0, column[np.maximum(self_col, 0)], -1)
+    tol = _float32_dot_error_bound(q.shape[1])
+    # Two blocks in flight: BLAS multiplies the next block on its threads while a
+    # worker thread ranks the previous one, so each gets half the memory budget.
+    block = block_rows(n_gallery, max_memory_mb / 2)
+    pending: list[tuple[slice, Future]] = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        for start in range(0, n_query, block):
+            sl = slice(start, min(start + block, n_query))
+            sims = q[sl] @ gp.T
+            for done_sl, future in pending:
+                rank[done_sl] = np.where(n_pos[done_sl] > 0, future.result(), -1)
+            pending = [(sl, pool.submit(_block_ranks, sims, q[sl], gp, q_codes[sl], gp_codes, lo[sl], hi[sl],
+                                        own[sl], order, tol))]
+            del sims
+        for done_sl, future in pending:
+            rank[done_sl] = np.where(n_pos[done_sl] > 0, future.result(), -1)
     return rank, n_pos
+
+
+def _float32_dot_error_bound(d: int) -> float:
+    """Bound on |float32 BLAS dot - exact dot| for unit vectors of dimension ``d``, plus the final rounding.
+
+    Any summation order gives at most gamma_d * sum|q_i g_i| <= gamma_d with
+    gamma_d = d u / (1 - d u), u = 2**-24 (Higham, Accuracy and Stability, 3.1).
+    """
+    u = 2.0**-24
+    return d * u / (1 - d * u) + 2 * u
+
+
+def _exact_pairs(q_unit: np.ndarray, g_unit: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """:func:`cosine_block` values for the given (row, col) pairs only."""
+    out = np.empty(rows.size, dtype=np.float32)
+    for s in range(0, rows.size, _EXACT_CHUNK):
+        r, c = rows[s:s + _EXACT_CHUNK], cols[s:s + _EXACT_CHUNK]
+        out[s:s + _EXACT_CHUNK] = np.einsum("ij,ij->i", q_unit[r].astype(np.float64), g_unit[c].astype(np.float64))
+    return out
+
+
+def _block_ranks(sims: np.ndarray, qb: np.ndarray, gp: np.ndarray, qb_codes: np.ndarray, gp_codes: np.ndarray,
+                 lo: np.ndarray, hi: np.ndarray, own: np.ndarray, gallery_index: np.ndarray, tol: float) -> np.ndarray:
+    """Items ranked ahead of each query's best positive, by the exact similarities of :func:`cosine_block`.
+
+    ``sims = qb @ gp.T`` (float32, overwritten). ``gp`` is the gallery sorted by label, so query ``r``'s positives are the
+    columns ``lo[r]:hi[r]``; ``own`` is the column of the query itself (or -1)
+    and ``gallery_index`` maps a column back to its gallery index (tie rule).
+    The block is scored with the fast float32 product; every decision it could
+    get wrong (a score within ``2 tol`` of the rough best positive) is re-decided
+    with exact similarities, so the result equals scoring the block exactly.
+    """
+    b, m = qb.shape[0], gp.shape[0]
+    rows = np.arange(b)
+    has_self = own >= 0
+    sims[rows[has_self], own[has_self]] = -np.inf
+    rough = np.full(b, -np.inf, dtype=np.float32)  # best float32 score among each row's positives
+    ok = hi > lo
+    if ok.any():
+        bounds = np.empty(2 * int(ok.sum()), dtype=np.int64)
+        bounds[0::2], bounds[1::2] = rows[ok] * m + lo[ok], rows[ok] * m + hi[ok]
+        rough[ok] = np.maximum.reduceat(sims.ravel(), bounds[:-1] if bounds[-1] == b * m else bounds)[0::2]
+    live = np.isfinite(rough)
+    low = np.where(live, rough - 2 * tol, np.inf)[:, None]
+    high = np.where(live, rough + 2 * tol, np.inf)[:, None]
+    ahead = np.count_nonzero(sims > high, axis=1)  # surely ahead of the exact best positive
+    win_r, win_c = np.nonzero((sims >= low) & (sims <= high))  # undecided: re-decide exactly
+    del sims
+    exact = _exact_pairs(qb, gp, win_r, win_c)
+    index = gallery_index[win_c]
+    pos = gp_codes[win_c] == qb_codes[win_r]
+    pos[has_self[win_r] & (win_c == own[win_r])] = False
+    best = np.full(b, -np.inf, dtype=np.float32)
+    np.maximum.at(best, win_r[pos], exact[pos])
+    first = np.full(b, m, dtype=np.int64)
+    at_best = pos & (exact == best[win_r])
+    np.minimum.at(first, win_r[at_best], index[at_best])
+    wins = (exact > best[win_r]) | ((exact == best[win_r]) & (index < first[win_r]))
+    return ahead + np.bincount(win_r[wins], minlength=b)
 
 
 def retrieval_summary(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
