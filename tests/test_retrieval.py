@@ -63,6 +63,11 @@ def make_case(kind, seed):
     elif kind == "string_labels":
         ql = np.array([f"cls{x}" for x in ql])
         gl = [f"cls{x}" for x in gl]
+    elif kind == "near_ties":  # 256-d, gallery = one direction + 1e-6 noise: cosines differ by ~1e-7,
+        # below float32 product error, so only the exact float64 re-decision orders them right
+        base = rng.normal(size=256)
+        g = base + rng.normal(scale=1e-6, size=(ng, 256))
+        q = base + rng.normal(scale=1e-6, size=(nq, 256))
     elif kind == "tiny_gallery":  # K far above the gallery size
         g, gl = g[:4], np.array([0, 1, 0, 2])
         ql = rng.integers(0, 3, nq)
@@ -70,7 +75,7 @@ def make_case(kind, seed):
 
 
 KINDS = ["gaussian", "duplicates", "grid", "leave_one_out", "overlap_grid", "absent_labels", "string_labels",
-         "tiny_gallery"]
+         "near_ties", "tiny_gallery"]
 KS = [1, 2, 5, 10, 40]
 
 
