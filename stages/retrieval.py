@@ -33,7 +33,7 @@ import numpy as np
 #: Bytes of scratch memory per (query, gallery) pair while scoring a block.
 _BYTES_PER_PAIR = 16
 #: Pairs whose similarity is recomputed exactly at a time.
-_EXACT_CHUNK = 4096  # float64 scratch of 2 x 4096 x d x 8 bytes (32 MiB at d = 512)
+_EXACT_CHUNK = 1024  # float64 scratch of 2 x 1024 x d x 8 bytes (8 MiB at d = 512)
 #: Rows normalised at a time (float64 scratch of at most 4096 x d x 8 bytes).
 _NORMALIZE_ROWS = 4096
 
