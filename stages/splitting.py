@@ -77,25 +77,22 @@ def assign_splits(frame: pd.DataFrame, *, strategy: str, protocol: str,
     units = _unit_keys(frame)
     labels = frame["label"].fillna("").astype(str)
     result = pd.Series("gallery", index=frame.index, dtype=object)
-    if strategy == "class_disjoint":
+    if strategy == "class_disjoint":  # whole labels to train; each eval label's files to val / gallery
         ordered = sorted(labels.unique(), key=lambda lab: stable_rank_key(seed, lab))
         train_labels = set(ordered[:_round(train * len(ordered))])
-        eval_total = val + gallery
-        for label, idx in labels.groupby(labels, sort=True).groups.items():
-            if label in train_labels:
-                result[idx] = "train"
-                continue
-            label_units = units[idx].tolist()
-            share = val / eval_total if eval_total > 0 else 0.0
-            mapping = _cut_label(label_units, seed, _counts(len(set(label_units)), 0.0, share, 1.0 - share))
-            result[idx] = [mapping[u] for u in label_units]
-    elif strategy == "per_class":
-        for _, idx in labels.groupby(labels, sort=True).groups.items():
-            label_units = units[idx].tolist()
-            mapping = _cut_label(label_units, seed, _counts(len(set(label_units)), train, val, gallery))
-            result[idx] = [mapping[u] for u in label_units]
+        share = val / (val + gallery) if val + gallery > 0 else 0.0
+        within = (0.0, share, 1.0 - share)
+    elif strategy == "per_class":  # each label's files to train / val / gallery
+        train_labels, within = set(), (train, val, gallery)
     else:  # pragma: no cover - params validation rejects other names
         raise UserError(f"unknown split strategy {strategy!r}")
+    for label, idx in labels.groupby(labels, sort=True).groups.items():
+        if label in train_labels:
+            result[idx] = "train"
+            continue
+        label_units = units[idx].tolist()
+        mapping = _cut_label(label_units, seed, _counts(len(set(label_units)), *within))
+        result[idx] = [mapping[u] for u in label_units]
     return result
 
 
