@@ -53,10 +53,15 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             tmp_path.unlink()
 
 
-def read_input_csv(path: str | os.PathLike, **kwargs) -> pd.DataFrame:
-    """Read a stage input CSV as text; a missing or unparseable file is a UserError."""
+def read_input_csv(path: str | os.PathLike, required: Sequence[str] = (), **kwargs) -> pd.DataFrame:
+    """Read a stage input CSV as text; a missing or unparseable file, or one without the
+    ``required`` columns, is a UserError."""
     try:
-        return pd.read_csv(path, dtype=str, keep_default_na=False, **kwargs)
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, **kwargs)
+        missing = [c for c in required if c not in frame.columns]
+        if missing:
+            raise ValueError(f"no column {', '.join(missing)}")
+        return frame
     except FileNotFoundError:
         raise UserError(f"{path} not found; run the earlier stages first (`dvc repro`).") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:

@@ -87,6 +87,34 @@ def check_ks(v: Any) -> str | None:
     return None
 
 
+METRIC_NAMES = ("recall", "precision", "r_precision", "map@r", "map", "mrr")
+
+
+def check_metric_names(v: Any) -> str | None:
+    """``metrics`` must be a non-empty list of distinct names from :data:`METRIC_NAMES`."""
+    if not isinstance(v, list) or not v or not all(isinstance(m, str) for m in v):
+        return f"must be a non-empty list of names from {', '.join(METRIC_NAMES)}. Got {v!r} instead."
+    bad = [m for m in v if m not in METRIC_NAMES]
+    if bad:
+        return (f"must name metrics from {', '.join(METRIC_NAMES)}. Got {bad[0]!r} instead."
+                f"{did_you_mean(bad[0], METRIC_NAMES)}")
+    if len(set(v)) != len(v):
+        return f"must not repeat a metric. Got {v!r} instead."
+    return None
+
+
+def _columns(v: Any) -> str | None:
+    if not isinstance(v, list) or not all(isinstance(c, str) and c for c in v) or len(set(v)) != len(v):
+        return f"must be a list of distinct catalog column names (e.g. [camera]) or []. Got {v!r} instead."
+    return None
+
+
+def _open_fraction(v: Any) -> str | None:
+    if not isinstance(v, float) or not 0.0 < v < 1.0:
+        return f"must be a number strictly between 0 and 1, such as 0.95. Got {v!r} instead."
+    return None
+
+
 SCHEMA: dict[str, dict[str, Any]] = {
     "split": {
         "data_root": Param("data/digits", _path(False), "folder holding the images"),
@@ -109,7 +137,16 @@ SCHEMA: dict[str, dict[str, Any]] = {
     },
     "score": {
         "ks": Param([1, 5, 10], check_ks),
+        "metrics": Param(list(METRIC_NAMES), check_metric_names, "metrics to report; recall/precision per K"),
         "max_memory_mb": Param(512, _positive_number),
+        "backend": Param("numpy", _choice("numpy", "faiss")),
+        "exclude_same": Param([], _columns, "catalog columns whose shared value excludes a gallery item"),
+        "whiten": Param("none", _choice("none", "pca")),
+        "bootstrap": {
+            "resamples": Param(1000, _int(0, 1_000_000), "0 turns the confidence intervals off"),
+            "confidence": Param(0.95, _open_fraction),
+            "seed": Param(0, _int(0)),
+        },
     },
 }
 

@@ -1,32 +1,36 @@
-"""Stage ``score``: recall@K of val queries against the gallery, and the Python API.
+"""Stage ``score``: the metric suite of val queries against the gallery.
 
-Stage: reads only the ``score`` section of params.yaml, the catalog (labels), the
-split (query/gallery roles) and the embeddings; writes ``metrics/recall.json``
-and prints the report block.
+Reads only the ``score`` section of params.yaml, the catalog (labels and any
+``exclude_same`` columns), the split and the embeddings. Writes the flat metrics
+JSON, the per-class table, the recall@K curve (``dvc plots``) and the per-query
+table, then prints the report block. The ranking and the formulas live in
+:mod:`stages.ranking` and :mod:`stages.metrics`; tables and intervals in :mod:`stages.report`.
 
 API for training loops::
 
-    from stages.score import recall_at_k, evaluate
+    from stages.score import evaluate, retrieval_metrics, recall_at_k
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
-from PIL import Image
 
-from stages import images
-from stages.common import UserError, parse_stage_args, read_input_csv, remove_outputs, run_stage, write_text_atomic
+from stages import report
+from stages.api import encode_all, evaluate, format_report
+from stages.common import (UserError, atomic_path, did_you_mean, parse_stage_args, read_input_csv, remove_outputs,
+                           run_stage, write_text_atomic)
+from stages.metrics import (check_metrics, first_positive_ranks, metric_keys, rank, recall_at_k, retrieval_metrics,
+                            retrieval_summary, summarize)
 from stages.params import load_section
-from stages.retrieval import check_ks, first_positive_ranks, recall_at_k, retrieval_summary
 
-__all__ = ["evaluate", "first_positive_ranks", "recall_at_k", "retrieval_summary", "format_report"]
+__all__ = ["evaluate", "encode_all", "first_positive_ranks", "recall_at_k", "retrieval_metrics",
+           "retrieval_summary", "format_report"]
 
 log = logging.getLogger("stages.score")
 
@@ -35,78 +39,23 @@ SPLIT_CSV = "data/prepared/split.csv"
 EMBEDDINGS_NPY = "data/embeddings/embeddings.npy"
 IDS_NPY = "data/embeddings/ids.npy"
 METRICS_JSON = "metrics/recall.json"
+PER_CLASS_CSV = "metrics/per_class.csv"
+CURVE_CSV = "metrics/recall_curve.csv"
+PER_QUERY_CSV = "data/scores/per_query.csv"
+#: The recall curve runs to K = max(ks, CURVE_K).
+CURVE_K = 20
 
 
-def encode_all(items: Sequence[Any], encoder_fn: Callable[[list[Image.Image]], Any], batch: int = 32) -> np.ndarray:
-    """Encode images (paths or PIL images) in batches with ``encoder_fn(list[PIL.Image]) -> (n, d)``."""
-    out = []
-    for start in range(0, len(items), batch):
-        chunk = [x if isinstance(x, Image.Image) else images.load(x) for x in items[start:start + batch]]
-        out.append(np.asarray(encoder_fn(chunk), dtype=np.float32))
-    return np.concatenate(out) if out else np.empty((0, 0), dtype=np.float32)
+def load_inputs(catalog_csv: str, split_csv: str, embeddings_npy: str, ids_npy: str, train: bool = False):
+    """Read and align the stage inputs; return (embeddings, split rows used, catalog by id, row by id).
 
-
-def evaluate(query_images: Sequence[Any], query_labels: Sequence[Any], gallery_images: Sequence[Any],
-             gallery_labels: Sequence[Any], encoder_fn: Callable[[list[Image.Image]], Any],
-             ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
-    """Encode both sets with ``encoder_fn`` and return :func:`recall_at_k`.
-
-    Parameters
-    ----------
-    query_images, gallery_images : sequence of str, os.PathLike or PIL.Image.Image
-        File paths are decoded like the pipeline (EXIF orientation applied, RGB).
-    query_labels : sequence of length len(query_images)
-    gallery_labels : sequence of length len(gallery_images)
-    encoder_fn : callable
-        ``encoder_fn(list[PIL.Image.Image]) -> array of shape (batch, d)``, called on batches of 32.
-    ks : sequence of positive int, default (1, 5, 10)
-
-    Returns
-    -------
-    dict
-        ``{"recall@K": float}`` for each K (see :func:`recall_at_k` for the formula and tie rule).
-
-    Notes
-    -----
-    When both lists are paths, a path present in both is the same image: that
-    query never retrieves it (self-match exclusion by absolute path). PIL
-    images carry no identity, so no self-match exclusion applies to them.
+    The split rows are the queries and gallery items, plus the train items when ``train``.
     """
-    check_ks(ks)
-    q_emb = encode_all(query_images, encoder_fn)
-    g_emb = encode_all(gallery_images, encoder_fn)
-
-    def ids(items: Sequence[Any]) -> list[str | None] | None:
-        if not all(isinstance(x, (str, os.PathLike)) for x in items):
-            return None
-        return [os.path.abspath(x) for x in items]
-
-    return recall_at_k(q_emb, g_emb, np.asarray(query_labels), np.asarray(gallery_labels), ks,
-                       query_ids=ids(query_images), gallery_ids=ids(gallery_images))
-
-
-def format_report(metrics: dict[str, Any]) -> str:
-    """The seed's report block for a metrics dict."""
-    recall = [(k, v) for k, v in metrics.items() if k.startswith("recall@")]
-    width = max(len(k) for k, _ in recall) + 1
-    lines = ["[evaluation]",
-             f"  num queries:   {metrics['num_queries']}",
-             f"  num excluded:  {metrics['num_excluded_queries']}",
-             f"  num gallery:   {metrics['num_gallery']}",
-             f"  embedding_dim: {metrics['embedding_dim']}",
-             "",
-             "[recall]"]
-    lines += [f"  {(k + ':').ljust(width)}  {v:.4f}" for k, v in recall]
-    return "\n".join(lines)
-
-
-def load_inputs(catalog_csv: str, split_csv: str, embeddings_npy: str, ids_npy: str):
-    """Read and align the stage inputs; return (embeddings, split rows scored, labels by id, row by id)."""
     for path in (embeddings_npy, ids_npy):
         if not Path(path).is_file():
             raise UserError(f"{path} not found; run the earlier stages first (`dvc repro`).")
-    catalog = read_input_csv(catalog_csv, usecols=["image_id", "label"])
-    split = read_input_csv(split_csv, usecols=["image_id", "query", "gallery"])
+    catalog = read_input_csv(catalog_csv, required=["image_id", "label"])
+    split = read_input_csv(split_csv, usecols=["image_id", "split", "query", "gallery"])
     for flag in ("query", "gallery"):
         split[flag] = split[flag].eq("True")
     try:
@@ -118,46 +67,88 @@ def load_inputs(catalog_csv: str, split_csv: str, embeddings_npy: str, ids_npy: 
         raise UserError(f"embeddings {embeddings_npy} {emb.shape} and ids {ids_npy} {ids.shape} do not align; "
                         "re-run encode (`dvc repro -f encode`).")
     row = pd.Series(np.arange(len(ids)), index=ids.astype(str))
-    split = split[split["query"] | split["gallery"]]
+    split = split[split["query"] | split["gallery"] | (train & split["split"].eq("train"))]
     missing = split.loc[~split["image_id"].isin(row.index), "image_id"].tolist()
     if missing:
         raise UserError(f"{len(missing)} split images have no embedding (e.g. {', '.join(missing[:5])}); "
                         "the embeddings are stale: run `dvc repro`.")
-    labels = catalog.set_index("image_id")["label"]
-    unknown = split.loc[~split["image_id"].isin(labels.index), "image_id"].tolist()
+    catalog = catalog.set_index("image_id")
+    unknown = split.loc[~split["image_id"].isin(catalog.index), "image_id"].tolist()
     if unknown:
         raise UserError(f"{len(unknown)} split images are not in the catalog (e.g. {', '.join(unknown[:5])}); "
                         "the split and the catalog come from different runs: run `dvc repro`.")
-    return emb, split, labels, row
+    return emb, split, catalog, row
 
 
-def score(*, ks: list[int], max_memory_mb: float, catalog_csv: str, split_csv: str, embeddings_npy: str,
-          ids_npy: str) -> dict[str, float | int]:
-    emb, split, labels, row = load_inputs(catalog_csv, split_csv, embeddings_npy, ids_npy)
+def score(*, ks: list[int], metrics: list[str], max_memory_mb: float, backend: str, exclude_same: list[str],
+          whiten: str, bootstrap: dict[str, Any], catalog_csv: str, split_csv: str, embeddings_npy: str,
+          ids_npy: str) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
+    """Score the split; return the flat metrics and the tables (per_class, curve, per_query)."""
+    emb, split, catalog, row = load_inputs(catalog_csv, split_csv, embeddings_npy, ids_npy, train=whiten == "pca")
+    missing = [c for c in exclude_same if c not in catalog.columns or c == "label"]
+    if missing:
+        raise UserError(f"`score.exclude_same` names {missing}, which the catalog does not have"
+                        f"{did_you_mean(missing[0], list(catalog.columns))} Catalog columns: "
+                        f"{', '.join(catalog.columns)} (the label is never an exclusion column).")
     queries = split.loc[split["query"], "image_id"].to_numpy()
     gallery = split.loc[split["gallery"], "image_id"].to_numpy()
+    q_emb, g_emb = emb[row[queries].to_numpy()], emb[row[gallery].to_numpy()]
+    if whiten == "pca":
+        train = split.loc[split["split"].eq("train") & ~split["query"] & ~split["gallery"], "image_id"].to_numpy()
+        if train.size < 2:
+            raise UserError(f"`score.whiten: pca` fits on the train split, which has {train.size} image(s); "
+                            "give it at least 2 (split.fractions.train) or set `score.whiten: none`.")
+        try:
+            q_emb, g_emb = report.pca_whitening(emb[row[train].to_numpy()], q_emb, g_emb)
+        except ValueError as exc:
+            raise UserError(f"`score.whiten: pca`: {exc} Set `score.whiten: none`.") from None
+        log.info("whitening fitted on %d train images (%d dims kept)", train.size, q_emb.shape[1])
+    labels = catalog["label"]
+    exclude = [(catalog.loc[queries, c].to_numpy(), catalog.loc[gallery, c].to_numpy()) for c in exclude_same]
     try:
-        return retrieval_summary(emb[row[queries].to_numpy()], emb[row[gallery].to_numpy()],
-                                 labels[queries].to_numpy(), labels[gallery].to_numpy(), ks=ks,
-                                 query_ids=queries, gallery_ids=gallery, max_memory_mb=max_memory_mb)
+        ranking = rank(q_emb, g_emb, labels[queries].to_numpy(), labels[gallery].to_numpy(), queries, gallery,
+                       metrics, exclude, max_memory_mb, backend)
+        summary, values = summarize(ranking, ks, metrics)
+    except ImportError:
+        raise UserError("`score.backend: faiss` needs faiss-cpu; install it with `pip install -e .[faiss]` "
+                        "or set `score.backend: numpy`.") from None
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    keys = metric_keys(metrics, ks)
+    table, class_means = report.per_class({k: values[k] for k in keys}, labels[queries].to_numpy())
+    out: dict[str, Any] = {k: summary[k] for k in keys}
+    out.update(class_means)
+    out.update(report.bootstrap_ci({k: values[k] for k in keys}, **bootstrap))
+    out.update({k: v for k, v in summary.items() if k not in out})
+    out.update(num_gallery=int(g_emb.shape[0]), embedding_dim=int(g_emb.shape[1]))
+    tables = {"per_class": table, "curve": report.recall_curve(ranking, max(max(ks), CURVE_K)),
+              "per_query": report.per_query(queries, labels[queries].to_numpy(), ranking, values)}
+    return out, tables
+
+
+def _write_csv(path: str, frame: pd.DataFrame) -> None:
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = parse_stage_args(argv, "Score recall@K and write the metrics JSON.",
+    args = parse_stage_args(argv, "Score the metric suite and write the metrics, tables and curve.",
                             {"catalog": CATALOG_CSV, "split": SPLIT_CSV, "embeddings": EMBEDDINGS_NPY, "ids": IDS_NPY,
-                             "metrics": METRICS_JSON},
+                             "metrics": METRICS_JSON, "per-class": PER_CLASS_CSV, "curve": CURVE_CSV,
+                             "per-query": PER_QUERY_CSV},
                             flags={"show": "only print the report of an existing metrics file"})
     if args.show:
         if not Path(args.metrics).is_file():
             raise UserError(f"{args.metrics} not found; run `make repro` first.")
         print(format_report(json.loads(Path(args.metrics).read_text(encoding="utf-8"))))
         return
-    remove_outputs([args.metrics])
+    outputs = [args.metrics, args.per_class, args.curve, args.per_query]
+    remove_outputs(outputs)
     params = load_section("score", args.params)
-    metrics = score(**params, catalog_csv=args.catalog, split_csv=args.split, embeddings_npy=args.embeddings,
-                    ids_npy=args.ids)
+    metrics, tables = score(**params, catalog_csv=args.catalog, split_csv=args.split, embeddings_npy=args.embeddings,
+                            ids_npy=args.ids)
+    for path, name in zip(outputs[1:], ("per_class", "curve", "per_query")):
+        _write_csv(path, tables[name])
     write_text_atomic(args.metrics, json.dumps(metrics, indent=2) + "\n")
     print(format_report(metrics))
 

@@ -14,7 +14,8 @@ import pytest
 from PIL import Image
 
 from conftest import save_image
-from stages.retrieval import cosine_block, first_positive_ranks, l2_normalize, recall_at_k, retrieval_summary
+from stages.metrics import first_positive_ranks, recall_at_k, retrieval_summary
+from stages.retrieval import cosine_block, l2_normalize
 from stages.score import evaluate, format_report
 
 
@@ -146,7 +147,9 @@ def test_self_match_excluded_even_when_k_exceeds_gallery():
     # y finds z first; z ties x and y (cosine 0.707) and x wins by index -> y at rank 1.
     assert summary["num_excluded_queries"] == 1 and summary["num_queries"] == 2
     assert summary == {"recall@1": 0.5, "recall@3": 1.0, "recall@10": 1.0, "num_queries": 2,
-                       "num_excluded_queries": 1, "num_gallery": 3, "embedding_dim": 2}
+                       "num_excluded_queries": 1, "num_gallery": 3, "embedding_dim": 2,
+                       # z's hit at K=1 depends on the tie with x: y would win it under the opposite rule
+                       "tie_sensitive@1": 1, "tie_sensitive@3": 0, "tie_sensitive@10": 0}
     rank, n_pos = first_positive_ranks(g, g, gl, gl, ids, ids)
     assert rank.tolist() == [-1, 0, 1] and n_pos.tolist() == [0, 1, 1]
     # a lone query whose only same-label item is itself: every query excluded -> error, never a hit
@@ -198,7 +201,8 @@ def test_ks_order_preserved():
     q, g, ql, gl, _, _ = make_case("gaussian", 0)
     assert list(recall_at_k(q, g, ql, gl, ks=[10, 1, 5])) == ["recall@10", "recall@1", "recall@5"]
     assert list(retrieval_summary(q, g, ql, gl, ks=(5, 2))) == [
-        "recall@5", "recall@2", "num_queries", "num_excluded_queries", "num_gallery", "embedding_dim"]
+        "recall@5", "recall@2", "num_queries", "num_excluded_queries", "tie_sensitive@5", "tie_sensitive@2",
+        "num_gallery", "embedding_dim"]
 
 
 def test_labels_compared_as_strings():

@@ -1,0 +1,101 @@
+"""The Python API for training loops: encode images and score them like the pipeline.
+
+    from stages.score import evaluate, retrieval_metrics, recall_at_k
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from PIL import Image
+
+from stages import images
+from stages.metrics import recall_at_k
+from stages.report import format_float
+from stages.retrieval import check_ks
+
+
+def encode_all(items: Sequence[Any], encoder_fn: Callable[[list[Image.Image]], Any], batch: int = 32) -> np.ndarray:
+    """Encode images (paths or PIL images) in batches with ``encoder_fn(list[PIL.Image]) -> (n, d)``."""
+    out = []
+    for start in range(0, len(items), batch):
+        chunk = [x if isinstance(x, Image.Image) else images.load(x) for x in items[start:start + batch]]
+        out.append(np.asarray(encoder_fn(chunk), dtype=np.float32))
+    return np.concatenate(out) if out else np.empty((0, 0), dtype=np.float32)
+
+
+def evaluate(query_images: Sequence[Any], query_labels: Sequence[Any], gallery_images: Sequence[Any],
+             gallery_labels: Sequence[Any], encoder_fn: Callable[[list[Image.Image]], Any],
+             ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
+    """Encode both sets with ``encoder_fn`` and return :func:`recall_at_k`.
+
+    Parameters
+    ----------
+    query_images, gallery_images : sequence of str, os.PathLike or PIL.Image.Image
+        File paths are decoded like the pipeline (EXIF orientation applied, RGB).
+    query_labels : sequence of length len(query_images)
+    gallery_labels : sequence of length len(gallery_images)
+    encoder_fn : callable
+        ``encoder_fn(list[PIL.Image.Image]) -> array of shape (batch, d)``, called on batches of 32.
+    ks : sequence of positive int, default (1, 5, 10)
+
+    Returns
+    -------
+    dict
+        ``{"recall@K": float}`` for each K (see :func:`recall_at_k` for the formula and tie rule).
+
+    Notes
+    -----
+    When both lists are paths, a path present in both is the same image: that
+    query never retrieves it (self-match exclusion by absolute path). PIL
+    images carry no identity, so no self-match exclusion applies to them.
+    """
+    check_ks(ks)
+    q_emb = encode_all(query_images, encoder_fn)
+    g_emb = encode_all(gallery_images, encoder_fn)
+
+    def ids(items: Sequence[Any]) -> list[str | None] | None:
+        if not all(isinstance(x, (str, os.PathLike)) for x in items):
+            return None
+        return [os.path.abspath(x) for x in items]
+
+    return recall_at_k(q_emb, g_emb, np.asarray(query_labels), np.asarray(gallery_labels), ks,
+                       query_ids=ids(query_images), gallery_ids=ids(gallery_images))
+
+
+def format_report(metrics: dict[str, Any]) -> str:
+    """The seed's report block for a metrics dict, extended with the other metrics.
+
+    Each metric line shows the mean, then its bootstrap interval and class mean
+    when the dict has them; ``tie_sensitive@K`` counts follow the recall lines.
+    """
+    suffixes = ("_ci_low", "_ci_high", "_class_mean")
+    headline = [k for k, v in metrics.items() if isinstance(v, float) and not k.endswith(suffixes)]
+    width = max((len(k) for k in headline), default=0) + 1
+
+    def line(key: str) -> str:
+        text = f"  {(key + ':').ljust(width)}  {format_float(metrics[key])}"
+        if f"{key}_ci_low" in metrics:
+            text += f"  [{format_float(metrics[key + '_ci_low'])}, {format_float(metrics[key + '_ci_high'])}]"
+        if f"{key}_class_mean" in metrics:
+            text += f"  class mean {format_float(metrics[key + '_class_mean'])}"
+        return text
+
+    lines = ["[evaluation]",
+             f"  num queries:   {metrics['num_queries']}",
+             f"  num excluded:  {metrics['num_excluded_queries']}",
+             f"  num gallery:   {metrics['num_gallery']}",
+             f"  embedding_dim: {metrics['embedding_dim']}",
+             "",
+             "[recall]"]
+    lines += [line(k) for k in headline if k.startswith("recall@")]
+    ties = {k: v for k, v in metrics.items() if k.startswith("tie_sensitive@")}
+    if ties:
+        lines.append("  queries whose hit flips under the opposite tie rule: "
+                     + ", ".join(f"@{k.split('@')[1]} {v}" for k, v in ties.items()))
+    others = [k for k in headline if not k.startswith("recall@")]
+    if others:
+        lines += ["", "[metrics]"] + [line(k) for k in others]
+    return "\n".join(lines)

@@ -1,0 +1,268 @@
+"""Retrieval metrics from exact ranks: the public API behind ``stages.score``.
+
+Every metric shares the conventions of :mod:`stages.ranking`: cosine similarity
+(:func:`stages.retrieval.cosine_block`), ranking by descending similarity with
+ties broken by gallery index (smaller first), the query's own image (same id)
+and excluded items never retrieved, and queries with no positive left out of
+every mean and counted in ``num_excluded_queries``.
+
+Notation, for a query q: :math:`M_q` gallery items it may retrieve, :math:`R_q`
+positives among them (same label), :math:`r_1 < r_2 < \\dots < r_{R_q}` their
+1-based ranks, :math:`\\mathrm{rel}_q(i) = 1` when the item at rank i is a positive.
+
+* ``recall@K`` = :math:`\\mathbb{1}[r_1 \\le K]` (hit rate, the seed's definition).
+* ``precision@K`` = :math:`|\\{j : r_j \\le K\\}| / \\min(K, M_q)`.
+* ``r_precision`` = :math:`|\\{j : r_j \\le R_q\\}| / R_q`.
+* ``map@r`` = :math:`\\frac{1}{R_q} \\sum_{j : r_j \\le R_q} j / r_j` (MAP@R, Musgrave et al. 2020).
+* ``map`` = :math:`\\frac{1}{R_q} \\sum_{j=1}^{R_q} j / r_j` (average precision over the full ranking).
+* ``mrr`` = :math:`1 / r_1`.
+
+Each reported value is the mean over the included queries (summed exactly with
+``math.fsum``, so the order of the queries never changes a bit).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from stages.common import did_you_mean
+from stages.params import METRIC_NAMES
+from stages.ranking import Ranking, rank_positives
+from stages.retrieval import check_inputs, check_ks
+
+#: Metric names accepted by ``metrics=`` / ``score.metrics``; recall and precision expand to one key per K.
+METRICS = METRIC_NAMES
+#: Metrics that need only each query's first positive (a cheaper ranking pass).
+_FIRST_ONLY = {"recall", "mrr"}
+
+
+def check_metrics(metrics: Iterable[Any] | None) -> list[str]:
+    """Validate metric names; ``None`` means all of :data:`METRICS`."""
+    if metrics is None:
+        return list(METRICS)
+    names = [metrics] if isinstance(metrics, str) else list(metrics)
+    bad = [m for m in names if m not in METRICS]
+    if not names or bad or len(set(names)) != len(names):
+        hint = did_you_mean(bad[0], METRICS) if bad and isinstance(bad[0], str) else ""
+        raise ValueError(f"`metrics` must be distinct names from {', '.join(METRICS)}. Got {names!r} instead.{hint}")
+    return names
+
+
+def metric_keys(metrics: Sequence[str], ks: Sequence[int]) -> list[str]:
+    """Flat keys in report order: ``recall@K`` and ``precision@K`` per K, the others once."""
+    keys: list[str] = []
+    for name in metrics:
+        keys += [f"{name}@{k}" for k in ks] if name in ("recall", "precision") else [name]
+    return keys
+
+
+def per_query(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str]) -> dict[str, np.ndarray]:
+    """Per-query values of each metric key (NaN for excluded queries), plus ``ap``-style helpers.
+
+    Returns a dict of float64 arrays of shape (n_queries,), keyed like :func:`metric_keys`.
+    """
+    n = ranking.n_positives.size
+    included = ranking.n_positives > 0
+    first = ranking.first_rank.astype(np.float64)  # 0-based
+    out: dict[str, np.ndarray] = {}
+
+    def nan_out(values: np.ndarray) -> np.ndarray:
+        return np.where(included, values, np.nan)
+
+    needs_all = [m for m in metrics if m not in _FIRST_ONLY]
+    if needs_all and not ranking.complete:
+        raise ValueError(f"metrics {needs_all} need the complete ranking; rank with complete=True.")
+    R = ranking.n_positives
+    owner = np.repeat(np.arange(n), R)
+    j = np.arange(ranking.ranks.size) - np.repeat(ranking.offsets[:-1], R) + 1.0  # 1-based among positives
+    r = ranking.ranks + 1.0  # 1-based rank
+    safe_R = np.maximum(R, 1)
+
+    def per(weights: np.ndarray) -> np.ndarray:
+        return np.bincount(owner, weights=weights, minlength=n)
+
+    for name in metrics:
+        if name == "recall":
+            for k in ks:
+                out[f"recall@{k}"] = nan_out((first < k).astype(np.float64))
+        elif name == "precision":
+            for k in ks:
+                out[f"precision@{k}"] = nan_out(per((r <= k).astype(np.float64))
+                                                / np.maximum(np.minimum(k, ranking.n_retrievable), 1))
+        elif name == "r_precision":
+            out["r_precision"] = nan_out(per((r <= np.repeat(R, R)).astype(np.float64)) / safe_R)
+        elif name == "map@r":
+            out["map@r"] = nan_out(per(np.where(r <= np.repeat(R, R), j / r, 0.0)) / safe_R)
+        elif name == "map":
+            out["map"] = nan_out(per(j / r) / safe_R)
+        elif name == "mrr":
+            out["mrr"] = nan_out(1.0 / (first + 1.0))
+    return out
+
+
+def mean(values: np.ndarray) -> float:
+    """Exactly rounded mean of the finite entries (NaN marks excluded queries)."""
+    kept = values[~np.isnan(values)]
+    return math.fsum(kept.tolist()) / kept.size if kept.size else math.nan
+
+
+def tie_sensitivity(ranking: Ranking, ks: Sequence[int]) -> dict[str, int]:
+    """Queries whose hit at K flips when exact ties are broken the other way (larger gallery index first)."""
+    included = ranking.n_positives > 0
+    first, other = ranking.first_rank[included], ranking.first_rank_opposite[included]
+    return {f"tie_sensitive@{k}": int(np.count_nonzero((first < k) != (other < k))) for k in ks}
+
+
+def rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=None, gallery_ids=None,
+         metrics: Sequence[str] = METRICS, exclude: Sequence[tuple[Any, Any]] = (), max_memory_mb: float = 512,
+         backend: str = "numpy") -> Ranking:
+    """Validate the inputs once and rank with the chosen backend (``numpy`` or ``faiss``)."""
+    q, g = check_inputs(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids)
+    for qv, gv in exclude:
+        if len(qv) != q.shape[0] or len(gv) != g.shape[0]:
+            raise ValueError("each `exclude` pair must hold one value per query and one per gallery item.")
+    complete = any(m not in _FIRST_ONLY for m in metrics)
+    if backend == "faiss":
+        from stages.ranking_faiss import rank_positives_faiss
+
+        return rank_positives_faiss(q, g, query_labels, gallery_labels, query_ids, gallery_ids, exclude,
+                                    max_memory_mb=max_memory_mb)
+    if backend != "numpy":
+        raise ValueError(f"`backend` must be numpy or faiss. Got {backend!r} instead.")
+    return rank_positives(q, g, query_labels, gallery_labels, query_ids, gallery_ids, exclude,
+                          max_memory_mb=max_memory_mb, complete=complete)
+
+
+def summarize(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str]) -> tuple[dict[str, Any], dict]:
+    """Headline means, counts and tie sensitivity, plus the per-query arrays they came from."""
+    values = per_query(ranking, ks, metrics)
+    n_in = int(np.count_nonzero(ranking.n_positives > 0))
+    if n_in == 0:
+        raise ValueError(f"every one of the {ranking.n_positives.size} queries is excluded: none has a gallery "
+                         "item of its label that it may retrieve, so the metrics are undefined. "
+                         "Put same-label images in the gallery.")
+    out: dict[str, Any] = {key: mean(v) for key, v in values.items()}
+    out.update(num_queries=n_in, num_excluded_queries=int(ranking.n_positives.size - n_in))
+    out.update(tie_sensitivity(ranking, ks))
+    return out, values
+
+
+def retrieval_metrics(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
+                      gallery_labels: Sequence[Any], ks: Iterable[int] = (1, 5, 10),
+                      query_ids: Sequence[Any] | None = None, gallery_ids: Sequence[Any] | None = None,
+                      metrics: Iterable[str] | None = None, *, exclude: Sequence[tuple[Any, Any]] = (),
+                      max_memory_mb: float = 512, backend: str = "numpy") -> dict[str, float]:
+    """The metric suite of exact cosine retrieval, as a flat dict.
+
+    Parameters
+    ----------
+    query_emb : array-like of shape (n_queries, d)
+    gallery_emb : array-like of shape (n_gallery, d)
+        Any scale (rows are L2-normalised; a zero row has similarity 0 to
+        everything). NaN or inf raises ValueError naming the rows.
+    query_labels : sequence of length n_queries
+    gallery_labels : sequence of length n_gallery
+        Compared as strings, so ``1`` and ``"1"`` are the same label.
+    ks : iterable of positive int, default (1, 5, 10)
+    query_ids, gallery_ids : sequences, optional
+        A gallery item with the query's own id is never retrieved nor a positive.
+    metrics : iterable of str, optional
+        Names from :data:`METRICS`; default all of them.
+    exclude : sequence of (query values, gallery values), optional
+        A gallery item that shares the query's value in any pair is not retrievable
+        (e.g. the same camera); missing values (None, NaN, "") never match.
+    max_memory_mb : float, default 512
+        Bound on scratch memory; queries and gallery are scored in blocks under it.
+    backend : {"numpy", "faiss"}, default "numpy"
+        ``faiss`` ranks with ``faiss.IndexFlatIP`` and gives identical results.
+
+    Returns
+    -------
+    dict
+        For each name, in the order given: ``recall@K`` and ``precision@K`` per K,
+        else the name itself (``r_precision``, ``map@r``, ``map``, ``mrr``); each
+        the mean over queries with at least one positive. Formulas: module docstring.
+
+    Notes
+    -----
+    Ties: equal similarities rank by gallery index, smaller first (see
+    ``tie_sensitive@K`` in :func:`retrieval_summary` for how much that matters).
+    K above :math:`M_q`: recall counts any positive, precision divides by :math:`M_q`.
+    """
+    ks, names = check_ks(ks), check_metrics(metrics)
+    ranking = rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, names, exclude,
+                   max_memory_mb, backend)
+    summary, _ = summarize(ranking, ks, names)
+    return {key: summary[key] for key in metric_keys(names, ks)}
+
+
+def retrieval_summary(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
+                      gallery_labels: Sequence[Any], ks: Iterable[int] = (1, 5, 10),
+                      query_ids: Sequence[Any] | None = None, gallery_ids: Sequence[Any] | None = None,
+                      max_memory_mb: float = 512, metrics: Iterable[str] | None = ("recall",),
+                      exclude: Sequence[tuple[Any, Any]] = (), backend: str = "numpy") -> dict[str, Any]:
+    """:func:`retrieval_metrics` plus the counts the report needs.
+
+    Adds ``num_queries`` (queries in the means), ``num_excluded_queries``,
+    ``num_gallery``, ``embedding_dim`` and ``tie_sensitive@K`` (queries whose
+    hit at K flips when exact ties are broken the other way).
+    """
+    ks, names = check_ks(ks), check_metrics(metrics)
+    ranking = rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, names, exclude,
+                   max_memory_mb, backend)
+    summary, _ = summarize(ranking, ks, names)
+    g = np.asarray(gallery_emb)
+    summary.update(num_gallery=int(g.shape[0]), embedding_dim=int(g.shape[1]))
+    return summary
+
+
+def recall_at_k(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
+                gallery_labels: Sequence[Any], ks: Iterable[int] = (1, 5, 10),
+                query_ids: Sequence[Any] | None = None, gallery_ids: Sequence[Any] | None = None,
+                ) -> dict[str, float]:
+    """Recall@K (hit rate) of cosine retrieval.
+
+    .. math::
+
+        \\mathrm{recall@}K = \\frac{1}{|Q'|} \\sum_{q \\in Q'}
+            \\mathbb{1}[\\exists\\, g \\in \\mathrm{top}_K(q) : y_g = y_q]
+
+    where :math:`Q'` is the set of queries that have at least one gallery item of
+    their label other than themselves, and :math:`\\mathrm{top}_K(q)` holds the
+    :math:`\\min(K, M_q)` most similar gallery items the query may retrieve
+    (:math:`M_q` is the gallery size, minus one when the query's own image is in it).
+
+    Parameters
+    ----------
+    query_emb : array-like of shape (n_queries, d)
+    gallery_emb : array-like of shape (n_gallery, d)
+    query_labels, gallery_labels : sequences of labels (compared as strings)
+    ks : iterable of positive int, default (1, 5, 10)
+    query_ids, gallery_ids : sequences, optional
+        Ids that identify the same image in both sets (self-match exclusion).
+
+    Returns
+    -------
+    dict
+        ``{"recall@K": float}`` for each K, in the order of ``ks``.
+
+    Notes
+    -----
+    Ties: equal similarities rank by gallery index (earlier first). A query never
+    retrieves its own image, even when ``K >= n_gallery``.
+    """
+    return retrieval_metrics(query_emb, gallery_emb, query_labels, gallery_labels, ks, query_ids, gallery_ids,
+                             metrics=["recall"])
+
+
+def first_positive_ranks(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
+                         gallery_labels: Sequence[Any], query_ids: Sequence[Any] | None = None,
+                         gallery_ids: Sequence[Any] | None = None, max_memory_mb: float = 512,
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """0-based rank of each query's best positive (-1 when it has none), and its number of positives."""
+    ranking = rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, ["recall"],
+                   max_memory_mb=max_memory_mb)
+    return ranking.first_rank, ranking.n_positives

@@ -1,0 +1,393 @@
+"""The exact ranking engine under every metric: where each query's positives rank.
+
+For each query it finds the 0-based rank of every positive (gallery items of the
+query's label that the query may retrieve) among all the items the query may
+retrieve, by the exact similarities of :func:`stages.retrieval.cosine_block`,
+with ties broken by gallery index (smaller first). It also finds where the first
+positive would rank with ties broken the other way (tie sensitivity).
+
+How (FAISS-contrib style, flat numpy, blocked under a memory bound):
+
+* The exact similarity of every (query, positive) pair comes from one float64
+  product per label; a query's positives sorted by (-similarity, gallery index)
+  are its *thresholds*.
+* Queries x gallery are multiplied in float32 blocks (both cores through BLAS).
+  Positive and excluded cells are set to -inf; then each threshold counts the
+  cells above it. Only the first threshold is needed for recall@K and MRR
+  (a compare pass); every metric that needs all positives sorts the rows (two
+  threads) and reads every threshold's count with a binary search.
+* A float32 score differs from the exact one by at most ``tol`` (Higham's
+  gamma_d bound), so only cells within ``2 tol`` of a threshold are undecided;
+  those rows are recomputed and the undecided cells re-decided exactly, including
+  exact ties, which are counted by gallery index on both sides (tie sensitivity).
+* Leave-one-out (the gallery *is* the query set) multiplies only the blocks on
+  and above the diagonal: each block serves its rows and, transposed, its columns.
+
+The counts are integers, so the result does not depend on block sizes, thread
+counts or BLAS kernels.
+"""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from stages.retrieval import float32_dot_error_bound, l2_normalize
+
+#: Scratch bytes per (query, gallery) cell: the float32 block plus compare temporaries.
+_BYTES_PER_PAIR = 8
+#: Exact blocks: float64 product, float32 block and its sorted copy.
+_EXACT_BYTES_PER_PAIR = 16
+#: Leave-one-out keeps a block and its transpose.
+_SYM_BYTES_PER_PAIR = 12
+#: Smallest block, whatever the budget (48 KiB of scratch): below it Python overhead dominates.
+_MIN_PAIRS = 4096
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Ranks of the positives of each query (all of them, or only the first).
+
+    ``ranks[offsets[i]:offsets[i + 1]]`` are query ``i``'s positive ranks in
+    ascending order (0-based, among the ``n_retrievable[i]`` items it may retrieve).
+    """
+
+    n_positives: np.ndarray
+    n_retrievable: np.ndarray
+    offsets: np.ndarray
+    ranks: np.ndarray
+    first_rank_opposite: np.ndarray
+    complete: bool
+
+    @property
+    def first_rank(self) -> np.ndarray:
+        """Rank of each query's best positive, -1 when it has none."""
+        has = self.offsets[1:] > self.offsets[:-1]
+        if not self.ranks.size:
+            return np.full(has.size, -1, dtype=np.int64)
+        return np.where(has, self.ranks[np.minimum(self.offsets[:-1], self.ranks.size - 1)], -1)
+
+
+def _codes(*columns: Any, missing: bool = False) -> list[np.ndarray]:
+    """Joint integer codes of label-like columns compared as strings; with ``missing``, None/NaN/"" is -1."""
+    arrays = [np.asarray(c, dtype=object).reshape(-1) for c in columns]
+    text = np.concatenate([a.astype(str) for a in arrays])
+    _, codes = np.unique(text, return_inverse=True)
+    if missing:
+        gone = np.concatenate([np.array([v is None or (isinstance(v, float) and math.isnan(v)) or v == ""
+                                         for v in a], dtype=bool) for a in arrays])
+        codes = np.where(gone, -1, codes)
+    out, start = [], 0
+    for a in arrays:
+        out.append(codes[start:start + len(a)].astype(np.int64))
+        start += len(a)
+    return out
+
+
+@dataclass
+class _Problem:
+    q: np.ndarray            # (n, d) unit float32 queries
+    gp: np.ndarray           # (m, d) unit float32 gallery, sorted by label
+    gindex: np.ndarray       # (m,) gallery index of each sorted column (tie rule)
+    lo: np.ndarray           # (n,) query i's label occupies columns lo[i]:hi[i]
+    hi: np.ndarray
+    self_col: np.ndarray     # (n,) sorted column of the query's own image or -1
+    groups: list[tuple[np.ndarray, list[np.ndarray]]]  # (query group code, sorted columns per code)
+    tol: float
+
+    def excluded(self, i: int, c0: int, c1: int) -> list[np.ndarray]:
+        """Sorted columns in [c0, c1) that query i may not retrieve, shifted by -c0."""
+        out = []
+        s = self.self_col[i]
+        if c0 <= s < c1:
+            out.append(np.array([s - c0]))
+        for q_code, cols in self.groups:
+            if q_code[i] >= 0:
+                arr = cols[q_code[i]]
+                out.append(arr[np.searchsorted(arr, c0):np.searchsorted(arr, c1)] - c0)
+        return out
+
+    def mask(self, block: np.ndarray, rows: np.ndarray, c0: int, c1: int) -> None:
+        """Set the positive and excluded cells of ``block`` (rows x [c0, c1)) to -inf."""
+        for k, i in enumerate(rows):
+            a, b = max(self.lo[i], c0), min(self.hi[i], c1)
+            if a < b:
+                block[k, a - c0:b - c0] = -np.inf
+            for cols in self.excluded(i, c0, c1):
+                block[k, cols] = -np.inf
+
+
+def _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude):
+    q, g = l2_normalize(query_emb), l2_normalize(gallery_emb)
+    n, m = q.shape[0], g.shape[0]
+    q_codes, g_codes = _codes(query_labels, gallery_labels)
+    order = np.argsort(g_codes, kind="stable")
+    column = np.empty(m, dtype=np.int64)
+    column[order] = np.arange(m)
+    gp_codes = g_codes[order]
+    lo, hi = np.searchsorted(gp_codes, q_codes, "left"), np.searchsorted(gp_codes, q_codes, "right")
+    self_col = np.full(n, -1, dtype=np.int64)
+    if query_ids is not None and gallery_ids is not None:
+        where = {gid: j for j, gid in enumerate(gallery_ids)}
+        if len(where) != m:
+            raise ValueError("`gallery_ids` must be unique; a repeated id makes the self-match ambiguous.")
+        own = np.array([where.get(qid, -1) for qid in query_ids], dtype=np.int64)
+        self_col = np.where(own >= 0, column[np.maximum(own, 0)], -1)
+    groups = []
+    for q_group, g_group in exclude:
+        qc, gc = _codes(q_group, g_group, missing=True)
+        gcs = gc[order]
+        by_code = np.argsort(gcs, kind="stable")
+        bounds = np.searchsorted(gcs[by_code], np.arange(int(max(qc.max(initial=-1), gc.max(initial=-1))) + 2))
+        cols = [np.sort(by_code[bounds[c]:bounds[c + 1]]) for c in range(len(bounds) - 1)]
+        groups.append((qc, cols))
+    problem = _Problem(q, g[order], order, lo, hi, self_col, groups, 2 * float32_dot_error_bound(q.shape[1]))
+    return problem
+
+
+def _positives(p: _Problem, max_memory_mb: float):
+    """Exact similarities of every query's positives, sorted by (-similarity, gallery index), as CSR."""
+    n = p.q.shape[0]
+    counts = np.zeros(n, dtype=np.int64)
+    vals: list[np.ndarray] = [np.empty(0, np.float32)] * n
+    cols: list[np.ndarray] = [np.empty(0, np.int64)] * n
+    key = p.lo * (p.gp.shape[0] + 1) + p.hi  # absent labels share lo with the next label, never hi
+    by_label = np.argsort(key, kind="stable")
+    starts = np.flatnonzero(np.r_[True, key[by_label][1:] != key[by_label][:-1]]) if n else np.empty(0, int)
+    for s, e in zip(starts, np.r_[starts[1:], n]):
+        queries = by_label[s:e]
+        a, b = p.lo[queries[0]], p.hi[queries[0]]
+        if a == b:
+            continue
+        g64 = p.gp[a:b].astype(np.float64)
+        step = max(1, int(max_memory_mb * 2**20 // (16 * (b - a))))
+        for c in range(0, queries.size, step):
+            rows = queries[c:c + step]
+            sims = (p.q[rows].astype(np.float64) @ g64.T).astype(np.float32)
+            for k, i in enumerate(rows):
+                keep = np.ones(b - a, dtype=bool)
+                for ex in p.excluded(i, a, b):
+                    keep[ex] = False
+                cs = np.flatnonzero(keep) + a
+                v = sims[k, keep]
+                o = np.lexsort((p.gindex[cs], -v))
+                vals[i], cols[i], counts[i] = v[o], cs[o], cs.size
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return offsets, np.concatenate(vals), np.concatenate(cols)
+
+
+class _Counter:
+    """Per-threshold counts of retrievable non-positives beating it: strictly, and tied below/above in index."""
+
+    def __init__(self, p: _Problem, t_off: np.ndarray, t_val: np.ndarray, t_col: np.ndarray):
+        self.p, self.off, self.val, self.col = p, t_off, t_val, t_col
+        v64 = t_val.astype(np.float64)
+        self.hi = _round(v64 + p.tol, up=True)
+        self.lo = _round(v64 - p.tol, up=False)
+        self.gt = np.zeros(t_val.size, dtype=np.int64)
+        self.eq_lt = np.zeros(t_val.size, dtype=np.int64)
+        self.eq_gt = np.zeros(t_val.size, dtype=np.int64)
+
+    def block(self, sims: np.ndarray, rows: np.ndarray, c0: int, c1: int, sort: bool) -> None:
+        """Count block ``sims`` (rows x gallery columns [c0, c1)), masking it in place.
+
+        Without ``sort`` (first positive only), ``sims`` is the fast float32 product and
+        cells within the error window of the threshold are re-decided exactly; with
+        ``sort`` (every positive), ``sims`` is exact (float64 product rounded to float32).
+        """
+        self.p.mask(sims, rows, c0, c1)
+        off = self.off
+        if not sort:  # one threshold value per row (the first positive's; its tie twin has the same value)
+            has = off[rows + 1] > off[rows]
+            if not has.any():
+                return
+            first = np.where(has, off[rows], 0)
+            hi = np.where(has, self.hi[first], np.inf).astype(np.float32)
+            lo = np.where(has, self.lo[first], np.inf).astype(np.float32)
+            above = np.count_nonzero(sims > hi[:, None], axis=1)
+            reach = np.count_nonzero(sims >= lo[:, None], axis=1)
+            for k in np.flatnonzero(has):
+                i = rows[k]
+                if reach[k] > above[k]:
+                    self._exact_row(sims[k], i, c0)
+                else:
+                    self.gt[off[i]:off[i + 1]] += above[k]
+            return
+        # complete: ``sims`` holds the exact similarities, so each threshold is one binary search
+        ordered = np.sort(sims, axis=1)
+        width = c1 - c0
+        for k, i in enumerate(rows):
+            a, b = off[i], off[i + 1]
+            if a == b:
+                continue
+            t = self.val[a:b]
+            top, bottom = np.searchsorted(ordered[k], t, "right"), np.searchsorted(ordered[k], t, "left")
+            self.gt[a:b] += width - top
+            for u in np.flatnonzero(top > bottom):  # exact ties with non-positives: split by gallery index
+                index, own = self.p.gindex[np.flatnonzero(sims[k] == t[u]) + c0], self.p.gindex[self.col[a + u]]
+                self.eq_lt[a + u] += np.count_nonzero(index < own)
+                self.eq_gt[a + u] += np.count_nonzero(index > own)
+
+    def _exact_row(self, row: np.ndarray, i: int, c0: int) -> None:
+        """Counts for every threshold of query ``i`` from one unsorted masked row, undecided cells exactly."""
+        p = self.p
+        q64 = p.q[i].astype(np.float64)
+        for t in range(self.off[i], self.off[i + 1]):
+            self.gt[t] += np.count_nonzero(row > self.hi[t])
+            win = np.flatnonzero((row >= self.lo[t]) & (row <= self.hi[t]))
+            if not win.size:
+                continue
+            cols = np.concatenate([[self.col[t]], win + c0])
+            exact = (p.gp[cols].astype(np.float64) @ q64).astype(np.float32)  # one product: consistent ties
+            mine, other = exact[0], exact[1:]
+            index, own = p.gindex[win + c0], p.gindex[self.col[t]]
+            tied = other == mine
+            self.gt[t] += np.count_nonzero(other > mine)
+            self.eq_lt[t] += np.count_nonzero(tied & (index < own))
+            self.eq_gt[t] += np.count_nonzero(tied & (index > own))
+
+
+def _round(x: np.ndarray, up: bool) -> np.ndarray:
+    """float64 -> float32 rounded outward, so float32 compares are safe."""
+    y = x.astype(np.float32)
+    bad = (y < x) if up else (y > x)
+    return np.where(bad, np.nextafter(y, np.float32(np.inf if up else -np.inf)), y)
+
+
+def _panel(g: np.ndarray, exact: bool) -> np.ndarray:
+    """Gallery rows ready for :func:`_product`: transposed, in float64 for exact products."""
+    return g.astype(np.float64).T if exact else g.T
+
+
+def _product(q: np.ndarray, panel: np.ndarray, exact: bool) -> np.ndarray:
+    """float32 similarity block: the fast float32 product, or the exact one of :func:`cosine_block`."""
+    if exact:
+        return (q.astype(np.float64) @ panel).astype(np.float32)
+    return q @ panel
+
+
+def _block_shape(n: int, m: int, max_memory_mb: float, d: int, exact: bool) -> tuple[int, int]:
+    """(query rows, gallery columns) per block: exact blocks keep a float64 gallery panel (a quarter of the
+    budget) and 16 bytes per cell (float64 product, float32 block, its sorted copy); fast ones 8 per cell."""
+    budget = max_memory_mb * 2**20
+    cols = m
+    if exact:
+        cols = max(1, min(m, int(budget / 4 // (8 * d))))
+        budget *= 0.75
+    pairs = max(_MIN_PAIRS, int(budget // (_EXACT_BYTES_PER_PAIR if exact else _BYTES_PER_PAIR)))
+    cols = min(cols, pairs)
+    return max(1, min(n, pairs // cols)), cols
+
+
+def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
+                   gallery_labels: Sequence[Any], query_ids: Sequence[Any] | None = None,
+                   gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
+                   max_memory_mb: float = 512, complete: bool = True) -> Ranking:
+    """Exact ranks of every query's positives (or only the first one when ``complete`` is False).
+
+    Inputs must already be validated (:func:`stages.retrieval.check_inputs`).
+    ``exclude`` holds (query values, gallery values) pairs: a gallery item sharing
+    the query's value in any of them is not retrievable (missing values never match).
+    Memory: the scratch per block stays under ``max_memory_mb``; the per-query
+    positive lists (12 bytes per positive) come on top.
+    """
+    p = _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude)
+    n, m = p.q.shape[0], p.gp.shape[0]
+    pos_off, pos_val, pos_col = _positives(p, max_memory_mb)
+    n_pos = np.diff(pos_off)
+    top_tie = np.zeros(n, dtype=np.int64)  # positives tied with the best one (exactly), minus one
+    for i in np.flatnonzero(n_pos > 1):
+        v = pos_val[pos_off[i]:pos_off[i + 1]]
+        top_tie[i] = np.count_nonzero(v == v[0]) - 1
+    if complete:
+        t_off, pick = pos_off, np.arange(pos_val.size)
+    else:  # the first positive, and the last one tied with it (first under the opposite tie rule)
+        per = np.where(n_pos > 0, 1 + (top_tie > 0), 0)
+        t_off = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(per, out=t_off[1:])
+        pick = np.repeat(pos_off[:-1], per) + np.where(np.arange(t_off[-1]) - np.repeat(t_off[:-1], per) == 1,
+                                                       np.repeat(top_tie, per), 0)
+    counter = _Counter(p, t_off, pos_val[pick], pos_col[pick])
+    symmetric = (query_emb is gallery_emb or (np.shape(query_emb) == np.shape(gallery_emb)
+                                              and np.array_equal(query_emb, gallery_emb))) \
+        and np.array_equal(np.asarray(query_labels).astype(str), np.asarray(gallery_labels).astype(str)) \
+        and (query_ids is None) == (gallery_ids is None) \
+        and (query_ids is None or list(query_ids) == list(gallery_ids))
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        if symmetric:
+            _symmetric_blocks(p, counter, max_memory_mb, complete, pool)
+        else:
+            rows_per, cols_per = _block_shape(n, m, max_memory_mb, p.q.shape[1], complete)
+            q_order = np.argsort(p.lo, kind="stable")  # neighbours share positives: better cache use
+            for c0 in range(0, m, cols_per):
+                c1 = min(c0 + cols_per, m)
+                panel = _panel(p.gp[c0:c1], complete)
+                for r0 in range(0, n, rows_per):
+                    rows = q_order[r0:r0 + rows_per]
+                    _run(pool, counter, [(_product(p.q[rows], panel, complete), rows, c0, c1)], complete)
+    n_retrievable = m - _n_excluded(p)
+    base = counter.gt + counter.eq_lt
+    if complete:
+        ranks = base + (np.arange(pos_val.size) - np.repeat(pos_off[:-1], n_pos))
+        opp_t = pos_off[:-1] + top_tie
+    else:
+        ranks = np.zeros(pos_val.size, dtype=np.int64)
+        ranks[pos_off[:-1][n_pos > 0]] = base[t_off[:-1][n_pos > 0]]
+        opp_t = t_off[:-1] + (top_tie > 0)
+    has = n_pos > 0
+    opposite = np.full(n, -1, dtype=np.int64)
+    opposite[has] = counter.gt[opp_t[has]] + counter.eq_gt[opp_t[has]]
+    return Ranking(n_pos, n_retrievable, pos_off, ranks, opposite, complete)
+
+
+def _symmetric_blocks(p: _Problem, counter: _Counter, max_memory_mb: float, sort: bool, pool) -> None:
+    """Leave-one-out: blocks on and above the diagonal, each used for its rows and (transposed) its columns."""
+    m, d = p.gp.shape
+    per_pair = _SYM_BYTES_PER_PAIR + (_EXACT_BYTES_PER_PAIR if sort else 0)
+    side = math.isqrt(max(_MIN_PAIRS, int(max_memory_mb * 2**20 // per_pair)))
+    if sort:  # two float64 panels of side x d as well
+        side = min(side, max(1, int(max_memory_mb * 2**20 / 4 // (16 * d))))
+    side = max(1, min(m, side))
+    q_rows = p.gindex  # sorted position j holds gallery (= query) index gindex[j]
+    for r0 in range(0, m, side):
+        r1 = min(r0 + side, m)
+        left = p.gp[r0:r1].astype(np.float64) if sort else p.gp[r0:r1]
+        for c0 in range(r0, m, side):
+            c1 = min(c0 + side, m)
+            sims = _product(left, _panel(p.gp[c0:c1], sort), sort)
+            jobs = [(sims, q_rows[r0:r1], c0, c1)]
+            if c0 != r0:
+                jobs.append((np.ascontiguousarray(sims.T), q_rows[c0:c1], r0, r1))
+            _run(pool, counter, jobs, sort)
+
+
+def _run(pool: ThreadPoolExecutor, counter: _Counter, jobs: list, sort: bool) -> None:
+    """Count blocks on both cores: two blocks side by side, or the two halves of one."""
+    if len(jobs) == 1:
+        sims, rows, c0, c1 = jobs[0]
+        half = (len(rows) + 1) // 2
+        jobs = [(sims[:half], rows[:half], c0, c1), (sims[half:], rows[half:], c0, c1)]
+    for future in [pool.submit(counter.block, *job, sort) for job in jobs]:
+        future.result()
+
+
+def _n_excluded(p: _Problem) -> np.ndarray:
+    """Gallery items each query may not retrieve (its own image and its exclusion groups, counted once)."""
+    n, m = p.q.shape[0], p.gp.shape[0]
+    out = np.zeros(n, dtype=np.int64)
+    union: dict[tuple, np.ndarray] = {}
+    for i in range(n):
+        key = tuple(int(qc[i]) for qc, _ in p.groups)
+        if key not in union:
+            parts = [cols[c] for (_, cols), c in zip(p.groups, key) if c >= 0]
+            union[key] = np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+        cols = union[key]
+        s = p.self_col[i]
+        inside = s >= 0 and cols.size > 0 and cols[min(np.searchsorted(cols, s), cols.size - 1)] == s
+        out[i] = cols.size + (s >= 0 and not inside)
+    return out
