@@ -361,8 +361,9 @@ def _symmetric_blocks(p: _Problem, counter: _Counter, max_memory_mb: float, sort
             c1 = min(c0 + side, m)
             sims = _product(left, _panel(p.gp[c0:c1], sort), sort)
             jobs = [(sims, q_rows[r0:r1], c0, c1)]
-            if c0 != r0:
-                jobs.append((np.ascontiguousarray(sims.T), q_rows[c0:c1], r0, r1))
+            if c0 != r0:  # the mirror block: the fast path reads the transposed view in place (both
+                # sides mask the same cells, positives and exclusions being symmetric); sorting needs a copy
+                jobs.append((np.ascontiguousarray(sims.T) if sort else sims.T, q_rows[c0:c1], r0, r1))
             _run(pool, counter, jobs, sort)
 
 
