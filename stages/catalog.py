@@ -106,6 +106,15 @@ def is_safe_relative(path: object) -> bool:
     return not p.is_absolute() and ".." not in p.parts and ":" not in p.parts[0]
 
 
+#: Problems that make an image unreadable (``split.on_bad_image: skip`` drops these rows).
+UNREADABLE = ("Pillow cannot decode", "cannot read the file")
+
+
+def unreadable(frame: pd.DataFrame) -> pd.Series:
+    """Rows whose file exists inside the data root but cannot be read or decoded."""
+    return frame["problem"].fillna("").astype(str).str.startswith(UNREADABLE)
+
+
 def probe_file(root: Path, rel: object, resolved_root: Path | None = None,
                ) -> tuple[str | None, int | None, int | None, str | None]:
     """Return ``(sha256, width, height, problem)`` for one image path relative to ``root``.

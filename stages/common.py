@@ -11,6 +11,7 @@ import contextlib
 import difflib
 import logging
 import os
+import sqlite3
 import sys
 import tempfile
 from pathlib import Path
@@ -31,26 +32,36 @@ def did_you_mean(word: str, choices: Sequence[str]) -> str:
     return f" Did you mean `{close[0]}`?" if close else ""
 
 
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path next to ``path``; rename it over ``path`` on success.
+def write_all(writers: Sequence[tuple[str | os.PathLike, Callable[[Path], None]]]) -> None:
+    """Write several outputs all or nothing: each ``writer(tmp)`` fills a temp file next to its
+    target; only when every one succeeded are they fsynced and renamed over the targets.
 
-    On any exception the temporary file is removed, so a failed write never
-    leaves a partial output behind.
+    On any failure every temp file is removed, so no partial or half-updated output
+    remains; an OS error (disk full, file-size limit) becomes a :class:`UserError`
+    naming the file.
     """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    temps: list[tuple[Path, Path]] = []
     try:
-        yield tmp_path
-        with open(tmp_path, "rb+") as fh:  # on disk before the rename, so a crash never leaves an empty file
-            os.fsync(fh.fileno())
-        os.replace(tmp_path, target)
+        for path, writer in writers:
+            target = Path(path)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+                os.close(fd)
+                temps.append((Path(tmp), target))
+                writer(Path(tmp))
+                with open(tmp, "rb+") as fh:  # on disk before the rename: a crash never leaves an empty file
+                    os.fsync(fh.fileno())
+            except OSError as exc:
+                why = f"{exc.strerror} (errno {exc.errno})" if exc.errno else f"the write was cut short ({exc})"
+                raise UserError(f"could not write {target}: {why}. Free disk space, raise the file-size limit "
+                                "(`ulimit -f`) or fix permissions, then re-run; no partial output was kept.") from None
+        for tmp, target in temps:
+            os.replace(tmp, target)
     finally:
-        if tmp_path.exists():
-            tmp_path.unlink()
+        for tmp, _ in temps:
+            if tmp.exists():
+                tmp.unlink()
 
 
 def read_input_csv(path: str | os.PathLike, required: Sequence[str] = (), **kwargs) -> pd.DataFrame:
@@ -69,8 +80,7 @@ def read_input_csv(path: str | os.PathLike, required: Sequence[str] = (), **kwar
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8", newline="\n")
+    write_all([(path, lambda tmp: tmp.write_text(text, encoding="utf-8", newline="\n"))])
 
 
 def remove_outputs(paths: Sequence[str | os.PathLike]) -> None:
@@ -99,4 +109,14 @@ def run_stage(main: Callable[[Sequence[str] | None], None], argv: Sequence[str] 
         main(argv)
     except UserError as exc:
         sys.stderr.write(f"error: {exc}\n")
+        sys.exit(2)
+    except OSError as exc:  # disk full, file-size limit, permissions: nothing half-written stays behind
+        where = f" {exc.filename}" if exc.filename else ""
+        sys.stderr.write(f"error: could not read or write{where}: {exc.strerror or exc} (errno {exc.errno}). "
+                         "Free disk space, raise the file-size limit (`ulimit -f`) or fix permissions, "
+                         "then re-run; no partial output was kept.\n")
+        sys.exit(2)
+    except sqlite3.Error as exc:  # the embedding cache could not be written (disk full, file-size limit)
+        sys.stderr.write(f"error: the embedding cache could not be updated ({exc}); its last committed batch "
+                         "is intact. Free disk space or raise the file-size limit, then re-run.\n")
         sys.exit(2)

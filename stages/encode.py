@@ -17,7 +17,7 @@ import pandas as pd
 
 from stages import precomputed
 from stages.backbones import get_backbone
-from stages.common import atomic_path, parse_stage_args, read_input_csv, remove_outputs, run_stage
+from stages.common import parse_stage_args, read_input_csv, remove_outputs, run_stage, write_all
 from stages.embedding_cache import EmbeddingCache, default_path
 from stages.encoding import encode_catalog
 from stages.params import load_section
@@ -55,11 +55,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     catalog = read_input_csv(args.catalog, usecols=["image_id", "path", "sha256"])
     emb = embed(catalog, **params)
     ids = np.asarray(catalog["image_id"].tolist(), dtype=str)
-    with atomic_path(args.embeddings) as tmp_emb, atomic_path(args.ids) as tmp_ids:
-        with open(tmp_emb, "wb") as fh:
-            np.save(fh, emb, allow_pickle=False)
-        with open(tmp_ids, "wb") as fh:
-            np.save(fh, ids, allow_pickle=False)
+    def npy(array: np.ndarray):
+        def write(tmp):
+            with open(tmp, "wb") as fh:
+                np.save(fh, array, allow_pickle=False)
+        return write
+
+    write_all([(args.embeddings, npy(emb)), (args.ids, npy(ids))])
 
 
 if __name__ == "__main__":

@@ -119,6 +119,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
     "split": {
         "data_root": Param("data/digits", _path(False), "folder holding the images"),
         "csv": Param(None, _path(True), "manifest CSV inside data_root, or null for one folder per label"),
+        "on_bad_image": Param("error", _choice("error", "skip"), "unreadable images: stop, or skip and report"),
         "strategy": Param("class_disjoint", _choice("class_disjoint", "per_class", "given")),
         "protocol": Param("query_gallery", _choice("query_gallery", "leave_one_out")),
         "seed": Param(0, _int(0)),

@@ -16,15 +16,15 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from stages import report
 from stages.api import encode_all, evaluate, format_report
-from stages.common import (UserError, atomic_path, did_you_mean, parse_stage_args, read_input_csv, remove_outputs,
-                           run_stage, write_text_atomic)
+from stages.common import (UserError, did_you_mean, parse_stage_args, read_input_csv, remove_outputs, run_stage,
+                           write_all)
 from stages.metrics import (check_metrics, first_positive_ranks, metric_keys, rank, recall_at_k, retrieval_metrics,
                             retrieval_summary, summarize)
 from stages.params import load_section
@@ -42,6 +42,7 @@ METRICS_JSON = "metrics/recall.json"
 PER_CLASS_CSV = "metrics/per_class.csv"
 CURVE_CSV = "metrics/recall_curve.csv"
 PER_QUERY_CSV = "data/scores/per_query.csv"
+SKIPPED_CSV = "data/prepared/skipped.csv"
 #: The recall curve runs to K = max(ks, CURVE_K).
 CURVE_K = 20
 
@@ -126,16 +127,21 @@ def score(*, ks: list[int], metrics: list[str], max_memory_mb: float, backend: s
     return out, tables
 
 
-def _write_csv(path: str, frame: pd.DataFrame) -> None:
-    with atomic_path(path) as tmp:
-        frame.to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")
+def write_outputs(metrics: dict[str, Any], tables: dict[str, pd.DataFrame], paths: Sequence[str]) -> None:
+    """Write the metrics JSON and the three tables to temp files, then rename all: all or nothing."""
+    def table(name: str) -> Callable[[Path], None]:
+        return lambda tmp: tables[name].to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")
+
+    write_all([(paths[0], lambda tmp: tmp.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8",
+                                                     newline="\n"))]
+              + [(path, table(name)) for path, name in zip(paths[1:], ("per_class", "curve", "per_query"))])
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_stage_args(argv, "Score the metric suite and write the metrics, tables and curve.",
                             {"catalog": CATALOG_CSV, "split": SPLIT_CSV, "embeddings": EMBEDDINGS_NPY, "ids": IDS_NPY,
                              "metrics": METRICS_JSON, "per-class": PER_CLASS_CSV, "curve": CURVE_CSV,
-                             "per-query": PER_QUERY_CSV},
+                             "per-query": PER_QUERY_CSV, "skipped": SKIPPED_CSV},
                             flags={"show": "only print the report of an existing metrics file"})
     if args.show:
         if not Path(args.metrics).is_file():
@@ -147,9 +153,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     params = load_section("score", args.params)
     metrics, tables = score(**params, catalog_csv=args.catalog, split_csv=args.split, embeddings_npy=args.embeddings,
                             ids_npy=args.ids)
-    for path, name in zip(outputs[1:], ("per_class", "curve", "per_query")):
-        _write_csv(path, tables[name])
-    write_text_atomic(args.metrics, json.dumps(metrics, indent=2) + "\n")
+    if Path(args.skipped).is_file():  # written by split; absent only when scoring by hand
+        metrics["num_skipped_images"] = len(read_input_csv(args.skipped, required=["path", "reason"]))
+    write_outputs(metrics, tables, outputs)
     print(format_report(metrics))
 
 

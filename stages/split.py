@@ -5,7 +5,9 @@ Reads only the ``split`` section of params.yaml. Writes two files, both or neith
 * the catalog (``image_id, path, label, sha256, width, height`` + extra CSV
   columns), which depends only on the images, never on split params, so a
   split-only change leaves it byte-identical and DVC skips ``encode``;
-* the split assignment (``image_id, split, query, gallery``).
+* the split assignment (``image_id, split, query, gallery``);
+* the skipped-images report (``path, reason``): images that could not be read or
+  decoded, dropped under ``split.on_bad_image: skip`` (header only otherwise).
 """
 
 from __future__ import annotations
@@ -17,21 +19,32 @@ from typing import Sequence
 import pandas as pd
 
 from stages import catalog, contract, splitting
-from stages.common import UserError, atomic_path, parse_stage_args, remove_outputs, run_stage
+from stages.common import UserError, parse_stage_args, remove_outputs, run_stage, write_all
 from stages.params import load_section
 
 log = logging.getLogger("stages.split")
 
 CATALOG_CSV = "data/prepared/catalog.csv"
 SPLIT_CSV = "data/prepared/split.csv"
+SKIPPED_CSV = "data/prepared/skipped.csv"
 
 
-def build(*, data_root: str, csv: str | None, strategy: str, protocol: str, seed: int,
-          fractions: dict[str, float]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Return ``(catalog, split)`` frames for a data root, or raise a UserError."""
+def build(*, data_root: str, csv: str | None, on_bad_image: str, strategy: str, protocol: str, seed: int,
+          fractions: dict[str, float]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Return ``(catalog, split, skipped)`` frames for a data root, or raise a UserError."""
     root = Path(data_root)
     frame = catalog.read_source(root, csv)
     frame = catalog.probe(root, frame)
+    bad = catalog.unreadable(frame) if on_bad_image == "skip" else pd.Series(False, index=frame.index)
+    skipped = pd.DataFrame({"path": frame.loc[bad, "path"].astype(str), "reason": frame.loc[bad, "problem"]})
+    skipped = skipped.sort_values("path", kind="stable").reset_index(drop=True)
+    if bad.any():
+        log.warning("skipped %d unreadable image(s) (split.on_bad_image: skip), e.g. %s; the list is in %s",
+                    int(bad.sum()), ", ".join(skipped["path"].head(3)), SKIPPED_CSV)
+        frame = frame[~bad]
+        if frame.empty:
+            raise UserError(f"every one of the {int(bad.sum())} images is unreadable (e.g. {skipped['path'][0]}: "
+                            f"{skipped['reason'][0]}); check the data root {root}.")
     frame["split"] = splitting.assign_splits(frame, strategy=strategy, protocol=protocol,
                                              fractions=fractions, seed=seed)
     source = f"{root / csv}" if csv else f"{root}/"
@@ -56,23 +69,23 @@ def build(*, data_root: str, csv: str | None, strategy: str, protocol: str, seed
     cat["path"] = [catalog.location(root, p) for p in cat["path"]]
     split = pd.DataFrame({"image_id": frame["image_id"], "split": frame["split"],
                           "query": query, "gallery": gallery})
-    return cat, split
+    return cat, split, skipped
 
 
-def write_outputs(cat: pd.DataFrame, split: pd.DataFrame, catalog_csv: str, split_csv: str) -> None:
-    """Write both CSVs to temp files, then rename both: never one without the other."""
-    with atomic_path(catalog_csv) as tmp_cat, atomic_path(split_csv) as tmp_split:
-        cat.to_csv(tmp_cat, index=False, lineterminator="\n")
-        split.to_csv(tmp_split, index=False, lineterminator="\n")
+def write_outputs(frames: Sequence[pd.DataFrame], paths: Sequence[str]) -> None:
+    """Write the CSVs to temp files, then rename them all: never one without the others."""
+    write_all([(path, lambda tmp, f=frame: f.to_csv(tmp, index=False, lineterminator="\n"))
+               for frame, path in zip(frames, paths)])
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_stage_args(argv, "Build the image catalog and the split assignment.",
-                            {"catalog": CATALOG_CSV, "split": SPLIT_CSV})
-    remove_outputs([args.catalog, args.split])
+                            {"catalog": CATALOG_CSV, "split": SPLIT_CSV, "skipped": SKIPPED_CSV})
+    outputs = [args.catalog, args.split, args.skipped]
+    remove_outputs(outputs)
     params = load_section("split", args.params)
-    cat, split = build(**params)
-    write_outputs(cat, split, args.catalog, args.split)
+    cat, split, skipped = build(**params)
+    write_outputs([cat, split, skipped], outputs)
     counts = split["split"].value_counts()
     log.info("catalog: %d images, %d labels; split: %s; %d queries, %d gallery", len(cat),
              cat["label"].nunique(), ", ".join(f"{s}={int(counts.get(s, 0))}" for s in splitting.SPLITS),

@@ -25,9 +25,11 @@ def work(tmp_path: Path, monkeypatch) -> Path:
 
 
 def build(data_root: str = "data", csv: str | None = None, **overrides):
-    params = dict(data_root=data_root, csv=csv, strategy="per_class", protocol="query_gallery",
-                  seed=0, fractions=FRACTIONS) | overrides
-    return split.build(**params)
+    params = dict(data_root=data_root, csv=csv, on_bad_image="error", strategy="per_class",
+                  protocol="query_gallery", seed=0, fractions=FRACTIONS) | overrides
+    cat, spl, skipped = split.build(**params)
+    assert skipped.empty or params["on_bad_image"] == "skip"
+    return cat, spl
 
 
 def images(root: Path, labels: dict[str, int], seed: int = 0) -> None:
@@ -136,8 +138,8 @@ def test_catalog_is_byte_identical_when_only_split_params_change(work, change):
     images(work / "data", {f"l{i}": 6 for i in range(6)})
     cat1, split1 = build()
     cat2, split2 = build(**change)
-    split.write_outputs(cat1, split1, "one/catalog.csv", "one/split.csv")
-    split.write_outputs(cat2, split2, "two/catalog.csv", "two/split.csv")
+    split.write_outputs([cat1, split1], ["one/catalog.csv", "one/split.csv"])
+    split.write_outputs([cat2, split2], ["two/catalog.csv", "two/split.csv"])
     assert (work / "one/catalog.csv").read_bytes() == (work / "two/catalog.csv").read_bytes()
     assert (work / "one/split.csv").read_bytes() != (work / "two/split.csv").read_bytes()
     assert not list(work.rglob("*.tmp"))
