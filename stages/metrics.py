@@ -99,7 +99,7 @@ def per_query(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str]) -> di
         elif name == "map":
             out["map"] = nan_out(per(j / r) / safe_R)
         elif name == "mrr":
-            out["mrr"] = nan_out(1.0 / (first + 1.0))
+            out["mrr"] = nan_out(1.0 / (np.maximum(first, 0.0) + 1.0))
     return out
 
 
