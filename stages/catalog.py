@@ -18,7 +18,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from stages.common import UserError
-from stages.images import DECODE_ERRORS, decode
+from stages.images import DECODE_ERRORS, decode, describe_error
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def probe_file(root: Path, rel: object, resolved_root: Path | None = None,
     try:
         width, height = decode(data).size
     except DECODE_ERRORS as exc:
-        return digest, None, None, f"Pillow cannot decode it ({exc}); replace or remove the file"
+        return digest, None, None, f"Pillow cannot decode it ({describe_error(exc)}); replace or remove the file"
     return digest, width, height, None
 
 

@@ -20,6 +20,8 @@ MAX_ROWS_PER_RULE = 20
 IMAGE_ID_RULE = "image_id must not contain line breaks or control characters"
 PATH_RULE = "path must be relative to the data root, with no '..' part, no leading '/' and '/' separators"
 LABEL_RULE = "label must not be empty (fill in the label or drop the row)"
+PATH_ONCE_RULE = ("a path must be listed once: the same file under two image_ids would let a query retrieve "
+                  "itself (drop the extra rows)")
 FILE_RULE = "image file must exist inside the data root and decode with Pillow"
 SPLIT_RULE = f"split must be one of {', '.join(SPLITS)} (fix the manifest's split column)"
 LEAK_RULE = ("the same file (equal sha256) must not be in train and in val/gallery "
@@ -58,8 +60,9 @@ def manifest_schema(*, class_disjoint: bool) -> pa.DataFrameSchema:
         {
             "image_id": pa.Column(str, pa.Check(lambda s: ~s.str.contains(r"[\x00-\x1f]", regex=True),
                                                 error=IMAGE_ID_RULE), nullable=False, unique=True),
-            "path": pa.Column(str, pa.Check(lambda v: is_safe_relative(v), element_wise=True,
-                                            error=PATH_RULE), nullable=False),
+            "path": pa.Column(str, [pa.Check(lambda v: is_safe_relative(v), element_wise=True, error=PATH_RULE),
+                                    pa.Check(lambda s: ~s.duplicated(keep=False), error=PATH_ONCE_RULE)],
+                              nullable=False),
             "label": pa.Column(str, pa.Check(lambda s: s.str.strip().str.len() > 0, error=LABEL_RULE),
                                nullable=False),
             "sha256": pa.Column(str, pa.Check.str_matches(r"^[0-9a-f]{64}$"), nullable=True),

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import io
 import os
+import re
 
+import numpy as np
 from PIL import Image, ImageOps
 
 #: Bump whenever :func:`decode` could return other pixels (draft rule, EXIF, mode conversion);
 #: every backbone fingerprint includes it, so cached embeddings are then recomputed.
-DECODE_VERSION = "1"
+DECODE_VERSION = "2"  # 2: 16-bit and 32-bit integer images scaled to 8 bits, not clipped
 
 #: Exceptions Pillow raises for files that are not (complete) images.
 DECODE_ERRORS = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
@@ -34,7 +36,17 @@ def decode(data: bytes, min_side: int | None = None) -> Image.Image:
         upright = ImageOps.exif_transpose(img)
     if upright.mode == "P" and "transparency" in upright.info:
         upright = upright.convert("RGBA")
+    if upright.mode.startswith("I;16") or upright.mode == "I":  # 16-bit levels: scale, do not clip at 255
+        levels = np.asarray(upright.convert("I"), dtype=np.float64)
+        upright = Image.fromarray(np.clip(np.rint(levels / 257.0), 0, 255).astype(np.uint8), "L")
     return upright.convert("RGB")
+
+
+def describe_error(exc: BaseException) -> str:
+    """A stable one-line reason for a decode failure (no object addresses, so reports never churn)."""
+    if isinstance(exc, Image.UnidentifiedImageError):
+        return "not a recognised image format"
+    return re.sub(r"<[^>]* at 0x[0-9a-f]+>", "<data>", str(exc)) or type(exc).__name__
 
 
 def load(path: str | os.PathLike) -> Image.Image:

@@ -118,3 +118,55 @@ def test_catalog_row_order_does_not_change_any_score_output(tmp_path: Path) -> N
             assert proc.returncode == 0, proc.stderr
         outputs.append(_bytes(work, ALL_OUTS))
     assert outputs[0] == outputs[1]
+
+
+def _limited(limit_bytes: int):
+    """preexec_fn: a file-size limit like `ulimit -f`; Python ignores SIGXFSZ, so writes fail with EFBIG."""
+    import resource
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, resource.RLIM_INFINITY))
+    return apply
+
+
+@pytest.mark.parametrize("stage, limit, outs", [
+    # score: the per-query table is the largest output; nothing of the four may survive
+    ("stages.score", 1024, SCORE_OUTS),
+    # encode: the embedding matrix exceeds the limit (the cache lives elsewhere, unlimited beforehand)
+    ("stages.encode", 64 * 1024, ("data/embeddings/embeddings.npy", "data/embeddings/ids.npy")),
+])
+def test_a_failed_write_leaves_no_output_and_says_what_happened(project: Path, tmp_path: Path, stage: str,
+                                                                  limit: int, outs) -> None:
+    env = _env(RECALLK_CACHE_DIR=str(tmp_path / "cache"))
+    for before in ("stages.split", "stages.encode", "stages.score"):
+        assert subprocess.run([sys.executable, "-m", before], cwd=project, env=env,
+                              capture_output=True).returncode == 0
+    good = _bytes(project, outs)
+    proc = subprocess.run([sys.executable, "-m", stage], cwd=project, env=env, capture_output=True, text=True,
+                          preexec_fn=_limited(limit))
+    assert proc.returncode == 2, proc.stderr
+    assert "could not write" in proc.stderr and "ulimit -f" in proc.stderr and "Traceback" not in proc.stderr
+    assert not any((project / rel).exists() for rel in outs) and list(project.rglob("*.tmp")) == []
+    assert subprocess.run([sys.executable, "-m", stage], cwd=project, env=env, capture_output=True).returncode == 0
+    assert _bytes(project, outs) == good
+
+
+def test_a_failed_cache_write_keeps_the_cache_intact(project: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    env = _env(RECALLK_CACHE_DIR=str(cache))
+    assert subprocess.run([sys.executable, "-m", "stages.split"], cwd=project, env=env).returncode == 0
+    set_param(project, "encode.batch_size", 8)
+    proc = subprocess.run([sys.executable, "-m", "stages.encode"], cwd=project, env=env, capture_output=True,
+                          text=True, preexec_fn=_limited(96 * 1024))  # the cache file outgrows it mid-run
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "embedding cache" in proc.stderr
+    assert not (project / "data/embeddings/embeddings.npy").exists()
+    with contextlib.closing(sqlite3.connect(cache / "embeddings.sqlite")) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        kept = db.execute("SELECT count(*) FROM embedding").fetchone()[0]
+    assert 0 < kept < 200  # some batches committed before the limit hit, not all
+    assert subprocess.run([sys.executable, "-m", "stages.encode"], cwd=project, env=env).returncode == 0
+    resumed = _bytes(project, ("data/embeddings/embeddings.npy",))
+    fresh_env = _env(RECALLK_CACHE_DIR=str(tmp_path / "fresh"))
+    assert subprocess.run([sys.executable, "-m", "stages.encode"], cwd=project, env=fresh_env).returncode == 0
+    assert _bytes(project, ("data/embeddings/embeddings.npy",)) == resumed
