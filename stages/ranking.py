@@ -43,7 +43,9 @@ _BYTES_PER_PAIR = 8
 #: Exact blocks: float64 product, float32 block and its sorted copy.
 _EXACT_BYTES_PER_PAIR = 16
 #: Leave-one-out keeps a block and its transpose.
-_SYM_BYTES_PER_PAIR = 12
+_SYM_BYTES_PER_PAIR = 16
+#: Undecided pairs re-scored at a time (float64 scratch of 2 x 1024 x d x 8 bytes, 8 MiB at d = 512).
+_EXACT_CHUNK = 1024
 #: Smallest block, whatever the budget (48 KiB of scratch): below it Python overhead dominates.
 _MIN_PAIRS = 4096
 
@@ -131,10 +133,10 @@ class _Problem:
 
 
 def _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude):
-    q, g = l2_normalize(query_emb), l2_normalize(gallery_emb)
-    n, m = q.shape[0], g.shape[0]
     q_codes, g_codes = _codes(query_labels, gallery_labels)
     order = np.argsort(g_codes, kind="stable")
+    q, gp = l2_normalize(query_emb), l2_normalize(gallery_emb, rows=order)  # gallery sorted by label
+    n, m = q.shape[0], gp.shape[0]
     column = np.empty(m, dtype=np.int64)
     column[order] = np.arange(m)
     gp_codes = g_codes[order]
@@ -154,7 +156,7 @@ def _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, ga
         bounds = np.searchsorted(gcs[by_code], np.arange(int(max(qc.max(initial=-1), gc.max(initial=-1))) + 2))
         cols = [np.sort(by_code[bounds[c]:bounds[c + 1]]) for c in range(len(bounds) - 1)]
         groups.append((qc, cols))
-    problem = _Problem(q, g[order], order, lo, hi, self_col, groups, 2 * float32_dot_error_bound(q.shape[1]))
+    problem = _Problem(q, gp, order, lo, hi, self_col, groups, 2 * float32_dot_error_bound(q.shape[1]))
     return problem
 
 
@@ -202,14 +204,18 @@ class _Counter:
         self.eq_lt = np.zeros(t_val.size, dtype=np.int64)
         self.eq_gt = np.zeros(t_val.size, dtype=np.int64)
 
-    def block(self, sims: np.ndarray, rows: np.ndarray, c0: int, c1: int, sort: bool) -> None:
+    def block(self, sims: np.ndarray, rows: np.ndarray, c0: int, c1: int, sort: bool,
+              axis: int = 1, masked: bool = False) -> None:
         """Count block ``sims`` (rows x gallery columns [c0, c1)), masking it in place.
 
         Without ``sort`` (first positive only), ``sims`` is the fast float32 product and
         cells within the error window of the threshold are re-decided exactly; with
         ``sort`` (every positive), ``sims`` is exact (float64 product rounded to float32).
+        ``axis=0`` (leave-one-out, fast path): ``rows`` are the *columns* of ``sims`` (the
+        mirror block, read in place, never transposed). ``masked``: the caller masked it.
         """
-        self.p.mask(sims, rows, c0, c1)
+        if not masked:
+            self.p.mask(sims, rows, c0, c1)
         off = self.off
         if not sort:  # one threshold value per row (the first positive's; its tie twin has the same value)
             has = off[rows + 1] > off[rows]
@@ -218,14 +224,13 @@ class _Counter:
             first = np.where(has, off[rows], 0)
             hi = np.where(has, self.hi[first], np.inf).astype(np.float32)
             lo = np.where(has, self.lo[first], np.inf).astype(np.float32)
-            above = np.count_nonzero(sims > hi[:, None], axis=1)
-            reach = np.count_nonzero(sims >= lo[:, None], axis=1)
-            for k in np.flatnonzero(has):
-                i = rows[k]
-                if reach[k] > above[k]:
-                    self._exact_row(sims[k], i, c0)
-                else:
-                    self.gt[off[i]:off[i + 1]] += above[k]
+            above, wk, wc = _above_and_undecided(sims, lo, hi, axis=axis)
+            n_thr = off[rows + 1] - off[rows]
+            for slot in (0, 1):  # the first positive, and its tie twin (same value, larger index)
+                use = n_thr > slot
+                self.gt[off[rows[use]] + slot] += above[use]
+            if wk.size:
+                self._decide(rows[wk], wc + c0, n_thr[wk])
             return
         # complete: ``sims`` holds the exact similarities, so each threshold is one binary search
         ordered = np.sort(sims, axis=1)
@@ -242,23 +247,68 @@ class _Counter:
                 self.eq_lt[a + u] += np.count_nonzero(index < own)
                 self.eq_gt[a + u] += np.count_nonzero(index > own)
 
-    def _exact_row(self, row: np.ndarray, i: int, c0: int) -> None:
-        """Counts for every threshold of query ``i`` from one unsorted masked row, undecided cells exactly."""
-        p = self.p
-        q64 = p.q[i].astype(np.float64)
-        for t in range(self.off[i], self.off[i + 1]):
-            self.gt[t] += np.count_nonzero(row > self.hi[t])
-            win = np.flatnonzero((row >= self.lo[t]) & (row <= self.hi[t]))
-            if not win.size:
-                continue
-            cols = np.concatenate([[self.col[t]], win + c0])
-            exact = (p.gp[cols].astype(np.float64) @ q64).astype(np.float32)  # one product: consistent ties
-            mine, other = exact[0], exact[1:]
-            index, own = p.gindex[win + c0], p.gindex[self.col[t]]
-            tied = other == mine
-            self.gt[t] += np.count_nonzero(other > mine)
-            self.eq_lt[t] += np.count_nonzero(tied & (index < own))
-            self.eq_gt[t] += np.count_nonzero(tied & (index > own))
+    def _decide(self, queries: np.ndarray, cols: np.ndarray, n_thr: np.ndarray) -> None:
+        """Re-decide undecided (query, column) cells against the query's first threshold(s), exactly.
+
+        The cell and the threshold's positive are scored by the same float64 kernel,
+        so exact ties are seen as ties; they are counted by gallery index on both sides.
+        """
+        p, first = self.p, self.off[queries]
+        unique, where = np.unique(queries, return_inverse=True)
+        mine = _exact_pairs(p.q, p.gp, unique, self.col[self.off[unique]])[where]
+        other = _exact_pairs(p.q, p.gp, queries, cols)
+        index, tied = p.gindex[cols], other == mine
+        for slot in (0, 1):
+            use = n_thr > slot
+            t = first[use] + slot
+            own = p.gindex[self.col[t]]
+            np.add.at(self.gt, t, (other[use] > mine[use]).astype(np.int64))
+            np.add.at(self.eq_lt, t, (tied[use] & (index[use] < own)).astype(np.int64))
+            np.add.at(self.eq_gt, t, (tied[use] & (index[use] > own)).astype(np.int64))
+
+
+def _above_and_undecided(sims: np.ndarray, lo: np.ndarray, hi: np.ndarray, axis: int = 1):
+    """Per row (``axis=1``; per column with ``axis=0``): cells surely above ``hi``, and the
+    (row, col) cells in [lo, hi] (undecided), as (line, other index) pairs.
+
+    One compare pass finds the cells at or above ``lo``; for lines where they are few
+    (a good embedding puts the best positive near the top) their values are read
+    directly, else (lines whose best positive ranks deep) the line is compared twice more.
+    """
+    sims = np.ascontiguousarray(sims)
+    line = (slice(None), None) if axis == 1 else (None, slice(None))
+    reach_mask = sims >= lo[line]
+    reach = np.count_nonzero(reach_mask, axis=axis)
+    heavy = np.flatnonzero(reach > max(64, sims.shape[axis] // 8))  # their cells: at most 2 B per block cell
+    if axis == 1:
+        reach_mask[heavy] = False
+    else:
+        reach_mask[:, heavy] = False
+    flat = np.flatnonzero(reach_mask)  # much faster than a 2-D np.nonzero
+    del reach_mask
+    rr, cc = np.divmod(flat, sims.shape[1])
+    values = sims.ravel()[flat]
+    if axis == 0:
+        rr, cc = cc, rr
+    surely = values > hi[rr]
+    above = np.bincount(rr[surely], minlength=lo.size)
+    wk, wc = [rr[~surely]], [cc[~surely]]
+    for k in heavy:
+        row = sims[k] if axis == 1 else sims[:, k]
+        above[k] = np.count_nonzero(row > hi[k])
+        cols = np.flatnonzero((row >= lo[k]) & (row <= hi[k]))
+        wk.append(np.full(cols.size, k, dtype=np.int64))
+        wc.append(cols)
+    return above, np.concatenate(wk), np.concatenate(wc)
+
+
+def _exact_pairs(q: np.ndarray, g: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Exact similarities of the (row, col) pairs: float64 sums of float32 products, rounded to float32."""
+    out = np.empty(rows.size, dtype=np.float32)
+    for s in range(0, rows.size, _EXACT_CHUNK):
+        r, c = rows[s:s + _EXACT_CHUNK], cols[s:s + _EXACT_CHUNK]
+        out[s:s + _EXACT_CHUNK] = np.einsum("ij,ij->i", q[r].astype(np.float64), g[c].astype(np.float64))
+    return out
 
 
 def _round(x: np.ndarray, up: bool) -> np.ndarray:
@@ -273,11 +323,29 @@ def _panel(g: np.ndarray, exact: bool) -> np.ndarray:
     return g.astype(np.float64).T if exact else g.T
 
 
-def _product(q: np.ndarray, panel: np.ndarray, exact: bool) -> np.ndarray:
+class _Buffers:
+    """Reused block buffers: fresh 100 MB arrays per block would page-fault on every first touch."""
+
+    def __init__(self) -> None:
+        self.flat: dict[str, np.ndarray] = {}
+
+    def get(self, name: str, shape: tuple[int, int], dtype: type) -> np.ndarray:
+        size = shape[0] * shape[1]
+        buf = self.flat.get(name)
+        if buf is None or buf.size < size:
+            buf = self.flat[name] = np.empty(size, dtype=dtype)
+        return buf[:size].reshape(shape)
+
+
+def _product(q: np.ndarray, panel: np.ndarray, exact: bool, buffers: _Buffers) -> np.ndarray:
     """float32 similarity block: the fast float32 product, or the exact one of :func:`cosine_block`."""
+    shape = (q.shape[0], panel.shape[1])
+    out = buffers.get("f32", shape, np.float32)
     if exact:
-        return (q.astype(np.float64) @ panel).astype(np.float32)
-    return q @ panel
+        wide = np.matmul(q.astype(np.float64), panel, out=buffers.get("f64", shape, np.float64))
+        out[...] = wide  # rounded once to float32
+        return out
+    return np.matmul(q, panel, out=out)
 
 
 def _block_shape(n: int, m: int, max_memory_mb: float, d: int, exact: bool) -> tuple[int, int]:
@@ -322,23 +390,30 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
         pick = np.repeat(pos_off[:-1], per) + np.where(np.arange(t_off[-1]) - np.repeat(t_off[:-1], per) == 1,
                                                        np.repeat(top_tie, per), 0)
     counter = _Counter(p, t_off, pos_val[pick], pos_col[pick])
+    # the budget covers everything this call holds: unit copies, positive lists, counters, then the blocks
+    held = p.q.nbytes + p.gp.nbytes + pos_val.nbytes + pos_col.nbytes + 5 * 8 * counter.val.size
+    max_memory_mb = max(max_memory_mb / 4, 0.85 * (max_memory_mb - held / 2**20))  # 15%: BLAS, temporaries
     symmetric = (query_emb is gallery_emb or (np.shape(query_emb) == np.shape(gallery_emb)
                                               and np.array_equal(query_emb, gallery_emb))) \
         and np.array_equal(np.asarray(query_labels).astype(str), np.asarray(gallery_labels).astype(str)) \
         and (query_ids is None) == (gallery_ids is None) \
         and (query_ids is None or list(query_ids) == list(gallery_ids))
+    buffers = _Buffers()
     with ThreadPoolExecutor(max_workers=2) as pool:
         if symmetric:
-            _symmetric_blocks(p, counter, max_memory_mb, complete, pool)
+            _symmetric_blocks(p, counter, max_memory_mb, complete, pool, buffers)
         else:
             rows_per, cols_per = _block_shape(n, m, max_memory_mb, p.q.shape[1], complete)
             q_order = np.argsort(p.lo, kind="stable")  # neighbours share positives: better cache use
+            panel = None
             for c0 in range(0, m, cols_per):
                 c1 = min(c0 + cols_per, m)
+                panel = None  # free the previous float64 panel before making the next
                 panel = _panel(p.gp[c0:c1], complete)
                 for r0 in range(0, n, rows_per):
                     rows = q_order[r0:r0 + rows_per]
-                    _run(pool, counter, [(_product(p.q[rows], panel, complete), rows, c0, c1)], complete)
+                    _run(pool, counter, [(_product(p.q[rows], panel, complete, buffers), rows, c0, c1)],
+                         complete)
     n_retrievable = m - _n_excluded(p)
     base = counter.gt + counter.eq_lt
     if complete:
@@ -354,7 +429,8 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     return Ranking(n_pos, n_retrievable, pos_off, ranks, opposite, complete)
 
 
-def _symmetric_blocks(p: _Problem, counter: _Counter, max_memory_mb: float, sort: bool, pool) -> None:
+def _symmetric_blocks(p: _Problem, counter: _Counter, max_memory_mb: float, sort: bool, pool,
+                      buffers: _Buffers) -> None:
     """Leave-one-out: blocks on and above the diagonal, each used for its rows and (transposed) its columns."""
     m, d = p.gp.shape
     per_pair = _SYM_BYTES_PER_PAIR + (_EXACT_BYTES_PER_PAIR if sort else 0)
@@ -365,15 +441,23 @@ def _symmetric_blocks(p: _Problem, counter: _Counter, max_memory_mb: float, sort
     q_rows = p.gindex  # sorted position j holds gallery (= query) index gindex[j]
     for r0 in range(0, m, side):
         r1 = min(r0 + side, m)
+        left = None  # free the previous float64 panel before making the next
         left = p.gp[r0:r1].astype(np.float64) if sort else p.gp[r0:r1]
         for c0 in range(r0, m, side):
             c1 = min(c0 + side, m)
-            sims = _product(left, _panel(p.gp[c0:c1], sort), sort)
-            jobs = [(sims, q_rows[r0:r1], c0, c1)]
-            if c0 != r0:  # the mirror block: the fast path reads the transposed view in place (both
-                # sides mask the same cells, positives and exclusions being symmetric); sorting needs a copy
-                jobs.append((np.ascontiguousarray(sims.T) if sort else sims.T, q_rows[c0:c1], r0, r1))
-            _run(pool, counter, jobs, sort)
+            sims = _product(left, _panel(p.gp[c0:c1], sort), sort, buffers)
+            if c0 == r0:
+                _run(pool, counter, [(sims, q_rows[r0:r1], c0, c1)], sort)
+            elif sort:  # sorting needs the mirror block as rows: a transposed copy, made before masking
+                _run(pool, counter, [(sims, q_rows[r0:r1], c0, c1),
+                                     (np.ascontiguousarray(sims.T), q_rows[c0:c1], r0, r1)], sort)
+            else:  # mask once (positives and exclusions are symmetric: the mirror's cells are the same),
+                # then count rows and columns of the same block side by side
+                p.mask(sims, q_rows[r0:r1], c0, c1)
+                futures = [pool.submit(counter.block, sims, q_rows[r0:r1], c0, c1, sort, 1, True),
+                           pool.submit(counter.block, sims, q_rows[c0:c1], r0, r1, sort, 0, True)]
+                for f in futures:
+                    f.result()
 
 
 def _run(pool: ThreadPoolExecutor, counter: _Counter, jobs: list, sort: bool) -> None:

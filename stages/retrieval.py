@@ -40,17 +40,20 @@ def check_ks(ks: Iterable[Any]) -> list[int]:
     return [int(k) for k in ks]
 
 
-def l2_normalize(x: np.ndarray) -> np.ndarray:
+def l2_normalize(x: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
     """Return rows scaled to unit L2 norm, as float32; all-zero rows stay zero.
 
     Computed in float64 after dividing each row by its largest magnitude, so any
     finite scale (1e-60 or 1e60) gives the same direction; in chunks of rows, so
-    the float64 scratch stays small whatever the number of rows.
+    the float64 scratch stays small whatever the number of rows. With ``rows``,
+    returns ``l2_normalize(x)[rows]`` without the intermediate copy.
     """
     x = np.asarray(x)
-    out = np.empty(x.shape, dtype=np.float32)
-    for start in range(0, x.shape[0], _NORMALIZE_ROWS):
-        chunk = x[start:start + _NORMALIZE_ROWS].astype(np.float64)
+    n = x.shape[0] if rows is None else len(rows)
+    out = np.empty((n,) + x.shape[1:], dtype=np.float32)
+    for start in range(0, n, _NORMALIZE_ROWS):
+        pick = slice(start, start + _NORMALIZE_ROWS) if rows is None else rows[start:start + _NORMALIZE_ROWS]
+        chunk = x[pick].astype(np.float64)
         peak = np.abs(chunk).max(axis=1, keepdims=True) if chunk.size else np.ones((chunk.shape[0], 1))
         chunk /= np.where(peak > 0, peak, 1.0)
         norms = np.sqrt(np.einsum("ij,ij->i", chunk, chunk))[:, None]
