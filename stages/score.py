@@ -86,12 +86,16 @@ def score(*, ks: list[int], metrics: list[str], max_memory_mb: float, backend: s
           ids_npy: str) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
     """Score the split; return the flat metrics and the tables (per_class, curve, per_query)."""
     emb, split, catalog, row = load_inputs(catalog_csv, split_csv, embeddings_npy, ids_npy, train=whiten == "pca")
-    missing = [c for c in exclude_same if c not in catalog.columns or c == "label"]  # image_id is the index
+    reserved = [c for c in exclude_same if c in ("label", "image_id")]
+    if reserved:
+        raise UserError(f"`score.exclude_same` names {reserved}: the label decides the positives and the query's "
+                        "own image (image_id) is always excluded, so neither is an exclusion column; name another "
+                        f"catalog column ({', '.join(c for c in catalog.columns if c != 'label')}).")
+    missing = [c for c in exclude_same if c not in catalog.columns]
     if missing:
-        raise UserError(f"`score.exclude_same` names {missing}, which the catalog does not have"
+        raise UserError(f"`score.exclude_same` names {missing}, which the catalog does not have."
                         f"{did_you_mean(missing[0], list(catalog.columns))} Catalog columns: "
-                        f"{', '.join(catalog.columns)} (neither the label nor image_id can be one: the query's "
-                        "own image is always excluded).")
+                        f"{', '.join(catalog.columns)}.")
     queries = split.loc[split["query"], "image_id"].to_numpy()
     gallery = split.loc[split["gallery"], "image_id"].to_numpy()
     q_emb, g_emb = emb[row[queries].to_numpy()], emb[row[gallery].to_numpy()]
