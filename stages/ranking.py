@@ -107,7 +107,7 @@ class _Problem:
     lo: np.ndarray           # (n,) query i's label occupies columns lo[i]:hi[i]
     hi: np.ndarray
     self_col: np.ndarray     # (n,) sorted column of the query's own image or -1
-    groups: list[tuple[np.ndarray, list[np.ndarray]]]  # (query group code, sorted columns per code)
+    groups: list[tuple[np.ndarray, list[np.ndarray], np.ndarray]]  # query codes, columns per code, column codes
     tol: float
 
     def excluded(self, i: int, c0: int, c1: int) -> list[np.ndarray]:
@@ -116,7 +116,7 @@ class _Problem:
         s = self.self_col[i]
         if c0 <= s < c1:
             out.append(np.array([s - c0]))
-        for q_code, cols in self.groups:
+        for q_code, cols, _ in self.groups:
             if q_code[i] >= 0:
                 arr = cols[q_code[i]]
                 out.append(arr[np.searchsorted(arr, c0):np.searchsorted(arr, c1)] - c0)
@@ -155,41 +155,56 @@ def _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, ga
         by_code = np.argsort(gcs, kind="stable")
         bounds = np.searchsorted(gcs[by_code], np.arange(int(max(qc.max(initial=-1), gc.max(initial=-1))) + 2))
         cols = [np.sort(by_code[bounds[c]:bounds[c + 1]]) for c in range(len(bounds) - 1)]
-        groups.append((qc, cols))
+        groups.append((qc, cols, gcs))
     problem = _Problem(q, gp, order, lo, hi, self_col, groups, 2 * float32_dot_error_bound(q.shape[1]))
     return problem
 
 
 def _positives(p: _Problem, max_memory_mb: float):
-    """Exact similarities of every query's positives, sorted by (-similarity, gallery index), as CSR."""
+    """Exact similarities of every query's positives, sorted by (-similarity, gallery index), as CSR.
+
+    One float64 product per label (queries of the label x its gallery slice, in chunks
+    under the budget); within a slice, columns are in gallery-index order, so a stable
+    sort on -similarity breaks ties by gallery index.
+    """
     n = p.q.shape[0]
-    counts = np.zeros(n, dtype=np.int64)
-    vals: list[np.ndarray] = [np.empty(0, np.float32)] * n
-    cols: list[np.ndarray] = [np.empty(0, np.int64)] * n
     key = p.lo * (p.gp.shape[0] + 1) + p.hi  # absent labels share lo with the next label, never hi
     by_label = np.argsort(key, kind="stable")
     starts = np.flatnonzero(np.r_[True, key[by_label][1:] != key[by_label][:-1]]) if n else np.empty(0, int)
+    parts = []
     for s, e in zip(starts, np.r_[starts[1:], n]):
         queries = by_label[s:e]
         a, b = p.lo[queries[0]], p.hi[queries[0]]
         if a == b:
             continue
         g64 = p.gp[a:b].astype(np.float64)
-        step = max(1, int(max_memory_mb * 2**20 // (16 * (b - a))))
+        step = max(1, int(max_memory_mb * 2**20 // (24 * (b - a))))
         for c in range(0, queries.size, step):
             rows = queries[c:c + step]
             sims = (p.q[rows].astype(np.float64) @ g64.T).astype(np.float32)
-            for k, i in enumerate(rows):
-                keep = np.ones(b - a, dtype=bool)
-                for ex in p.excluded(i, a, b):
-                    keep[ex] = False
-                cs = np.flatnonzero(keep) + a
-                v = sims[k, keep]
-                o = np.lexsort((p.gindex[cs], -v))
-                vals[i], cols[i], counts[i] = v[o], cs[o], cs.size
+            keep = np.ones(sims.shape, dtype=bool)
+            own = p.self_col[rows]
+            inside = (own >= a) & (own < b)
+            keep[np.flatnonzero(inside), own[inside] - a] = False
+            for q_code, _, g_code in p.groups:
+                qc = q_code[rows][:, None]
+                keep &= ~((g_code[a:b][None, :] == qc) & (qc >= 0))
+            order = np.argsort(np.where(keep, -sims, np.inf), axis=1, kind="stable")
+            n_keep = keep.sum(axis=1)
+            first = np.arange(b - a)[None, :] < n_keep[:, None]
+            parts.append((rows, n_keep, np.take_along_axis(sims, order, axis=1)[first], (order + a)[first]))
+    counts = np.zeros(n, dtype=np.int64)
+    for rows, n_keep, _, _ in parts:
+        counts[rows] = n_keep
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
-    return offsets, np.concatenate(vals), np.concatenate(cols)
+    vals = np.empty(offsets[-1], dtype=np.float32)
+    cols = np.empty(offsets[-1], dtype=np.int64)
+    for rows, n_keep, v, c in parts:
+        starts_in = np.repeat(np.cumsum(n_keep) - n_keep, n_keep)
+        dest = np.repeat(offsets[rows], n_keep) + np.arange(v.size) - starts_in
+        vals[dest], cols[dest] = v, c
+    return offsets, vals, cols
 
 
 class _Counter:
@@ -476,9 +491,9 @@ def _n_excluded(p: _Problem) -> np.ndarray:
     out = np.zeros(n, dtype=np.int64)
     union: dict[tuple, np.ndarray] = {}
     for i in range(n):
-        key = tuple(int(qc[i]) for qc, _ in p.groups)
+        key = tuple(int(qc[i]) for qc, _, _ in p.groups)
         if key not in union:
-            parts = [cols[c] for (_, cols), c in zip(p.groups, key) if c >= 0]
+            parts = [cols[c] for (_, cols, _), c in zip(p.groups, key) if c >= 0]
             union[key] = np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
         cols = union[key]
         s = p.self_col[i]
