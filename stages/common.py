@@ -56,8 +56,12 @@ def write_all(writers: Sequence[tuple[str | os.PathLike, Callable[[Path], None]]
                 why = f"{exc.strerror} (errno {exc.errno})" if exc.errno else f"the write was cut short ({exc})"
                 raise UserError(f"could not write {target}: {why}. Free disk space, raise the file-size limit "
                                 "(`ulimit -f`) or fix permissions, then re-run; no partial output was kept.") from None
-        for tmp, target in temps:
-            os.replace(tmp, target)
+        try:
+            for tmp, target in temps:
+                os.replace(tmp, target)
+        except OSError as exc:
+            raise UserError(f"could not rename the finished outputs into place ({exc}); delete "
+                            f"{', '.join(str(t) for _, t in temps)} and re-run.") from None
     finally:
         for tmp, _ in temps:
             if tmp.exists():

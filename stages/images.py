@@ -15,7 +15,7 @@ from PIL import Image, ImageOps
 
 #: Bump whenever :func:`decode` could return other pixels (draft rule, EXIF, mode conversion);
 #: every backbone fingerprint includes it, so cached embeddings are then recomputed.
-DECODE_VERSION = "2"  # 2: 16-bit and 32-bit integer images scaled to 8 bits, not clipped
+DECODE_VERSION = "2"  # 2: 16-bit images (modes I;16* and I) scaled to 8 bits, not clipped
 
 #: Exceptions Pillow raises for files that are not (complete) images.
 DECODE_ERRORS = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)

@@ -121,9 +121,15 @@ def rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=None, g
          backend: str = "numpy") -> Ranking:
     """Validate the inputs once and rank with the chosen backend (``numpy`` or ``faiss``)."""
     q, g = check_inputs(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids)
-    for qv, gv in exclude:
-        if len(qv) != q.shape[0] or len(gv) != g.shape[0]:
-            raise ValueError("each `exclude` pair must hold one value per query and one per gallery item.")
+    for pair in exclude:
+        try:
+            qv, gv = pair
+            ok = len(qv) == q.shape[0] and len(gv) == g.shape[0]
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError("each `exclude` entry must be a (query values, gallery values) pair with one value "
+                             "per query and one per gallery item.")
     complete = any(m not in _FIRST_ONLY for m in metrics)
     if backend == "faiss":
         from stages.ranking_faiss import rank_positives_faiss

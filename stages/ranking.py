@@ -23,8 +23,10 @@ How (FAISS-contrib style, flat numpy, blocked under a memory bound):
 * Leave-one-out (the gallery *is* the query set) multiplies only the blocks on
   and above the diagonal: each block serves its rows and, transposed, its columns.
 
-The counts are integers, so the result does not depend on block sizes, thread
-counts or BLAS kernels.
+The counts are integers, so the result does not depend on block sizes or thread
+counts. The one caveat is the similarity itself: two float64 products of different
+shapes may differ in the last float64 bit, which changes the float32 value only at
+a rounding boundary (about 2**-29 of values), so an exact tie may, that rarely, not be one.
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class Ranking:
 
     ``ranks[offsets[i]:offsets[i + 1]]`` are query ``i``'s positive ranks in
     ascending order (0-based, among the ``n_retrievable[i]`` items it may retrieve).
+    With ``complete=False`` only the first entry of each query (``first_rank``) is
+    filled; the others are 0.
     """
 
     n_positives: np.ndarray
@@ -373,7 +377,8 @@ def _block_shape(n: int, m: int, max_memory_mb: float, d: int, exact: bool) -> t
         budget *= 0.75
     pairs = max(_MIN_PAIRS, int(budget // (_EXACT_BYTES_PER_PAIR if exact else _BYTES_PER_PAIR)))
     cols = min(cols, pairs)
-    return max(1, min(n, pairs // cols)), cols
+    row_cap = max(1, int(budget / 8 // (12 * d)))  # the query rows' own float32 + float64 copies
+    return max(1, min(n, pairs // cols, row_cap)), cols
 
 
 def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
@@ -385,8 +390,9 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     Inputs must already be validated (:func:`stages.retrieval.check_inputs`).
     ``exclude`` holds (query values, gallery values) pairs: a gallery item sharing
     the query's value in any of them is not retrievable (missing values never match).
-    Memory: the scratch per block stays under ``max_memory_mb``; the per-query
-    positive lists (12 bytes per positive) come on top.
+    Memory: ``max_memory_mb`` first pays for the unit copies of both sets and the
+    positive lists and counters (52 bytes per positive); blocks get 85% of the rest,
+    and never less than a quarter of ``max_memory_mb``.
     """
     p = _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude)
     n, m = p.q.shape[0], p.gp.shape[0]
@@ -412,7 +418,8 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
                                               and np.array_equal(query_emb, gallery_emb))) \
         and np.array_equal(np.asarray(query_labels).astype(str), np.asarray(gallery_labels).astype(str)) \
         and (query_ids is None) == (gallery_ids is None) \
-        and (query_ids is None or list(query_ids) == list(gallery_ids))
+        and (query_ids is None or list(query_ids) == list(gallery_ids)) \
+        and all(np.array_equal(q_code[p.gindex], g_code) for q_code, _, g_code in p.groups)  # same exclusions
     buffers = _Buffers()
     with ThreadPoolExecutor(max_workers=2) as pool:
         if symmetric:
@@ -420,7 +427,6 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
         else:
             rows_per, cols_per = _block_shape(n, m, max_memory_mb, p.q.shape[1], complete)
             q_order = np.argsort(p.lo, kind="stable")  # neighbours share positives: better cache use
-            panel = None
             for c0 in range(0, m, cols_per):
                 c1 = min(c0 + cols_per, m)
                 panel = None  # free the previous float64 panel before making the next

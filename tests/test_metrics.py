@@ -148,6 +148,12 @@ def make_case(kind, seed, nq=17, ng=29, d=6):
         q_ids = g_ids = list(range(ng))
         cams = _camera(rng, ng)
         exclude = [(cams, cams)]
+    elif kind == "same_set_other_exclusions":  # same vectors, labels and ids, but the query-side exclusion
+        # values differ from the gallery side: not symmetric, so the symmetric path must not be taken
+        g = _grid(rng, ng)
+        q, ql = g, gl
+        q_ids = g_ids = list(range(ng))
+        exclude = [(_camera(rng, ng), _camera(rng, ng))]
     elif kind == "tiny_gallery":  # K far above the gallery size (M_q = 3 or 4)
         g, gl = g[:4], np.array([0, 1, 0, 2])
         ql = rng.integers(0, 3, nq)
@@ -167,7 +173,7 @@ def make_case(kind, seed, nq=17, ng=29, d=6):
 
 KINDS = ["gaussian", "duplicates", "grid", "leave_one_out", "leave_one_out_grid", "same_set_no_ids",
          "partial_overlap", "absent_labels", "string_labels", "exclude_camera", "exclude_two_pairs",
-         "leave_one_out_exclude", "tiny_gallery", "zero_rows", "near_ties"]
+         "leave_one_out_exclude", "same_set_other_exclusions", "tiny_gallery", "zero_rows", "near_ties"]
 SEEDS = range(3)
 
 
@@ -190,12 +196,15 @@ def make_big_case(kind, seed):
         cams = _camera(rng, 90)
         return dict(query_emb=g, gallery_emb=g, query_labels=gl, gallery_labels=gl, query_ids=list(range(90)),
                     gallery_ids=list(range(90)), exclude=[(cams, cams)])
+    if kind == "big_same_set_other_exclusions":  # same set and ids, different query/gallery exclusion values
+        return dict(query_emb=g, gallery_emb=g, query_labels=gl, gallery_labels=gl, query_ids=list(range(90)),
+                    gallery_ids=list(range(90)), exclude=[(_camera(rng, 90), _camera(rng, 90))])
     assert kind == "big_same_set_no_ids"  # symmetric path, self retrievable
     return dict(query_emb=g, gallery_emb=g.copy(), query_labels=gl, gallery_labels=list(gl), query_ids=None,
                 gallery_ids=None, exclude=())
 
 
-BIG_KINDS = ["big_query_gallery", "big_leave_one_out", "big_same_set_no_ids"]
+BIG_KINDS = ["big_query_gallery", "big_leave_one_out", "big_same_set_no_ids", "big_same_set_other_exclusions"]
 
 
 def _oracle(case, ks=KS):
@@ -596,8 +605,9 @@ INF_ROWS[1, 0] = -np.inf
     (_kwargs(ks=[]), "positive integers"),  # empty
     (_kwargs(query_ids=["a", "b"], gallery_ids=["a", "a", "c"]), "`gallery_ids` must be unique"),
     (_kwargs(query_labels=[0]), "query_labels` must have one entry per row"),  # 1 label for 2 rows
-    (_kwargs(exclude=[(["c"], ["c", "c", "d"])]), "each `exclude` pair must hold one value per query"),
-    (_kwargs(exclude=[(["c", "d"], ["c", "d"])]), "each `exclude` pair must hold one value per query"),
+    (_kwargs(exclude=[(["c"], ["c", "c", "d"])]), r"each `exclude` entry must be a \(query values"),
+    (_kwargs(exclude=[(["c", "d"], ["c", "d"])]), r"each `exclude` entry must be a \(query values"),
+    (_kwargs(exclude=[["c", "d"]]), r"each `exclude` entry must be a \(query values"),  # not a pair
 ])
 def test_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
