@@ -398,10 +398,10 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     n, m = p.q.shape[0], p.gp.shape[0]
     pos_off, pos_val, pos_col = _positives(p, max_memory_mb)
     n_pos = np.diff(pos_off)
-    top_tie = np.zeros(n, dtype=np.int64)  # positives tied with the best one (exactly), minus one
-    for i in np.flatnonzero(n_pos > 1):
-        v = pos_val[pos_off[i]:pos_off[i + 1]]
-        top_tie[i] = np.count_nonzero(v == v[0]) - 1
+    # positives tied exactly with each query's best one, minus one (values are sorted, so ties are a prefix)
+    best = pos_val[np.minimum(pos_off[:-1], pos_val.size - 1)] if pos_val.size else np.zeros(n, np.float32)
+    tied = pos_val == np.repeat(best, n_pos)
+    top_tie = np.maximum(np.bincount(np.repeat(np.arange(n), n_pos)[tied], minlength=n) - 1, 0)
     if complete:
         t_off, pick = pos_off, np.arange(pos_val.size)
     else:  # the first positive, and the last one tied with it (first under the opposite tie rule)
