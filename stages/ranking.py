@@ -372,9 +372,9 @@ def _block_shape(n: int, m: int, max_memory_mb: float, d: int, exact: bool) -> t
     budget) and 16 bytes per cell (float64 product, float32 block, its sorted copy); fast ones 8 per cell."""
     budget = max_memory_mb * 2**20
     cols = m
-    if exact:
+    if exact:  # a quarter for the float64 gallery panel, a sixth for BLAS's own float64 work buffers
         cols = max(1, min(m, int(budget / 4 // (8 * d))))
-        budget *= 0.75
+        budget *= 0.6
     pairs = max(_MIN_PAIRS, int(budget // (_EXACT_BYTES_PER_PAIR if exact else _BYTES_PER_PAIR)))
     cols = min(cols, pairs)
     row_cap = max(1, int(budget / 8 // (12 * d)))  # the query rows' own float32 + float64 copies
@@ -391,7 +391,7 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     ``exclude`` holds (query values, gallery values) pairs: a gallery item sharing
     the query's value in any of them is not retrievable (missing values never match).
     Memory: ``max_memory_mb`` first pays for the unit copies of both sets and the
-    positive lists and counters (52 bytes per positive); blocks get 85% of the rest,
+    positive lists and counters (52 bytes per positive); blocks get 80% of the rest,
     and never less than a quarter of ``max_memory_mb``.
     """
     p = _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude)
@@ -413,7 +413,7 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     counter = _Counter(p, t_off, pos_val[pick], pos_col[pick])
     # the budget covers everything this call holds: unit copies, positive lists, counters, then the blocks
     held = p.q.nbytes + p.gp.nbytes + pos_val.nbytes + pos_col.nbytes + 5 * 8 * counter.val.size
-    max_memory_mb = max(max_memory_mb / 4, 0.85 * (max_memory_mb - held / 2**20))  # 15%: BLAS, temporaries
+    max_memory_mb = max(max_memory_mb / 4, 0.8 * (max_memory_mb - held / 2**20))  # 20%: BLAS, temporaries
     symmetric = (query_emb is gallery_emb or (np.shape(query_emb) == np.shape(gallery_emb)
                                               and np.array_equal(query_emb, gallery_emb))) \
         and np.array_equal(np.asarray(query_labels).astype(str), np.asarray(gallery_labels).astype(str)) \
