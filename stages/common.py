@@ -15,7 +15,7 @@ import sqlite3
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import pandas as pd
 

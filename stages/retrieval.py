@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import numpy as np
 

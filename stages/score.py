@@ -25,7 +25,7 @@ from stages import report
 from stages.api import encode_all, evaluate, format_report
 from stages.common import (UserError, did_you_mean, parse_stage_args, read_input_csv, remove_outputs, run_stage,
                            write_all)
-from stages.metrics import (check_metrics, first_positive_ranks, metric_keys, rank, recall_at_k, retrieval_metrics,
+from stages.metrics import (first_positive_ranks, metric_keys, rank, recall_at_k, retrieval_metrics,
                             retrieval_summary, summarize)
 from stages.params import load_section
 
