@@ -114,16 +114,16 @@ class _Problem:
     groups: list[tuple[np.ndarray, list[np.ndarray], np.ndarray]]  # query codes, columns per code, column codes
     tol: float
 
-    def excluded(self, i: int, c0: int, c1: int) -> list[np.ndarray]:
-        """Sorted columns in [c0, c1) that query i may not retrieve, shifted by -c0."""
-        out = []
-        s = self.self_col[i]
-        if c0 <= s < c1:
-            out.append(np.array([s - c0]))
-        for q_code, cols, _ in self.groups:
-            if q_code[i] >= 0:
-                arr = cols[q_code[i]]
-                out.append(arr[np.searchsorted(arr, c0):np.searchsorted(arr, c1)] - c0)
+    def excluded(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
+        """Boolean (len(rows), c1 - c0): the cells of columns [c0, c1) each query may not retrieve
+        (its own image, and items sharing a value of an exclusion column)."""
+        out = np.zeros((len(rows), c1 - c0), dtype=bool)
+        own = self.self_col[rows]
+        inside = (own >= c0) & (own < c1)
+        out[np.flatnonzero(inside), own[inside] - c0] = True
+        for q_code, _, g_code in self.groups:
+            qc = q_code[rows][:, None]
+            out |= (g_code[c0:c1][None, :] == qc) & (qc >= 0)
         return out
 
     def mask(self, block: np.ndarray, rows: np.ndarray, c0: int, c1: int) -> None:
@@ -132,8 +132,7 @@ class _Problem:
             a, b = max(self.lo[i], c0), min(self.hi[i], c1)
             if a < b:
                 block[k, a - c0:b - c0] = -np.inf
-            for cols in self.excluded(i, c0, c1):
-                block[k, cols] = -np.inf
+        block[self.excluded(rows, c0, c1)] = -np.inf
 
 
 def _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude):
@@ -186,13 +185,7 @@ def _positives(p: _Problem, max_memory_mb: float):
         for c in range(0, queries.size, step):
             rows = queries[c:c + step]
             sims = (p.q[rows].astype(np.float64) @ g64.T).astype(np.float32)
-            keep = np.ones(sims.shape, dtype=bool)
-            own = p.self_col[rows]
-            inside = (own >= a) & (own < b)
-            keep[np.flatnonzero(inside), own[inside] - a] = False
-            for q_code, _, g_code in p.groups:
-                qc = q_code[rows][:, None]
-                keep &= ~((g_code[a:b][None, :] == qc) & (qc >= 0))
+            keep = ~p.excluded(rows, a, b)
             order = np.argsort(np.where(keep, -sims, np.inf), axis=1, kind="stable")
             n_keep = keep.sum(axis=1)
             first = np.arange(b - a)[None, :] < n_keep[:, None]

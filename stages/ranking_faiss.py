@@ -51,10 +51,7 @@ def rank_positives_faiss(query_emb: np.ndarray, gallery_emb: np.ndarray, query_l
 def _query_ranks(p, i: int, scores: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, int, int]:
     """Ranks of query ``i``'s positives from FAISS's order, runs of near-equal scores re-sorted exactly."""
     m = p.gp.shape[0]
-    out = np.zeros(m, dtype=bool)
-    for ex in p.excluded(i, 0, m):
-        out[ex] = True
-    keep = ~out[cols]
+    keep = ~p.excluded(np.array([i]), 0, m)[0][cols]
     cols, scores = cols[keep], scores[keep]
     positive = (cols >= p.lo[i]) & (cols < p.hi[i])
     run = np.concatenate([[0], np.cumsum(scores[:-1] - scores[1:] > p.tol)])  # runs of undecided order
