@@ -46,9 +46,10 @@ def test_sigkill_during_score_leaves_nothing_and_repro_is_byte_identical(tmp_pat
     (repo / "slow.yaml").write_text(yaml.safe_dump(slow))
     proc = subprocess.Popen([sys.executable, "-m", "stages.score", "--params", "slow.yaml"], cwd=repo,
                             env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:  # the stage removes its stale outputs first: once they are gone it is scoring; kill it then
+    try:  # the stage removes its stale outputs first: once all are gone it is scoring; kill it then
         deadline = time.monotonic() + 60
-        while (repo / SCORE_OUTS[0]).exists() and proc.poll() is None and time.monotonic() < deadline:
+        while (any((repo / rel).exists() for rel in SCORE_OUTS) and proc.poll() is None
+               and time.monotonic() < deadline):
             time.sleep(0.01)
         assert proc.poll() is None, "score finished before it could be killed"
         os.kill(proc.pid, signal.SIGKILL)
