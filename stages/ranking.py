@@ -17,7 +17,7 @@ How (FAISS-contrib style, flat numpy, blocked under a memory bound):
   (a compare pass); every metric that needs all positives sorts the rows (two
   threads) and reads every threshold's count with a binary search.
 * A float32 score differs from the exact one by at most ``tol`` (Higham's
-  gamma_d bound), so only cells within ``2 tol`` of a threshold are undecided;
+  gamma_d bound), so only cells within ``tol`` of a threshold are undecided;
   those rows are recomputed and the undecided cells re-decided exactly, including
   exact ties, which are counted by gallery index on both sides (tie sensitivity).
 * Leave-one-out (the gallery *is* the query set) multiplies only the blocks on
@@ -48,6 +48,10 @@ _EXACT_BYTES_PER_PAIR = 16
 _SYM_BYTES_PER_PAIR = 16
 #: Undecided pairs re-scored at a time (float64 scratch of 2 x 1024 x d x 8 bytes, 8 MiB at d = 512).
 _EXACT_CHUNK = 1024
+#: Cells compared at a time (a 1 MiB boolean scratch that stays in the cache).
+_CHUNK_CELLS = 2**20
+#: Largest fast block (64 MiB of float32): bigger blocks do not make the product faster, only the footprint larger.
+_MAX_PAIRS = 2**24
 #: Smallest block, whatever the budget (48 KiB of scratch): below it Python overhead dominates.
 _MIN_PAIRS = 4096
 
@@ -112,19 +116,23 @@ class _Problem:
     hi: np.ndarray
     self_col: np.ndarray     # (n,) sorted column of the query's own image or -1
     groups: list[tuple[np.ndarray, list[np.ndarray], np.ndarray]]  # query codes, columns per code, column codes
-    tol: float
+    tol: float               # |fast float32 product - exact similarity| <= tol
 
     def excluded(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
         """Boolean (len(rows), c1 - c0): the cells of columns [c0, c1) each query may not retrieve
         (its own image, and items sharing a value of an exclusion column)."""
         out = np.zeros((len(rows), c1 - c0), dtype=bool)
-        own = self.self_col[rows]
-        inside = (own >= c0) & (own < c1)
-        out[np.flatnonzero(inside), own[inside] - c0] = True
+        out[self._own(rows, c0, c1)] = True
         for q_code, _, g_code in self.groups:
             qc = q_code[rows][:, None]
             out |= (g_code[c0:c1][None, :] == qc) & (qc >= 0)
         return out
+
+    def _own(self, rows: np.ndarray, c0: int, c1: int) -> tuple[np.ndarray, np.ndarray]:
+        """(row, column) cells of each query's own image among columns [c0, c1)."""
+        own = self.self_col[rows]
+        inside = (own >= c0) & (own < c1)
+        return np.flatnonzero(inside), own[inside] - c0
 
     def mask(self, block: np.ndarray, rows: np.ndarray, c0: int, c1: int) -> None:
         """Set the positive and excluded cells of ``block`` (rows x [c0, c1)) to -inf."""
@@ -132,7 +140,10 @@ class _Problem:
             a, b = max(self.lo[i], c0), min(self.hi[i], c1)
             if a < b:
                 block[k, a - c0:b - c0] = -np.inf
-        block[self.excluded(rows, c0, c1)] = -np.inf
+        if self.groups:
+            block[self.excluded(rows, c0, c1)] = -np.inf
+        else:  # only the own images: no block-sized boolean mask
+            block[self._own(rows, c0, c1)] = -np.inf
 
 
 def _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude):
@@ -159,7 +170,7 @@ def _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, ga
         bounds = np.searchsorted(gcs[by_code], np.arange(int(max(qc.max(initial=-1), gc.max(initial=-1))) + 2))
         cols = [np.sort(by_code[bounds[c]:bounds[c + 1]]) for c in range(len(bounds) - 1)]
         groups.append((qc, cols, gcs))
-    problem = _Problem(q, gp, order, lo, hi, self_col, groups, 2 * float32_dot_error_bound(q.shape[1]))
+    problem = _Problem(q, gp, order, lo, hi, self_col, groups, float32_dot_error_bound(q.shape[1]))
     return problem
 
 
@@ -274,43 +285,41 @@ class _Counter:
             use = n_thr > slot
             t = first[use] + slot
             own = p.gindex[self.col[t]]
-            np.add.at(self.gt, t, (other[use] > mine[use]).astype(np.int64))
-            np.add.at(self.eq_lt, t, (tied[use] & (index[use] < own)).astype(np.int64))
-            np.add.at(self.eq_gt, t, (tied[use] & (index[use] > own)).astype(np.int64))
+            for counts, hit in ((self.gt, other[use] > mine[use]), (self.eq_lt, tied[use] & (index[use] < own)),
+                                (self.eq_gt, tied[use] & (index[use] > own))):
+                where, times = np.unique(t[hit], return_counts=True)
+                counts[where] += times  # only these entries: the other thread updates other queries
 
 
 def _above_and_undecided(sims: np.ndarray, lo: np.ndarray, hi: np.ndarray, axis: int = 1):
-    """Per row (``axis=1``; per column with ``axis=0``): cells surely above ``hi``, and the
-    (row, col) cells in [lo, hi] (undecided), as (line, other index) pairs.
+    """Per row (``axis=1``; per column with ``axis=0``): the number of cells surely above
+    ``hi``, and the (row, col) cells in [lo, hi] (undecided), as (line, other index) pairs.
 
-    One compare pass finds the cells at or above ``lo``; for lines where they are few
-    (a good embedding puts the best positive near the top) their values are read
-    directly, else (lines whose best positive ranks deep) the line is compared twice more.
+    In chunks of rows whose boolean scratch stays in the cache: one compare for the
+    cells above ``hi`` (counted as bytes), one for those at or above ``lo``; the
+    window is their difference, which is narrow, so its index lists stay short.
     """
-    sims = np.ascontiguousarray(sims)
-    line = (slice(None), None) if axis == 1 else (None, slice(None))
-    reach_mask = sims >= lo[line]
-    reach = np.count_nonzero(reach_mask, axis=axis)
-    heavy = np.flatnonzero(reach > max(64, sims.shape[axis] // 8))  # their cells: at most 2 B per block cell
-    if axis == 1:
-        reach_mask[heavy] = False
-    else:
-        reach_mask[:, heavy] = False
-    flat = np.flatnonzero(reach_mask)  # much faster than a 2-D np.nonzero
-    del reach_mask
-    rr, cc = np.divmod(flat, sims.shape[1])
-    values = sims.ravel()[flat]
-    if axis == 0:
-        rr, cc = cc, rr
-    surely = values > hi[rr]
-    above = np.bincount(rr[surely], minlength=lo.size)
-    wk, wc = [rr[~surely]], [cc[~surely]]
-    for k in heavy:
-        row = sims[k] if axis == 1 else sims[:, k]
-        above[k] = np.count_nonzero(row > hi[k])
-        cols = np.flatnonzero((row >= lo[k]) & (row <= hi[k]))
-        wk.append(np.full(cols.size, k, dtype=np.int64))
-        wc.append(cols)
+    n_lines, width = sims.shape[0 if axis == 1 else 1], sims.shape[1]
+    step = max(1, _CHUNK_CELLS // max(1, width))
+    over = np.empty((min(step, sims.shape[0]), width), dtype=bool)
+    window = np.empty_like(over)
+    above = np.zeros(n_lines, dtype=np.int64)
+    wk, wc = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    for k0 in range(0, sims.shape[0], step):
+        chunk = sims[k0:k0 + step]
+        h = chunk.shape[0]
+        low, high = (lo[k0:k0 + h, None], hi[k0:k0 + h, None]) if axis == 1 else (lo[None, :], hi[None, :])
+        o = np.greater(chunk, high, out=over[:h])
+        counts = o.view(np.uint8).sum(axis=axis, dtype=np.int64)
+        if axis == 1:
+            above[k0:k0 + h] += counts
+        else:
+            above += counts
+        w = np.greater_equal(chunk, low, out=window[:h])
+        np.logical_xor(w, o, out=w)  # at or above lo, not above hi
+        r, c = np.divmod(np.flatnonzero(w), width)
+        wk.append(r + k0 if axis == 1 else c)
+        wc.append(c if axis == 1 else r + k0)
     return above, np.concatenate(wk), np.concatenate(wc)
 
 
@@ -368,7 +377,7 @@ def _block_shape(n: int, m: int, max_memory_mb: float, d: int, exact: bool) -> t
     if exact:  # a quarter for the float64 gallery panel, a sixth for BLAS's own float64 work buffers
         cols = max(1, min(m, int(budget / 4 // (8 * d))))
         budget *= 0.6
-    pairs = max(_MIN_PAIRS, int(budget // (_EXACT_BYTES_PER_PAIR if exact else _BYTES_PER_PAIR)))
+    pairs = max(_MIN_PAIRS, min(_MAX_PAIRS, int(budget // (_EXACT_BYTES_PER_PAIR if exact else _BYTES_PER_PAIR))))
     cols = min(cols, pairs)
     row_cap = max(1, int(budget / 8 // (12 * d)))  # the query rows' own float32 + float64 copies
     return max(1, min(n, pairs // cols, row_cap)), cols
@@ -448,7 +457,7 @@ def _symmetric_blocks(p: _Problem, counter: _Counter, max_memory_mb: float, sort
     """Leave-one-out: blocks on and above the diagonal, each used for its rows and (transposed) its columns."""
     m, d = p.gp.shape
     per_pair = _SYM_BYTES_PER_PAIR + (_EXACT_BYTES_PER_PAIR if sort else 0)
-    side = math.isqrt(max(_MIN_PAIRS, int(max_memory_mb * 2**20 // per_pair)))
+    side = math.isqrt(max(_MIN_PAIRS, min(_MAX_PAIRS, int(max_memory_mb * 2**20 // per_pair))))
     if sort:  # two float64 panels of side x d as well
         side = min(side, max(1, int(max_memory_mb * 2**20 / 4 // (16 * d))))
     side = max(1, min(m, side))

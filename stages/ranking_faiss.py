@@ -54,7 +54,7 @@ def _query_ranks(p, i: int, scores: np.ndarray, cols: np.ndarray) -> tuple[np.nd
     keep = ~p.excluded(np.array([i]), 0, m)[0][cols]
     cols, scores = cols[keep], scores[keep]
     positive = (cols >= p.lo[i]) & (cols < p.hi[i])
-    run = np.concatenate([[0], np.cumsum(scores[:-1] - scores[1:] > p.tol)])  # runs of undecided order
+    run = np.concatenate([[0], np.cumsum(scores[:-1] - scores[1:] > 2 * p.tol)])  # each score is off by <= tol
     exact = np.full(cols.size, np.nan, dtype=np.float32)
     q64 = p.q[i].astype(np.float64)
     for r in np.unique(run[positive]):

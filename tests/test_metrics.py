@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from stages.metrics import (METRICS, metric_keys, per_query, rank, retrieval_metrics, retrieval_summary)
+from stages import ranking
 from stages.retrieval import cosine_block, l2_normalize
 
 KS = (1, 2, 3, 5, 10, 40)
@@ -304,6 +305,17 @@ def test_memory_bound_never_changes_a_number(kind, memory):
     for names in (METRICS, ["recall"]):  # complete ranking and first-positive path
         _assert_same_ranking(_rank(case, names, max_memory_mb=memory), _rank(case, names))
     assert _summary(case, max_memory_mb=memory) == _summary(case)
+
+
+@pytest.mark.parametrize("chunk_cells", [1, 7, 64])  # one row per compare chunk; a few rows; a whole block
+@pytest.mark.parametrize("kind", BIG_KINDS + ["near_ties", "duplicates"])
+def test_compare_chunk_size_never_changes_a_number(kind, chunk_cells, monkeypatch):
+    # The fast path compares each block in cache-sized chunks of rows: chunk boundaries, in rows
+    # (query x gallery) and in the mirror's columns (leave-one-out), must not change a count.
+    case = make_big_case(kind, 2) if kind in BIG_KINDS else make_case(kind, 2)
+    expected = _rank(case, ["recall"], max_memory_mb=0.02)
+    monkeypatch.setattr(ranking, "_CHUNK_CELLS", chunk_cells)
+    _assert_same_ranking(_rank(case, ["recall"], max_memory_mb=0.02), expected)
 
 
 @pytest.mark.parametrize("kind, memory", [("leave_one_out_grid", 1e-6), ("leave_one_out_exclude", 1e-6),
