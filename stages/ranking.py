@@ -46,10 +46,10 @@ _BYTES_PER_PAIR = 8
 _EXACT_BYTES_PER_PAIR = 16
 #: Leave-one-out keeps a block and its transpose.
 _SYM_BYTES_PER_PAIR = 16
-#: Undecided pairs re-scored at a time (float64 scratch of 2 x 1024 x d x 8 bytes, 8 MiB at d = 512).
-_EXACT_CHUNK = 1024
+#: Undecided pairs re-scored at a time (float64 scratch of 2 x 256 x d x 8 bytes, 2 MiB at d = 512).
+_EXACT_CHUNK = 256
 #: Cells compared at a time (a 1 MiB boolean scratch that stays in the cache).
-_CHUNK_CELLS = 2**20
+_CHUNK_CELLS = 2**19
 #: Largest fast block (64 MiB of float32): bigger blocks do not make the product faster, only the footprint larger.
 _MAX_PAIRS = 2**24
 #: Smallest block, whatever the budget (48 KiB of scratch): below it Python overhead dominates.
@@ -136,10 +136,11 @@ class _Problem:
 
     def mask(self, block: np.ndarray, rows: np.ndarray, c0: int, c1: int) -> None:
         """Set the positive and excluded cells of ``block`` (rows x [c0, c1)) to -inf."""
-        for k, i in enumerate(rows):
-            a, b = max(self.lo[i], c0), min(self.hi[i], c1)
-            if a < b:
-                block[k, a - c0:b - c0] = -np.inf
+        lo, hi = np.maximum(self.lo[rows], c0) - c0, np.minimum(self.hi[rows], c1) - c0
+        starts = np.flatnonzero(np.r_[True, (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])]) if rows.size else []
+        for k0, k1 in zip(starts, np.r_[starts[1:], rows.size]):  # runs of rows of one label (rows come sorted)
+            if lo[k0] < hi[k0]:
+                block[k0:k1, lo[k0]:hi[k0]] = -np.inf
         if self.groups:
             block[self.excluded(rows, c0, c1)] = -np.inf
         else:  # only the own images: no block-sized boolean mask
@@ -226,34 +227,21 @@ class _Counter:
         self.gt = np.zeros(t_val.size, dtype=np.int64)
         self.eq_lt = np.zeros(t_val.size, dtype=np.int64)
         self.eq_gt = np.zeros(t_val.size, dtype=np.int64)
+        self.first_exact: np.ndarray | None = None  # made on first use (fast path only)
 
-    def block(self, sims: np.ndarray, rows: np.ndarray, c0: int, c1: int, sort: bool,
-              axis: int = 1, masked: bool = False) -> None:
+    def block(self, sims: np.ndarray, rows: np.ndarray, c0: int, c1: int, sort: bool) -> None:
         """Count block ``sims`` (rows x gallery columns [c0, c1)), masking it in place.
 
         Without ``sort`` (first positive only), ``sims`` is the fast float32 product and
         cells within the error window of the threshold are re-decided exactly; with
         ``sort`` (every positive), ``sims`` is exact (float64 product rounded to float32).
-        ``axis=0`` (leave-one-out, fast path): ``rows`` are the *columns* of ``sims`` (the
-        mirror block, read in place, never transposed). ``masked``: the caller masked it.
         """
-        if not masked:
-            self.p.mask(sims, rows, c0, c1)
+        self.p.mask(sims, rows, c0, c1)
         off = self.off
-        if not sort:  # one threshold value per row (the first positive's; its tie twin has the same value)
-            has = off[rows + 1] > off[rows]
-            if not has.any():
-                return
-            first = np.where(has, off[rows], 0)
-            hi = np.where(has, self.hi[first], np.inf).astype(np.float32)
-            lo = np.where(has, self.lo[first], np.inf).astype(np.float32)
-            above, wk, wc = _above_and_undecided(sims, lo, hi, axis=axis)
-            n_thr = off[rows + 1] - off[rows]
-            for slot in (0, 1):  # the first positive, and its tie twin (same value, larger index)
-                use = n_thr > slot
-                self.gt[off[rows[use]] + slot] += above[use]
-            if wk.size:
-                self._decide(rows[wk], wc + c0, n_thr[wk])
+        if not sort:
+            n_thr, lo, hi = self.first_window(rows)
+            if n_thr.any():
+                self.add_first(rows, n_thr, *_above_and_undecided(sims, rows=(lo, hi))[0], c0)
             return
         # complete: ``sims`` holds the exact similarities, so each threshold is one binary search
         ordered = np.sort(sims, axis=1)
@@ -270,6 +258,25 @@ class _Counter:
                 self.eq_lt[a + u] += np.count_nonzero(index < own)
                 self.eq_gt[a + u] += np.count_nonzero(index > own)
 
+    def first_window(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per query: its number of thresholds, and the float32 window [lo, hi] around its first
+        one (the first positive's; its tie twin has the same value); [inf, inf] when it has none."""
+        n_thr = self.off[queries + 1] - self.off[queries]
+        first = self.off[queries[n_thr > 0]]
+        lo, hi = np.full(queries.size, np.inf, dtype=np.float32), np.full(queries.size, np.inf, dtype=np.float32)
+        lo[n_thr > 0], hi[n_thr > 0] = self.lo[first], self.hi[first]
+        return n_thr, lo, hi
+
+    def add_first(self, queries: np.ndarray, n_thr: np.ndarray, above: np.ndarray, wk: np.ndarray,
+                  wc: np.ndarray, c0: int) -> None:
+        """Add one block's counts of ``queries``: ``above`` cells surely above the first threshold, and
+        the undecided cells (query ``wk``, column ``wc + c0``), re-decided exactly."""
+        for slot in (0, 1):  # the first positive, and its tie twin (same value, larger index)
+            use = n_thr > slot
+            self.gt[self.off[queries[use]] + slot] += above[use]
+        if wk.size:
+            self._decide(queries[wk], wc + c0, n_thr[wk])
+
     def _decide(self, queries: np.ndarray, cols: np.ndarray, n_thr: np.ndarray) -> None:
         """Re-decide undecided (query, column) cells against the query's first threshold(s), exactly.
 
@@ -277,58 +284,68 @@ class _Counter:
         so exact ties are seen as ties; they are counted by gallery index on both sides.
         """
         p, first = self.p, self.off[queries]
-        unique, where = np.unique(queries, return_inverse=True)
-        mine = _exact_pairs(p.q, p.gp, unique, self.col[self.off[unique]])[where]
+        if self.first_exact is None:  # each query's first threshold, by the same kernel as the cells
+            has = np.flatnonzero(self.off[1:] > self.off[:-1])
+            made = np.zeros(self.off.size - 1, dtype=np.float32)
+            made[has] = _exact_pairs(p.q, p.gp, has, self.col[self.off[has]])
+            self.first_exact = made  # complete before it is shared (both threads may make it; same values)
+        mine = self.first_exact[queries]
         other = _exact_pairs(p.q, p.gp, queries, cols)
         index, tied = p.gindex[cols], other == mine
         for slot in (0, 1):
             use = n_thr > slot
             t = first[use] + slot
             own = p.gindex[self.col[t]]
-            for counts, hit in ((self.gt, other[use] > mine[use]), (self.eq_lt, tied[use] & (index[use] < own)),
-                                (self.eq_gt, tied[use] & (index[use] > own))):
-                where, times = np.unique(t[hit], return_counts=True)
-                counts[where] += times  # only these entries: the other thread updates other queries
+            # np.add.at touches only these entries: the other thread updates other queries
+            np.add.at(self.gt, t, other[use] > mine[use])
+            np.add.at(self.eq_lt, t, tied[use] & (index[use] < own))
+            np.add.at(self.eq_gt, t, tied[use] & (index[use] > own))
 
 
-def _above_and_undecided(sims: np.ndarray, lo: np.ndarray, hi: np.ndarray, axis: int = 1):
-    """Per row (``axis=1``; per column with ``axis=0``): the number of cells surely above
-    ``hi``, and the (row, col) cells in [lo, hi] (undecided), as (line, other index) pairs.
+def _above_and_undecided(sims: np.ndarray, rows: tuple | None = None, cols: tuple | None = None) -> list:
+    """For each row (``rows=(lo, hi)``, one entry per row) and/or each column (``cols=(lo, hi)``):
+    the number of cells surely above ``hi``, and the undecided cells (in [lo, hi]) as
+    (line, other index) pairs. Returns one (above, lines, others) triple per given side.
 
-    In chunks of rows whose boolean scratch stays in the cache: one compare for the
-    cells above ``hi`` (counted as bytes), one for those at or above ``lo``; the
-    window is their difference, which is narrow, so its index lists stay short.
+    In chunks of rows that stay in the cache, read once for both sides: one compare
+    for the cells above ``hi`` (counted as bytes), one for those at or above ``lo``;
+    the window is their difference, which is narrow, so the index lists stay short.
     """
-    n_lines, width = sims.shape[0 if axis == 1 else 1], sims.shape[1]
+    width = sims.shape[1]
+    sides = [(axis, lo, hi) for axis, side in ((1, rows), (0, cols)) if side is not None for lo, hi in [side]]
     step = max(1, _CHUNK_CELLS // max(1, width))
     over = np.empty((min(step, sims.shape[0]), width), dtype=bool)
     window = np.empty_like(over)
-    above = np.zeros(n_lines, dtype=np.int64)
-    wk, wc = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    out = [(np.zeros(lo.size, dtype=np.int64), [np.empty(0, np.int64)], [np.empty(0, np.int64)])
+           for _, lo, _ in sides]
     for k0 in range(0, sims.shape[0], step):
         chunk = sims[k0:k0 + step]
         h = chunk.shape[0]
-        low, high = (lo[k0:k0 + h, None], hi[k0:k0 + h, None]) if axis == 1 else (lo[None, :], hi[None, :])
-        o = np.greater(chunk, high, out=over[:h])
-        counts = o.view(np.uint8).sum(axis=axis, dtype=np.int64)
-        if axis == 1:
-            above[k0:k0 + h] += counts
-        else:
-            above += counts
-        w = np.greater_equal(chunk, low, out=window[:h])
-        np.logical_xor(w, o, out=w)  # at or above lo, not above hi
-        r, c = np.divmod(np.flatnonzero(w), width)
-        wk.append(r + k0 if axis == 1 else c)
-        wc.append(c if axis == 1 else r + k0)
-    return above, np.concatenate(wk), np.concatenate(wc)
+        for (axis, lo, hi), (above, wk, wc) in zip(sides, out):
+            low, high = (lo[k0:k0 + h, None], hi[k0:k0 + h, None]) if axis == 1 else (lo, hi)
+            o = np.greater(chunk, high, out=over[:h])
+            counts = o.view(np.uint8).sum(axis=axis, dtype=np.int64)
+            if axis == 1:
+                above[k0:k0 + h] += counts
+            else:
+                above += counts
+            w = np.greater_equal(chunk, low, out=window[:h])
+            np.logical_xor(w, o, out=w)  # at or above lo, not above hi
+            r, c = np.divmod(np.flatnonzero(w), width)
+            wk.append(r + k0 if axis == 1 else c)
+            wc.append(c if axis == 1 else r + k0)
+    return [(above, np.concatenate(wk), np.concatenate(wc)) for above, wk, wc in out]
 
 
 def _exact_pairs(q: np.ndarray, g: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """Exact similarities of the (row, col) pairs: float64 sums of float32 products, rounded to float32."""
     out = np.empty(rows.size, dtype=np.float32)
-    for s in range(0, rows.size, _EXACT_CHUNK):
+    a, b = np.empty((min(rows.size, _EXACT_CHUNK), q.shape[1])), np.empty((min(rows.size, _EXACT_CHUNK), q.shape[1]))
+    for s in range(0, rows.size, _EXACT_CHUNK):  # small reused float64 buffers: cache-resident, no fresh pages
         r, c = rows[s:s + _EXACT_CHUNK], cols[s:s + _EXACT_CHUNK]
-        out[s:s + _EXACT_CHUNK] = np.einsum("ij,ij->i", q[r].astype(np.float64), g[c].astype(np.float64))
+        np.copyto(a[:r.size], q[r])
+        np.copyto(b[:r.size], g[c])
+        out[s:s + r.size] = np.einsum("ij,ij->i", a[:r.size], b[:r.size])
     return out
 
 
@@ -475,12 +492,28 @@ def _symmetric_blocks(p: _Problem, counter: _Counter, max_memory_mb: float, sort
                 _run(pool, counter, [(sims, q_rows[r0:r1], c0, c1),
                                      (np.ascontiguousarray(sims.T), q_rows[c0:c1], r0, r1)], sort)
             else:  # mask once (positives and exclusions are symmetric: the mirror's cells are the same),
-                # then count rows and columns of the same block side by side
+                # then count rows and columns in one read of the block, each core taking half its rows
                 p.mask(sims, q_rows[r0:r1], c0, c1)
-                futures = [pool.submit(counter.block, sims, q_rows[r0:r1], c0, c1, sort, 1, True),
-                           pool.submit(counter.block, sims, q_rows[c0:c1], r0, r1, sort, 0, True)]
-                for f in futures:
-                    f.result()
+                _mirror_pass(pool, counter, sims, q_rows[r0:r1], q_rows[c0:c1], r0, c0)
+
+
+def _mirror_pass(pool: ThreadPoolExecutor, counter: _Counter, sims: np.ndarray, row_q: np.ndarray,
+                 col_q: np.ndarray, r0: int, c0: int) -> None:
+    """Fast path of an off-diagonal leave-one-out block (masked): count it for its rows (queries
+    ``row_q``, gallery columns from ``c0``) and its columns (queries ``col_q``, from ``r0``)."""
+    n_r, lo_r, hi_r = counter.first_window(row_q)
+    n_c, lo_c, hi_c = counter.first_window(col_q)
+    half = (sims.shape[0] + 1) // 2
+    halves = [pool.submit(_above_and_undecided, sims[a:b], rows=(lo_r[a:b], hi_r[a:b]), cols=(lo_c, hi_c))
+              for a, b in ((0, half), (half, sims.shape[0]))]
+    (top_r, top_c), (bottom_r, bottom_c) = (f.result() for f in halves)
+    rows = (np.concatenate([top_r[0], bottom_r[0]]), np.concatenate([top_r[1], bottom_r[1] + half]),
+            np.concatenate([top_r[2], bottom_r[2]]))
+    cols = (top_c[0] + bottom_c[0], np.concatenate([top_c[1], bottom_c[1]]),
+            np.concatenate([top_c[2], bottom_c[2] + half]))
+    # the two query sets are disjoint (off the diagonal), so the two updates never touch the same entries
+    for f in [pool.submit(counter.add_first, row_q, n_r, *rows, c0), pool.submit(counter.add_first, col_q, n_c, *cols, r0)]:
+        f.result()
 
 
 def _run(pool: ThreadPoolExecutor, counter: _Counter, jobs: list, sort: bool) -> None:
