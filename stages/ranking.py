@@ -309,13 +309,15 @@ def _above_and_undecided(sims: np.ndarray, rows: tuple | None = None, cols: tupl
 
     In chunks of rows that stay in the cache, read once for both sides: one compare
     for the cells above ``hi`` (counted as bytes), one for those at or above ``lo``;
-    the window is their difference, which is narrow, so the index lists stay short.
+    the window is their difference, which is narrow, so its cells are found by
+    scanning 8 cells at a time.
     """
     width = sims.shape[1]
     sides = [(axis, lo, hi) for axis, side in ((1, rows), (0, cols)) if side is not None for lo, hi in [side]]
     step = max(1, _CHUNK_CELLS // max(1, width))
+    cells = min(step, sims.shape[0]) * width
     over = np.empty((min(step, sims.shape[0]), width), dtype=bool)
-    window = np.empty_like(over)
+    window = np.zeros(-(-cells // 8) * 8, dtype=bool)  # whole 8-byte words; the tail past a chunk stays False
     out = [(np.zeros(lo.size, dtype=np.int64), [np.empty(0, np.int64)], [np.empty(0, np.int64)])
            for _, lo, _ in sides]
     for k0 in range(0, sims.shape[0], step):
@@ -324,17 +326,30 @@ def _above_and_undecided(sims: np.ndarray, rows: tuple | None = None, cols: tupl
         for (axis, lo, hi), (above, wk, wc) in zip(sides, out):
             low, high = (lo[k0:k0 + h, None], hi[k0:k0 + h, None]) if axis == 1 else (lo, hi)
             o = np.greater(chunk, high, out=over[:h])
-            counts = o.view(np.uint8).sum(axis=axis, dtype=np.int64)
             if axis == 1:
-                above[k0:k0 + h] += counts
+                above[k0:k0 + h] += _byte_sums(o, 1)
             else:
-                above += counts
-            w = np.greater_equal(chunk, low, out=window[:h])
+                above += _byte_sums(o, 0)
+            window[h * width:] = False
+            w = np.greater_equal(chunk, low, out=window[:h * width].reshape(h, width))
             np.logical_xor(w, o, out=w)  # at or above lo, not above hi
-            r, c = np.divmod(np.flatnonzero(w), width)
+            words = np.flatnonzero(window.view(np.uint64) != 0)
+            flat = (words[:, None] * 8 + np.arange(8)).ravel()
+            r, c = np.divmod(flat[window[flat]], width)
             wk.append(r + k0 if axis == 1 else c)
             wc.append(c if axis == 1 else r + k0)
     return [(above, np.concatenate(wk), np.concatenate(wc)) for above, wk, wc in out]
+
+
+def _byte_sums(mask: np.ndarray, axis: int) -> np.ndarray:
+    """``mask.sum(axis)`` as int64, summed as bytes into the narrowest type that cannot overflow
+    (uint8 for up to 255 terms, uint16 for up to 65,535): several times faster than int64."""
+    dtype, most = (np.uint8, 255) if axis == 0 else (np.uint16, 65535)
+    u8 = mask.view(np.uint8)
+    total = np.zeros(mask.shape[1 - axis], dtype=np.int64)
+    for s in range(0, mask.shape[axis], most):
+        total += u8[s:s + most].sum(axis=0, dtype=dtype) if axis == 0 else u8[:, s:s + most].sum(axis=1, dtype=dtype)
+    return total
 
 
 def _exact_pairs(q: np.ndarray, g: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
