@@ -307,6 +307,17 @@ def test_memory_bound_never_changes_a_number(kind, memory):
     assert _summary(case, max_memory_mb=memory) == _summary(case)
 
 
+@pytest.mark.parametrize("shape, axis", [((600, 7), 0),      # more rows than a uint8 sum can hold: 3 segments
+                                          ((255, 3), 0),      # exactly one uint8 segment, every byte set below
+                                          ((3, 70_000), 1),   # wider than a uint16 sum can hold: 2 segments
+                                          ((0, 5), 0), ((5, 0), 1)])  # empty sides
+def test_byte_sums_never_overflow(shape, axis):
+    rng = np.random.default_rng(0)
+    mask = rng.random(shape) < 0.9
+    mask[:, :1] = True  # a full line on each side: the largest possible count
+    np.testing.assert_array_equal(ranking._byte_sums(mask, axis), mask.sum(axis=axis))
+
+
 @pytest.mark.parametrize("chunk_cells", [1, 7, 64])  # one row per compare chunk; a few rows; a whole block
 @pytest.mark.parametrize("kind", BIG_KINDS + ["near_ties", "duplicates"])
 def test_compare_chunk_size_never_changes_a_number(kind, chunk_cells, monkeypatch):
