@@ -13,8 +13,11 @@ fresh subprocess so peak memory is per method:
   (hit if any of the top K shares the label; queries without a positive excluded);
 * ``seed template``: the seed skill's ``recall_at_k`` (full N x M similarity
   matrix, argpartition + argsort), run only when its estimated memory fits;
-* ``floor``: the bare float32 product ``q_block @ g.T`` over the engine's query
-  blocks into a reused buffer, nothing else: the compute floor.
+* ``floor``: the bare float32 product ``q_block @ g.T`` over query blocks into a
+  reused buffer, nothing else: the compute floor;
+* ``floor float64``: the same product in float64, the floor of the suite (an exact rank
+  for every positive needs exact products; the fast path needs them only near the first
+  positive). For leave-one-out the suite computes half of these products.
 
 Scenario A: 10,000 queries x 50,000 gallery x 512-d (disjoint), recall@{1,5,10}.
 Scenario B: leave-one-out, 20,000 x 512-d (queries == gallery, self excluded by id).
@@ -52,7 +55,7 @@ SEED_LIMIT_BYTES = 16 * 2**30          # run the seed template only below this e
 SEED_AVAILABLE_FRACTION = 0.8          # ... and below this share of MemAvailable
 TARGETS = {"A": {"faiss": 1.0, "floor": 1.15}, "B": {"faiss": 0.65}}
 SUITE_TARGET = 1.3
-METHODS = ("engine", "engine suite", "faiss", "seed template", "floor")
+METHODS = ("engine", "engine suite", "faiss", "seed template", "floor", "floor float64")
 
 
 def sizes(quick: bool) -> dict:
@@ -177,12 +180,17 @@ def run_seed(d: dict) -> dict:
     return seed_template_recall(d["q"], d["g"], d["ql"], d["gl"], KS, d["qid"], d["gid"])
 
 
-def run_floor(d: dict) -> tuple[dict, float]:
-    """Untimed setup (unit float32 rows), then the timed bare blocked product; returns (info, seconds)."""
-    q, g = _unit(d["q"]), _unit(d["g"])
+def run_floor(d: dict, dtype=np.float32) -> tuple[dict, float]:
+    """Untimed setup (unit rows in ``dtype``), then the timed bare blocked product; returns (info, seconds).
+
+    float32: the compute floor of the engine's fast blocks. float64: the floor of any exact
+    ranking of every positive (the suite), whose float64 products cost about twice as much.
+    """
+    q, g = _unit(d["q"]).astype(dtype), _unit(d["g"]).astype(dtype)
     g_t = g.T                                   # a view: BLAS reads it transposed, no copy
-    block = max(1, MAX_MEMORY_MB * 2**20 // (8 * g.shape[0]))   # the engine's fast-block rows
-    buf = np.empty((min(block, q.shape[0]), g.shape[0]), dtype=np.float32)
+    item = np.dtype(dtype).itemsize
+    block = max(1, MAX_MEMORY_MB * 2**20 // (2 * item * g.shape[0]))   # the engine's fast-block rows (float32)
+    buf = np.empty((min(block, q.shape[0]), g.shape[0]), dtype=dtype)
     sink = 0.0
     t0 = time.perf_counter()
     for start in range(0, q.shape[0], block):
@@ -212,8 +220,8 @@ def child(method: str, scenario: str, quick: bool, seed: int, repeat: int) -> No
     base, max_before = _rss_bytes(), _maxrss_bytes()
     times = []
     for _ in range(repeat):
-        if method == "floor":
-            info, secs = run_floor(d)
+        if method.startswith("floor"):
+            info, secs = run_floor(d, np.float64 if method == "floor float64" else np.float32)
         else:
             fn = {"engine": run_engine, "engine suite": run_suite, "faiss": run_faiss, "seed template": run_seed}[method]
             t0 = time.perf_counter()
@@ -297,7 +305,7 @@ def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
             continue
         mb = r["extra_bytes"] / 2**20
         mem = f"{'<=' if r['hidden'] else ''}{mb:.0f}"
-        rec = _fmt_recall(r["info"]) if m != "floor" else f"(blocks of {r['info']['block_rows']} queries)"
+        rec = _fmt_recall(r["info"]) if not m.startswith("floor") else f"(blocks of {r['info']['block_rows']} queries)"
         note = f"   est. {seed_estimate_bytes(nq, ng, loo) / 2**30:.2f} GB" if m == "seed template" else ""
         print(f"  {m:14s} {r['seconds']:8.2f} {mem:>14s}   {rec}{note}")
 
@@ -319,6 +327,12 @@ def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
         print(f"  suite/engine = {ratio:5.2f}x (target <= {SUITE_TARGET:.2f}x: "
               f"{'MET' if ratio <= SUITE_TARGET else 'MISSED'}); suite/faiss = "
               f"{suite['seconds'] / res['faiss']['seconds'] if 'seconds' in res.get('faiss', {}) else float('nan'):.2f}x")
+    f64 = res.get("floor float64", {})
+    if "seconds" in f64:  # every positive's exact rank needs float64 products: their bare cost bounds the suite
+        half = " (the suite computes half of them here)" if scenario == "B" else ""
+        print(f"  floor float64/engine = {f64['seconds'] / eng['seconds']:5.2f}x: the suite's exact products alone"
+              f"{half}; floor float64/floor = "
+              f"{f64['seconds'] / res['floor']['seconds'] if 'seconds' in res.get('floor', {}) else float('nan'):.2f}x")
     for name, r in (("engine", eng), ("suite", suite)):
         if "extra_bytes" in r:
             mb = r["extra_bytes"] / 2**20

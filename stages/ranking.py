@@ -14,14 +14,16 @@ How (FAISS-contrib style, flat numpy, blocked under a memory bound):
 * Queries x gallery are multiplied in float32 blocks (both cores through BLAS).
   Positive and excluded cells are set to -inf; then each threshold counts the
   cells above it. Only the first threshold is needed for recall@K and MRR
-  (a compare pass); every metric that needs all positives sorts the rows (two
+  (a scan in cache-sized chunks); every metric that needs all positives takes
+  exact blocks instead (float64 product rounded to float32), sorts the rows (two
   threads) and reads every threshold's count with a binary search.
 * A float32 score differs from the exact one by at most ``tol`` (Higham's
   gamma_d bound), so only cells within ``tol`` of a threshold are undecided;
-  those rows are recomputed and the undecided cells re-decided exactly, including
-  exact ties, which are counted by gallery index on both sides (tie sensitivity).
+  those cells are re-scored and re-decided exactly, including exact ties, which
+  are counted by gallery index on both sides (tie sensitivity).
 * Leave-one-out (the gallery *is* the query set) multiplies only the blocks on
-  and above the diagonal: each block serves its rows and, transposed, its columns.
+  and above the diagonal: each block serves its rows and its columns, counted in
+  one read of each chunk (fast path) or through a transposed copy (sorting).
 
 The counts are integers, so the result does not depend on block sizes or thread
 counts. The one caveat is the similarity itself: two float64 products of different
