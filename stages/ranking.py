@@ -247,18 +247,22 @@ class _Counter:
             return
         # complete: ``sims`` holds the exact similarities, so each threshold is one binary search
         ordered = np.sort(sims, axis=1)
-        width = c1 - c0
-        for k, i in enumerate(rows):
-            a, b = off[i], off[i + 1]
-            if a == b:
-                continue
-            t = self.val[a:b]
-            top, bottom = np.searchsorted(ordered[k], t, "right"), np.searchsorted(ordered[k], t, "left")
-            self.gt[a:b] += width - top
-            for u in np.flatnonzero(top > bottom):  # exact ties with non-positives: split by gallery index
-                index, own = self.p.gindex[np.flatnonzero(sims[k] == t[u]) + c0], self.p.gindex[self.col[a + u]]
-                self.eq_lt[a + u] += np.count_nonzero(index < own)
-                self.eq_gt[a + u] += np.count_nonzero(index > own)
+        n_thr, start = off[rows + 1] - off[rows], off[rows]
+        line = np.repeat(np.arange(rows.size), n_thr)  # block row of each threshold
+        t = np.repeat(start, n_thr) + (np.arange(line.size) - np.repeat(np.cumsum(n_thr) - n_thr, n_thr))
+        below = np.empty(line.size, dtype=np.int64)  # cells at or below each threshold in its row
+        done = 0
+        for k in np.flatnonzero(n_thr):
+            below[done:done + n_thr[k]] = np.searchsorted(ordered[k], self.val[start[k]:start[k] + n_thr[k]], "right")
+            done += n_thr[k]
+        self.gt[t] += (c1 - c0) - below
+        # exact ties with non-positives (positives are -inf here) sit just below: split them by gallery index
+        tied = np.flatnonzero((below > 0) & (ordered[line, np.maximum(below - 1, 0)] == self.val[t]))
+        for j in tied:
+            index = self.p.gindex[np.flatnonzero(sims[line[j]] == self.val[t[j]]) + c0]
+            own = self.p.gindex[self.col[t[j]]]
+            self.eq_lt[t[j]] += np.count_nonzero(index < own)
+            self.eq_gt[t[j]] += np.count_nonzero(index > own)
 
     def first_window(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per query: its number of thresholds, and the float32 window [lo, hi] around its first
