@@ -506,7 +506,8 @@ def _symmetric_blocks(p: _Problem, counter: _Counter, max_memory_mb: float, sort
         left = p.gp[r0:r1].astype(np.float64) if sort else p.gp[r0:r1]
         for c0 in range(r0, m, side):
             c1 = min(c0 + side, m)
-            sims = _product(left, _panel(p.gp[c0:c1], sort), sort, buffers)
+            # on the diagonal the panel is ``left`` itself: BLAS then computes one triangle (syrk)
+            sims = _product(left, left.T if c0 == r0 else _panel(p.gp[c0:c1], sort), sort, buffers)
             if c0 == r0:
                 _run(pool, counter, [(sims, q_rows[r0:r1], c0, c1)], sort)
             elif sort:  # sorting needs the mirror block as rows: a transposed copy, made before masking
