@@ -46,11 +46,12 @@ from stages.retrieval import float32_dot_error_bound, l2_normalize
 _BYTES_PER_PAIR = 8
 #: Exact blocks: float64 product, float32 block and its sorted copy.
 _EXACT_BYTES_PER_PAIR = 16
-#: Leave-one-out keeps a block and its transpose.
+#: Leave-one-out: the block, plus its transposed copy when sorting (the fast path reads it in place).
 _SYM_BYTES_PER_PAIR = 16
 #: Undecided pairs re-scored at a time (float64 scratch of 2 x 256 x d x 8 bytes, 2 MiB at d = 512).
 _EXACT_CHUNK = 256
-#: Cells compared at a time (a 1 MiB boolean scratch that stays in the cache).
+#: Cells compared at a time per thread (two boolean scratches of this many bytes, 0.5 MiB each,
+#: that stay in the cache; one row at least, so more for galleries wider than this).
 _CHUNK_CELLS = 2**19
 #: Largest fast block (64 MiB of float32): bigger blocks do not make the product faster, only the footprint larger.
 _MAX_PAIRS = 2**24
@@ -315,8 +316,8 @@ def _above_and_undecided(sims: np.ndarray, rows: tuple | None = None, cols: tupl
 
     In chunks of rows that stay in the cache, read once for both sides: one compare
     for the cells above ``hi`` (counted as bytes), one for those at or above ``lo``;
-    the window is their difference, which is narrow, so its cells are found by
-    scanning 8 cells at a time.
+    the window is their difference, usually a few cells per line (every cell only
+    for degenerate data such as all-zero queries), found by scanning 8 cells at a time.
     """
     width = sims.shape[1]
     sides = [(axis, lo, hi) for axis, side in ((1, rows), (0, cols)) if side is not None for lo, hi in [side]]
@@ -492,7 +493,8 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
 
 def _symmetric_blocks(p: _Problem, counter: _Counter, max_memory_mb: float, sort: bool, pool,
                       buffers: _Buffers) -> None:
-    """Leave-one-out: blocks on and above the diagonal, each used for its rows and (transposed) its columns."""
+    """Leave-one-out: blocks on and above the diagonal, each used for its rows and its columns (read in
+    place by the fast path, through a transposed copy when sorting)."""
     m, d = p.gp.shape
     per_pair = _SYM_BYTES_PER_PAIR + (_EXACT_BYTES_PER_PAIR if sort else 0)
     side = math.isqrt(max(_MIN_PAIRS, min(_MAX_PAIRS, int(max_memory_mb * 2**20 // per_pair))))
@@ -506,8 +508,7 @@ def _symmetric_blocks(p: _Problem, counter: _Counter, max_memory_mb: float, sort
         left = p.gp[r0:r1].astype(np.float64) if sort else p.gp[r0:r1]
         for c0 in range(r0, m, side):
             c1 = min(c0 + side, m)
-            # on the diagonal the panel is ``left`` itself: BLAS then computes one triangle (syrk)
-            sims = _product(left, left.T if c0 == r0 else _panel(p.gp[c0:c1], sort), sort, buffers)
+            sims = _product(left, _panel(p.gp[c0:c1], sort), sort, buffers)
             if c0 == r0:
                 _run(pool, counter, [(sims, q_rows[r0:r1], c0, c1)], sort)
             elif sort:  # sorting needs the mirror block as rows: a transposed copy, made before masking

@@ -100,10 +100,12 @@ def check_inputs(query_emb, gallery_emb, query_labels, gallery_labels, query_ids
 
 
 def float32_dot_error_bound(d: int) -> float:
-    """Bound on |float32 dot - exact dot| for unit vectors of dimension ``d``, plus the final rounding.
+    """Bound on |float32 dot - exact similarity| for unit float32 rows of dimension ``d``.
 
-    Any summation order gives at most gamma_d * sum|q_i g_i| <= gamma_d with
-    gamma_d = d u / (1 - d u), u = 2**-24 (Higham, Accuracy and Stability, 3.1).
+    Any summation order gives at most gamma_d * sum|q_i g_i| with gamma_d = d u / (1 - d u),
+    u = 2**-24 (Higham, Accuracy and Stability, 3.1), and sum|q_i g_i| <= |q| |g|, which is
+    1 up to the rows' own rounding. The extra 2u covers that, the exact value's final
+    rounding to float32 and its float64 accumulation error (for d up to millions).
     """
     u = 2.0**-24
     return d * u / (1 - d * u) + 2 * u
