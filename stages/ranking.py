@@ -34,6 +34,7 @@ a rounding boundary (about 2**-29 of values), so an exact tie may, that rarely, 
 from __future__ import annotations
 
 import math
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -55,6 +56,9 @@ _EXACT_CHUNK = 256
 _CHUNK_CELLS = 2**19
 #: Largest fast block (64 MiB of float32): bigger blocks do not make the product faster, only the footprint larger.
 _MAX_PAIRS = 2**24
+#: Undecided cells a scan holds before it hands them on to be re-decided (about 60 B each, 4 MiB in all):
+#: bounds memory when most cells tie with the best positive (e.g. many all-zero query vectors).
+_WINDOW_CELLS = 2**16
 #: Smallest block, whatever the budget (48 KiB of scratch): below it Python overhead dominates.
 _MIN_PAIRS = 4096
 
@@ -231,6 +235,7 @@ class _Counter:
         self.eq_lt = np.zeros(t_val.size, dtype=np.int64)
         self.eq_gt = np.zeros(t_val.size, dtype=np.int64)
         self.first_exact: np.ndarray | None = None  # made on first use (fast path only)
+        self.lock = threading.Lock()  # both threads may re-decide cells of the same (mirror) queries
 
     def block(self, sims: np.ndarray, rows: np.ndarray, c0: int, c1: int, sort: bool) -> None:
         """Count block ``sims`` (rows x gallery columns [c0, c1)), masking it in place.
@@ -244,7 +249,9 @@ class _Counter:
         if not sort:
             n_thr, lo, hi = self.first_window(rows)
             if n_thr.any():
-                self.add_first(rows, n_thr, *_above_and_undecided(sims, rows=(lo, hi))[0], c0)
+                def sink(wk: np.ndarray, wc: np.ndarray) -> None:
+                    self._decide(rows[wk], wc + c0, n_thr[wk])
+                self.add_first(rows, n_thr, *_above_and_undecided(sims, rows=(lo, hi), sinks=(sink,))[0], c0)
             return
         # complete: ``sims`` holds the exact similarities, so each threshold is one binary search
         ordered = np.sort(sims, axis=1)
@@ -290,6 +297,11 @@ class _Counter:
         The cell and the threshold's positive are scored by the same float64 kernel,
         so exact ties are seen as ties; they are counted by gallery index on both sides.
         """
+        piece = max(1, _WINDOW_CELLS)
+        if queries.size > piece:  # in pieces: the scratch below takes ~60 B per cell
+            for s in range(0, queries.size, piece):
+                self._decide(queries[s:s + piece], cols[s:s + piece], n_thr[s:s + piece])
+            return
         p, first = self.p, self.off[queries]
         if self.first_exact is None:  # each query's first threshold, by the same kernel as the cells
             has = np.flatnonzero(self.off[1:] > self.off[:-1])
@@ -303,13 +315,14 @@ class _Counter:
             use = n_thr > slot
             t = first[use] + slot
             own = p.gindex[self.col[t]]
-            # np.add.at touches only these entries: the other thread updates other queries
-            np.add.at(self.gt, t, other[use] > mine[use])
-            np.add.at(self.eq_lt, t, tied[use] & (index[use] < own))
-            np.add.at(self.eq_gt, t, tied[use] & (index[use] > own))
+            with self.lock:
+                np.add.at(self.gt, t, other[use] > mine[use])
+                np.add.at(self.eq_lt, t, tied[use] & (index[use] < own))
+                np.add.at(self.eq_gt, t, tied[use] & (index[use] > own))
 
 
-def _above_and_undecided(sims: np.ndarray, rows: tuple | None = None, cols: tuple | None = None) -> list:
+def _above_and_undecided(sims: np.ndarray, rows: tuple | None = None, cols: tuple | None = None,
+                         sinks: Sequence | None = None) -> list:
     """For each row (``rows=(lo, hi)``, one entry per row) and/or each column (``cols=(lo, hi)``):
     the number of cells surely above ``hi``, and the undecided cells (in [lo, hi]) as
     (line, other index) pairs. Returns one (above, lines, others) triple per given side.
@@ -318,6 +331,9 @@ def _above_and_undecided(sims: np.ndarray, rows: tuple | None = None, cols: tupl
     for the cells above ``hi`` (counted as bytes), one for those at or above ``lo``;
     the window is their difference, usually a few cells per line (every cell only
     for degenerate data such as all-zero queries), found by scanning 8 cells at a time.
+    ``sinks`` (one callable per given side): whenever more than ``_WINDOW_CELLS``
+    undecided cells have gathered on a side they go to ``sink(lines, others)``, so
+    their memory stays bounded; the rest are returned.
     """
     width = sims.shape[1]
     sides = [(axis, lo, hi) for axis, side in ((1, rows), (0, cols)) if side is not None for lo, hi in [side]]
@@ -330,7 +346,7 @@ def _above_and_undecided(sims: np.ndarray, rows: tuple | None = None, cols: tupl
     for k0 in range(0, sims.shape[0], step):
         chunk = sims[k0:k0 + step]
         h = chunk.shape[0]
-        for (axis, lo, hi), (above, wk, wc) in zip(sides, out):
+        for side, ((axis, lo, hi), (above, wk, wc)) in enumerate(zip(sides, out)):
             low, high = (lo[k0:k0 + h, None], hi[k0:k0 + h, None]) if axis == 1 else (lo, hi)
             o = np.greater(chunk, high, out=over[:h])
             if axis == 1:
@@ -345,6 +361,9 @@ def _above_and_undecided(sims: np.ndarray, rows: tuple | None = None, cols: tupl
             r, c = np.divmod(flat[window[flat]], width)
             wk.append(r + k0 if axis == 1 else c)
             wc.append(c if axis == 1 else r + k0)
+            if sinks is not None and sum(a.size for a in wk) > _WINDOW_CELLS:
+                sinks[side](np.concatenate(wk), np.concatenate(wc))
+                del wk[1:], wc[1:]
     return [(above, np.concatenate(wk), np.concatenate(wc)) for above, wk, wc in out]
 
 
@@ -527,8 +546,16 @@ def _mirror_pass(pool: ThreadPoolExecutor, counter: _Counter, sims: np.ndarray, 
     n_r, lo_r, hi_r = counter.first_window(row_q)
     n_c, lo_c, hi_c = counter.first_window(col_q)
     half = (sims.shape[0] + 1) // 2
-    halves = [pool.submit(_above_and_undecided, sims[a:b], rows=(lo_r[a:b], hi_r[a:b]), cols=(lo_c, hi_c))
-              for a, b in ((0, half), (half, sims.shape[0]))]
+
+    def scan(a: int, b: int) -> list:
+        def row_sink(wk: np.ndarray, wc: np.ndarray) -> None:
+            counter._decide(row_q[a + wk], wc + c0, n_r[a + wk])
+
+        def col_sink(wk: np.ndarray, wc: np.ndarray) -> None:  # both halves may do this at once: under a lock
+            counter._decide(col_q[wk], wc + a + r0, n_c[wk])
+        return _above_and_undecided(sims[a:b], rows=(lo_r[a:b], hi_r[a:b]), cols=(lo_c, hi_c),
+                                    sinks=(row_sink, col_sink))
+    halves = [pool.submit(scan, a, b) for a, b in ((0, half), (half, sims.shape[0]))]
     (top_r, top_c), (bottom_r, bottom_c) = (f.result() for f in halves)
     rows = (np.concatenate([top_r[0], bottom_r[0]]), np.concatenate([top_r[1], bottom_r[1] + half]),
             np.concatenate([top_r[2], bottom_r[2]]))

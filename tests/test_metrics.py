@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+import tracemalloc
 
 import faiss  # noqa: F401  (the faiss backend is under test; CI installs faiss-cpu)
 import numpy as np
@@ -305,6 +306,36 @@ def test_memory_bound_never_changes_a_number(kind, memory):
     for names in (METRICS, ["recall"]):  # complete ranking and first-positive path
         _assert_same_ranking(_rank(case, names, max_memory_mb=memory), _rank(case, names))
     assert _summary(case, max_memory_mb=memory) == _summary(case)
+
+
+@pytest.mark.parametrize("window_cells", [0, 5])  # undecided cells handed on one chunk at a time; every few
+@pytest.mark.parametrize("kind", BIG_KINDS + ["duplicates", "zero_rows", "near_ties"])
+def test_handing_on_undecided_cells_never_changes_a_number(kind, window_cells, monkeypatch):
+    # The scan hands its undecided cells on to be re-decided once too many have gathered (from both
+    # threads at once on leave-one-out mirror blocks): the counts must be those of one final hand-over.
+    case = make_big_case(kind, 3) if kind in BIG_KINDS else make_case(kind, 3)
+    expected = _rank(case, ["recall"], max_memory_mb=0.02)
+    monkeypatch.setattr(ranking, "_CHUNK_CELLS", 7)
+    monkeypatch.setattr(ranking, "_WINDOW_CELLS", window_cells)
+    _assert_same_ranking(_rank(case, ["recall"], max_memory_mb=0.02), expected)
+
+
+def test_all_zero_queries_stay_within_the_memory_bound():
+    # A zero query has cosine 0 with every item, so every cell ties with its best positive and is
+    # undecided: without a bound on the undecided cells held at once this took ~60 B per cell (~370 MB).
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal((20_000, 8)).astype(np.float32)
+    gl, ql = rng.integers(0, 50, 20_000), rng.integers(0, 50, 300)
+    tracemalloc.start()
+    try:
+        s = retrieval_summary(np.zeros((300, 8), np.float32), g, ql, gl, ks=(1,), metrics=["recall"],
+                              max_memory_mb=64)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 160 * 2**20, f"{peak / 2**20:.0f} MB"  # blocks and both threads' scan scratch (~105 MB)
+    # all ties, broken by gallery index: the first gallery item is the top hit of every query
+    assert s["recall@1"] == np.mean(ql == gl[0])
 
 
 @pytest.mark.parametrize("shape, axis", [((600, 7), 0),      # more rows than a uint8 sum can hold: 3 segments
