@@ -76,8 +76,8 @@ def per_query(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str]) -> di
     if needs_all and not ranking.complete:
         raise ValueError(f"metrics {needs_all} need the complete ranking; rank with complete=True.")
     R = ranking.n_positives
-    owner = np.repeat(np.arange(n), R)
-    j = np.arange(ranking.ranks.size) - np.repeat(ranking.offsets[:-1], R) + 1.0  # 1-based among positives
+    owner = np.repeat(np.arange(n), R) if ranking.complete else None  # the rest needs every positive's rank
+    j = np.arange(ranking.ranks.size) - np.repeat(ranking.offsets[:-1], R) + 1.0 if ranking.complete else None
     r = ranking.ranks + 1.0  # 1-based rank
     safe_R = np.maximum(R, 1)
 

@@ -69,8 +69,8 @@ class Ranking:
 
     ``ranks[offsets[i]:offsets[i + 1]]`` are query ``i``'s positive ranks in
     ascending order (0-based, among the ``n_retrievable[i]`` items it may retrieve).
-    With ``complete=False`` only the first entry of each query (``first_rank``) is
-    filled; the others are 0.
+    With ``complete=False`` each query with positives has one entry, its first
+    positive's rank (``first_rank``); ``n_positives`` still counts all of them.
     """
 
     n_positives: np.ndarray
@@ -182,18 +182,23 @@ def _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, ga
     return problem
 
 
-def _positives(p: _Problem, max_memory_mb: float):
-    """Exact similarities of every query's positives, sorted by (-similarity, gallery index), as CSR.
+def _positives(p: _Problem, max_memory_mb: float, first_only: bool = False):
+    """Exact similarities of every query's positives, sorted by (-similarity, gallery index), as CSR
+    (offsets, values, columns), plus each query's number of positives and of positives tied
+    exactly with its best one, minus one.
 
     One float64 product per label (queries of the label x its gallery slice, in chunks
     under the budget); within a slice, columns are in gallery-index order, so a stable
-    sort on -similarity breaks ties by gallery index.
+    sort on -similarity breaks ties by gallery index. With ``first_only`` the lists hold
+    only the best positive and, if others tie with it, the last of them (the first under
+    the opposite tie rule): memory in queries, not in (query, positive) pairs.
     """
     n = p.q.shape[0]
     key = p.lo * (p.gp.shape[0] + 1) + p.hi  # absent labels share lo with the next label, never hi
     by_label = np.argsort(key, kind="stable")
     starts = np.flatnonzero(np.r_[True, key[by_label][1:] != key[by_label][:-1]]) if n else np.empty(0, int)
     parts = []
+    n_pos, top_tie = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     for s, e in zip(starts, np.r_[starts[1:], n]):
         queries = by_label[s:e]
         a, b = p.lo[queries[0]], p.hi[queries[0]]
@@ -205,22 +210,31 @@ def _positives(p: _Problem, max_memory_mb: float):
             rows = queries[c:c + step]
             sims = (p.q[rows].astype(np.float64) @ g64.T).astype(np.float32)
             keep = ~p.excluded(rows, a, b)
+            n_pos[rows] = keep.sum(axis=1)
+            best = np.where(keep, sims, -np.inf).max(axis=1)
+            at_best = keep & (sims == best[:, None])
+            top_tie[rows] = np.maximum(at_best.sum(axis=1) - 1, 0)
+            if first_only:  # the first and the last column at the best value
+                n_entries = np.where(n_pos[rows] > 0, 1 + (top_tie[rows] > 0), 0)
+                ends = np.stack([at_best.argmax(axis=1), (b - a - 1) - at_best[:, ::-1].argmax(axis=1)], axis=1)
+                used = np.arange(2)[None, :] < n_entries[:, None]
+                parts.append((rows, n_entries, np.repeat(best, n_entries).astype(np.float32), ends[used] + a))
+                continue
             order = np.argsort(np.where(keep, -sims, np.inf), axis=1, kind="stable")
-            n_keep = keep.sum(axis=1)
-            first = np.arange(b - a)[None, :] < n_keep[:, None]
-            parts.append((rows, n_keep, np.take_along_axis(sims, order, axis=1)[first], (order + a)[first]))
+            used = np.arange(b - a)[None, :] < n_pos[rows][:, None]
+            parts.append((rows, n_pos[rows], np.take_along_axis(sims, order, axis=1)[used], (order + a)[used]))
     counts = np.zeros(n, dtype=np.int64)
-    for rows, n_keep, _, _ in parts:
-        counts[rows] = n_keep
+    for rows, n_entries, _, _ in parts:
+        counts[rows] = n_entries
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
     vals = np.empty(offsets[-1], dtype=np.float32)
     cols = np.empty(offsets[-1], dtype=np.int64)
-    for rows, n_keep, v, c in parts:
-        starts_in = np.repeat(np.cumsum(n_keep) - n_keep, n_keep)
-        dest = np.repeat(offsets[rows], n_keep) + np.arange(v.size) - starts_in
+    for rows, n_entries, v, c in parts:
+        starts_in = np.repeat(np.cumsum(n_entries) - n_entries, n_entries)
+        dest = np.repeat(offsets[rows], n_entries) + np.arange(v.size) - starts_in
         vals[dest], cols[dest] = v, c
-    return offsets, vals, cols
+    return offsets, vals, cols, n_pos, top_tie
 
 
 class _Counter:
@@ -451,26 +465,14 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     ``exclude`` holds (query values, gallery values) pairs: a gallery item sharing
     the query's value in any of them is not retrievable (missing values never match).
     Memory: ``max_memory_mb`` first pays for the unit copies of both sets and the
-    positive lists and counters (52 bytes per positive); blocks get 80% of the rest,
-    and never less than a quarter of ``max_memory_mb``.
+    positive lists and counters (52 bytes per positive, or per query when not ``complete``);
+    blocks get 80% of the rest, and never less than a quarter of ``max_memory_mb``.
     """
     p = _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude)
     n, m = p.q.shape[0], p.gp.shape[0]
-    pos_off, pos_val, pos_col = _positives(p, max_memory_mb)
-    n_pos = np.diff(pos_off)
-    # positives tied exactly with each query's best one, minus one (values are sorted, so ties are a prefix)
-    best = pos_val[np.minimum(pos_off[:-1], pos_val.size - 1)] if pos_val.size else np.zeros(n, np.float32)
-    tied = pos_val == np.repeat(best, n_pos)
-    top_tie = np.maximum(np.bincount(np.repeat(np.arange(n), n_pos)[tied], minlength=n) - 1, 0)
-    if complete:
-        t_off, pick = pos_off, np.arange(pos_val.size)
-    else:  # the first positive, and the last one tied with it (first under the opposite tie rule)
-        per = np.where(n_pos > 0, 1 + (top_tie > 0), 0)
-        t_off = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(per, out=t_off[1:])
-        pick = np.repeat(pos_off[:-1], per) + np.where(np.arange(t_off[-1]) - np.repeat(t_off[:-1], per) == 1,
-                                                       np.repeat(top_tie, per), 0)
-    counter = _Counter(p, t_off, pos_val[pick], pos_col[pick])
+    # complete: every positive; else the best one and the last one tied with it (opposite tie rule)
+    pos_off, pos_val, pos_col, n_pos, top_tie = _positives(p, max_memory_mb, first_only=not complete)
+    counter = _Counter(p, pos_off, pos_val, pos_col)
     # the budget covers everything this call holds: unit copies, positive lists, counters, then the blocks
     held = p.q.nbytes + p.gp.nbytes + pos_val.nbytes + pos_col.nbytes + 5 * 8 * counter.val.size
     max_memory_mb = max(max_memory_mb / 4, 0.8 * (max_memory_mb - held / 2**20))  # 20%: BLAS, temporaries
@@ -497,17 +499,16 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
                          complete)
     n_retrievable = m - _n_excluded(p)
     base = counter.gt + counter.eq_lt
-    if complete:
-        ranks = base + (np.arange(pos_val.size) - np.repeat(pos_off[:-1], n_pos))
-        opp_t = pos_off[:-1] + top_tie
-    else:
-        ranks = np.zeros(pos_val.size, dtype=np.int64)
-        ranks[pos_off[:-1][n_pos > 0]] = base[t_off[:-1][n_pos > 0]]
-        opp_t = t_off[:-1] + (top_tie > 0)
     has = n_pos > 0
+    if complete:
+        ranks, offsets = base + (np.arange(pos_val.size) - np.repeat(pos_off[:-1], n_pos)), pos_off
+        opp_t = pos_off[:-1] + top_tie
+    else:  # one entry per query with positives: its first positive's rank
+        ranks, offsets = base[pos_off[:-1][has]], np.r_[0, np.cumsum(has)]
+        opp_t = pos_off[:-1] + (top_tie > 0)
     opposite = np.full(n, -1, dtype=np.int64)
     opposite[has] = counter.gt[opp_t[has]] + counter.eq_gt[opp_t[has]]
-    return Ranking(n_pos, n_retrievable, pos_off, ranks, opposite, complete)
+    return Ranking(n_pos, n_retrievable, offsets, ranks, opposite, complete)
 
 
 def _symmetric_blocks(p: _Problem, counter: _Counter, max_memory_mb: float, sort: bool, pool,

@@ -338,6 +338,23 @@ def test_all_zero_queries_stay_within_the_memory_bound():
     assert s["recall@1"] == np.mean(ql == gl[0])
 
 
+def test_recall_only_memory_grows_with_queries_not_with_positive_pairs():
+    # One label for everything: 300 queries x 30,000 positives = 9M (query, positive) pairs. recall@K
+    # and MRR need only each query's best positive; holding every pair took ~240 MB at this budget.
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal((30_000, 64)).astype(np.float32)
+    q = rng.standard_normal((300, 64)).astype(np.float32)
+    tracemalloc.start()
+    try:
+        s = retrieval_summary(q, g, np.zeros(300, int), np.zeros(30_000, int), ks=(1,), metrics=["recall", "mrr"],
+                              max_memory_mb=32)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 2**20, f"{peak / 2**20:.0f} MB"
+    assert s["recall@1"] == 1.0 and s["mrr"] == 1.0  # every gallery item is a positive
+
+
 @pytest.mark.parametrize("shape, axis", [((600, 7), 0),      # more rows than a uint8 sum can hold: 3 segments
                                           ((255, 3), 0),      # exactly one uint8 segment, every byte set below
                                           ((3, 70_000), 1),   # wider than a uint16 sum can hold: 2 segments
