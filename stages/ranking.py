@@ -263,8 +263,7 @@ class _Counter:
         if not sort:
             n_thr, lo, hi = self.first_window(rows)
             if n_thr.any():
-                def sink(wk: np.ndarray, wc: np.ndarray) -> None:
-                    self._decide(rows[wk], wc + c0, n_thr[wk])
+                sink = self.decider(rows, n_thr, c0)
                 self.add_first(rows, n_thr, *_above_and_undecided(sims, rows=(lo, hi), sinks=(sink,))[0], c0)
             return
         # complete: ``sims`` holds the exact similarities, so each threshold is one binary search
@@ -302,8 +301,15 @@ class _Counter:
         for slot in (0, 1):  # the first positive, and its tie twin (same value, larger index)
             use = n_thr > slot
             self.gt[self.off[queries[use]] + slot] += above[use]
-        if wk.size:
-            self._decide(queries[wk], wc + c0, n_thr[wk])
+        self.decider(queries, n_thr, c0)(wk, wc)
+
+    def decider(self, queries: np.ndarray, n_thr: np.ndarray, c0: int, line0: int = 0):
+        """``decide(wk, wc)``: re-decide the undecided cells (query ``queries[line0 + wk]``, column
+        ``wc + c0``) exactly; a scan's lines and columns are relative to its block or half-block."""
+        def decide(wk: np.ndarray, wc: np.ndarray) -> None:
+            if wk.size:
+                self._decide(queries[line0 + wk], wc + c0, n_thr[line0 + wk])
+        return decide
 
     def _decide(self, queries: np.ndarray, cols: np.ndarray, n_thr: np.ndarray) -> None:
         """Re-decide undecided (query, column) cells against the query's first threshold(s), exactly.
@@ -548,14 +554,9 @@ def _mirror_pass(pool: ThreadPoolExecutor, counter: _Counter, sims: np.ndarray, 
     n_c, lo_c, hi_c = counter.first_window(col_q)
     half = (sims.shape[0] + 1) // 2
 
-    def scan(a: int, b: int) -> list:
-        def row_sink(wk: np.ndarray, wc: np.ndarray) -> None:
-            counter._decide(row_q[a + wk], wc + c0, n_r[a + wk])
-
-        def col_sink(wk: np.ndarray, wc: np.ndarray) -> None:  # both halves may do this at once: under a lock
-            counter._decide(col_q[wk], wc + a + r0, n_c[wk])
+    def scan(a: int, b: int) -> list:  # both halves may re-decide cells of the column queries at once: under a lock
         return _above_and_undecided(sims[a:b], rows=(lo_r[a:b], hi_r[a:b]), cols=(lo_c, hi_c),
-                                    sinks=(row_sink, col_sink))
+                                    sinks=(counter.decider(row_q, n_r, c0, a), counter.decider(col_q, n_c, r0 + a)))
     halves = [pool.submit(scan, a, b) for a, b in ((0, half), (half, sims.shape[0]))]
     (top_r, top_c), (bottom_r, bottom_c) = (f.result() for f in halves)
     rows = (np.concatenate([top_r[0], bottom_r[0]]), np.concatenate([top_r[1], bottom_r[1] + half]),
