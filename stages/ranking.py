@@ -11,19 +11,21 @@ How (FAISS-contrib style, flat numpy, blocked under a memory bound):
 * The exact similarity of every (query, positive) pair comes from one float64
   product per label; a query's positives sorted by (-similarity, gallery index)
   are its *thresholds*.
-* Queries x gallery are multiplied in float32 blocks (both cores through BLAS).
-  Positive and excluded cells are set to -inf; then each threshold counts the
-  cells above it. Only the first threshold is needed for recall@K and MRR
-  (a scan in cache-sized chunks); every metric that needs all positives takes
-  exact blocks instead (float64 product rounded to float32), sorts the rows (two
-  threads) and reads every threshold's count with a binary search.
+* Positive and excluded cells are set to -inf; then each threshold counts the
+  cells above it. Only the first threshold is needed for recall@K and MRR: each
+  core takes float32 tiles (4 MiB) from a shared list, multiplies each with
+  single-threaded BLAS and scans it while it is still in the cache, one compare
+  for the cells surely above and one for the error window. Every metric that needs
+  all positives takes exact blocks instead (float64 product rounded to float32,
+  both cores through BLAS), sorts the rows (two threads) and reads every
+  threshold's count with a binary search.
 * A float32 score differs from the exact one by at most ``tol`` (Higham's
   gamma_d bound), so only cells within ``tol`` of a threshold are undecided;
   those cells are re-scored and re-decided exactly, including exact ties, which
   are counted by gallery index on both sides (tie sensitivity).
-* Leave-one-out (the gallery *is* the query set) multiplies only the blocks on
-  and above the diagonal: each block serves its rows and its columns, counted in
-  one read of each chunk (fast path) or through a transposed copy (sorting).
+* Leave-one-out (the gallery *is* the query set) multiplies only the tiles on
+  and above the diagonal: each serves its rows and its columns, counted in one
+  read (fast path) or through a transposed copy (sorting).
 
 The counts are integers, so the result does not depend on block sizes or thread
 counts. The one caveat is the similarity itself: two float64 products of different
@@ -34,6 +36,7 @@ a rounding boundary (about 2**-29 of values), so an exact tie may, that rarely, 
 from __future__ import annotations
 
 import math
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -43,23 +46,29 @@ import numpy as np
 
 from stages.retrieval import float32_dot_error_bound, l2_normalize
 
-#: Scratch bytes per (query, gallery) cell: the float32 block plus compare temporaries.
-_BYTES_PER_PAIR = 8
 #: Exact blocks: float64 product, float32 block and its sorted copy.
 _EXACT_BYTES_PER_PAIR = 16
-#: Leave-one-out: the block, plus its transposed copy when sorting (the fast path reads it in place).
+#: Leave-one-out exact blocks: the block, plus its transposed copy.
 _SYM_BYTES_PER_PAIR = 16
+#: Fast path, per tile cell and thread: the float32 tile and (at most) two boolean compare scratches.
+_TILE_BYTES_PER_PAIR = 6
+#: Fast path: cells of one thread's tile (4 MiB of float32). Each thread multiplies its own tiles with
+#: single-threaded BLAS and scans each tile while it is still in the cache: as fast a product as big
+#: blocks, without writing and re-reading every block through memory (or BLAS threads spinning meanwhile).
+_TILE_CELLS = 2**20
+#: Fast tiles' gallery width (query x gallery); leave-one-out tiles are square.
+_TILE_WIDTH = 2048
 #: Undecided pairs re-scored at a time (float64 scratch of 2 x 256 x d x 8 bytes, 2 MiB at d = 512).
 _EXACT_CHUNK = 256
-#: Cells compared at a time per thread (two boolean scratches of this many bytes, 0.5 MiB each,
-#: that stay in the cache; one row at least, so more for galleries wider than this).
+#: Cells compared at a time (two boolean scratches of this many bytes, 0.5 MiB each, that stay in
+#: the cache; one row at least, so more for galleries wider than this).
 _CHUNK_CELLS = 2**19
-#: Largest fast block (64 MiB of float32): bigger blocks do not make the product faster, only the footprint larger.
+#: Largest exact block (16 M cells): bigger blocks do not make the product faster, only the footprint larger.
 _MAX_PAIRS = 2**24
 #: Undecided cells a scan holds before it hands them on to be re-decided (about 60 B each, 4 MiB in all):
 #: bounds memory when most cells tie with the best positive (e.g. many all-zero query vectors).
 _WINDOW_CELLS = 2**16
-#: Smallest block, whatever the budget (48 KiB of scratch): below it Python overhead dominates.
+#: Smallest block or tile, whatever the budget (48 KiB of scratch): below it Python overhead dominates.
 _MIN_PAIRS = 4096
 
 
@@ -249,23 +258,13 @@ class _Counter:
         self.eq_lt = np.zeros(t_val.size, dtype=np.int64)
         self.eq_gt = np.zeros(t_val.size, dtype=np.int64)
         self.first_exact: np.ndarray | None = None  # made on first use (fast path only)
-        self.lock = threading.Lock()  # both threads may re-decide cells of the same (mirror) queries
+        self.lock = threading.Lock()  # threads' tiles may hold the same queries (leave-one-out mirror tiles)
 
-    def block(self, sims: np.ndarray, rows: np.ndarray, c0: int, c1: int, sort: bool) -> None:
-        """Count block ``sims`` (rows x gallery columns [c0, c1)), masking it in place.
-
-        Without ``sort`` (first positive only), ``sims`` is the fast float32 product and
-        cells within the error window of the threshold are re-decided exactly; with
-        ``sort`` (every positive), ``sims`` is exact (float64 product rounded to float32).
-        """
+    def block(self, sims: np.ndarray, rows: np.ndarray, c0: int, c1: int) -> None:
+        """Count exact block ``sims`` (rows x gallery columns [c0, c1); the float64 product rounded to
+        float32) against every threshold of its rows, masking it in place."""
         self.p.mask(sims, rows, c0, c1)
         off = self.off
-        if not sort:
-            n_thr, lo, hi = self.first_window(rows)
-            if n_thr.any():
-                sink = self.decider(rows, n_thr, c0)
-                self.add_first(rows, n_thr, *_above_and_undecided(sims, rows=(lo, hi), sinks=(sink,))[0], c0)
-            return
         # complete: ``sims`` holds the exact similarities, so each threshold is one binary search
         ordered = np.sort(sims, axis=1)
         n_thr, start = off[rows + 1] - off[rows], off[rows]
@@ -294,21 +293,19 @@ class _Counter:
         lo[n_thr > 0], hi[n_thr > 0] = self.lo[first], self.hi[first]
         return n_thr, lo, hi
 
-    def add_first(self, queries: np.ndarray, n_thr: np.ndarray, above: np.ndarray, wk: np.ndarray,
-                  wc: np.ndarray, c0: int) -> None:
-        """Add one block's counts of ``queries``: ``above`` cells surely above the first threshold, and
-        the undecided cells (query ``wk``, column ``wc + c0``), re-decided exactly."""
-        for slot in (0, 1):  # the first positive, and its tie twin (same value, larger index)
-            use = n_thr > slot
-            self.gt[self.off[queries[use]] + slot] += above[use]
-        self.decider(queries, n_thr, c0)(wk, wc)
+    def add_above(self, queries: np.ndarray, n_thr: np.ndarray, above: np.ndarray) -> None:
+        """Add ``above[k]``, cells surely above query ``queries[k]``'s first threshold, to it and its tie twin."""
+        with self.lock:  # two threads' tiles may hold the same queries (leave-one-out rows and columns)
+            for slot in (0, 1):  # the first positive, and its tie twin (same value, larger index)
+                use = n_thr > slot
+                self.gt[self.off[queries[use]] + slot] += above[use]
 
-    def decider(self, queries: np.ndarray, n_thr: np.ndarray, c0: int, line0: int = 0):
-        """``decide(wk, wc)``: re-decide the undecided cells (query ``queries[line0 + wk]``, column
-        ``wc + c0``) exactly; a scan's lines and columns are relative to its block or half-block."""
+    def decider(self, queries: np.ndarray, n_thr: np.ndarray, c0: int):
+        """``decide(wk, wc)``: re-decide the undecided cells (query ``queries[wk]``, column ``wc + c0``)
+        exactly; a scan's lines and columns are relative to its tile."""
         def decide(wk: np.ndarray, wc: np.ndarray) -> None:
             if wk.size:
-                self._decide(queries[line0 + wk], wc + c0, n_thr[line0 + wk])
+                self._decide(queries[wk], wc + c0, n_thr[wk])
         return decide
 
     def _decide(self, queries: np.ndarray, cols: np.ndarray, n_thr: np.ndarray) -> None:
@@ -341,50 +338,54 @@ class _Counter:
                 np.add.at(self.eq_gt, t, tied[use] & (index[use] > own))
 
 
-def _above_and_undecided(sims: np.ndarray, rows: tuple | None = None, cols: tuple | None = None,
-                         sinks: Sequence | None = None) -> list:
-    """For each row (``rows=(lo, hi)``, one entry per row) and/or each column (``cols=(lo, hi)``):
-    the number of cells surely above ``hi``, and the undecided cells (in [lo, hi]) as
-    (line, other index) pairs. Returns one (above, lines, others) triple per given side.
+def _scan(sims: np.ndarray, sides: Sequence[tuple], scratch: "_Buffers") -> list[np.ndarray]:
+    """Count the cells of ``sims`` surely above each line's window, and hand on the undecided ones.
+
+    ``sides``: (axis, lo, hi, sink) per side counted, axis 1 for the rows (``lo``/``hi``
+    one entry per row), axis 0 for the columns (one per column). Returns, per side, each
+    line's number of cells above ``hi``; the undecided cells (in [lo, hi]) go to
+    ``sink(lines, others)`` whenever more than ``_WINDOW_CELLS`` have gathered, and at the
+    end, so their memory stays bounded.
 
     In chunks of rows that stay in the cache, read once for both sides: one compare
     for the cells above ``hi`` (counted as bytes), one for those at or above ``lo``;
     the window is their difference, usually a few cells per line (every cell only
     for degenerate data such as all-zero queries), found by scanning 8 cells at a time.
-    ``sinks`` (one callable per given side): whenever more than ``_WINDOW_CELLS``
-    undecided cells have gathered on a side they go to ``sink(lines, others)``, so
-    their memory stays bounded; the rest are returned.
     """
-    width = sims.shape[1]
-    sides = [(axis, lo, hi) for axis, side in ((1, rows), (0, cols)) if side is not None for lo, hi in [side]]
+    height, width = sims.shape
     step = max(1, _CHUNK_CELLS // max(1, width))
-    cells = min(step, sims.shape[0]) * width
-    over = np.empty((min(step, sims.shape[0]), width), dtype=bool)
-    window = np.zeros(-(-cells // 8) * 8, dtype=bool)  # whole 8-byte words; the tail past a chunk stays False
-    out = [(np.zeros(lo.size, dtype=np.int64), [np.empty(0, np.int64)], [np.empty(0, np.int64)])
-           for _, lo, _ in sides]
-    for k0 in range(0, sims.shape[0], step):
+    cells = min(step, height) * width
+    over = scratch.get("over", (min(step, height), width), bool)
+    window = scratch.get("window", (-(-cells // 8) * 8,), bool)  # whole 8-byte words
+    out = [np.zeros(lo.size, dtype=np.int64) for _, lo, _, _ in sides]
+    held = [([], []) for _ in sides]
+    for k0 in range(0, height, step):
         chunk = sims[k0:k0 + step]
         h = chunk.shape[0]
-        for side, ((axis, lo, hi), (above, wk, wc)) in enumerate(zip(sides, out)):
+        for (axis, lo, hi, sink), above, (wk, wc) in zip(sides, out, held):
             low, high = (lo[k0:k0 + h, None], hi[k0:k0 + h, None]) if axis == 1 else (lo, hi)
             o = np.greater(chunk, high, out=over[:h])
             if axis == 1:
                 above[k0:k0 + h] += _byte_sums(o, 1)
             else:
                 above += _byte_sums(o, 0)
-            window[h * width:] = False
+            window[h * width:] = False  # the tail of the last word
             w = np.greater_equal(chunk, low, out=window[:h * width].reshape(h, width))
             np.logical_xor(w, o, out=w)  # at or above lo, not above hi
             words = np.flatnonzero(window.view(np.uint64) != 0)
+            if not words.size:
+                continue
             flat = (words[:, None] * 8 + np.arange(8)).ravel()
             r, c = np.divmod(flat[window[flat]], width)
             wk.append(r + k0 if axis == 1 else c)
             wc.append(c if axis == 1 else r + k0)
-            if sinks is not None and sum(a.size for a in wk) > _WINDOW_CELLS:
-                sinks[side](np.concatenate(wk), np.concatenate(wc))
-                del wk[1:], wc[1:]
-    return [(above, np.concatenate(wk), np.concatenate(wc)) for above, wk, wc in out]
+            if sum(x.size for x in wk) > _WINDOW_CELLS:
+                sink(np.concatenate(wk), np.concatenate(wc))
+                wk.clear(), wc.clear()
+    for (_, _, _, sink), (wk, wc) in zip(sides, held):
+        if wk:
+            sink(np.concatenate(wk), np.concatenate(wc))
+    return out
 
 
 def _byte_sums(mask: np.ndarray, axis: int) -> np.ndarray:
@@ -417,48 +418,46 @@ def _round(x: np.ndarray, up: bool) -> np.ndarray:
     return np.where(bad, np.nextafter(y, np.float32(np.inf if up else -np.inf)), y)
 
 
-def _panel(g: np.ndarray, exact: bool) -> np.ndarray:
-    """Gallery rows ready for :func:`_product`: transposed, in float64 for exact products."""
-    return g.astype(np.float64).T if exact else g.T
-
-
 class _Buffers:
-    """Reused block buffers: fresh 100 MB arrays per block would page-fault on every first touch."""
+    """Reused scratch arrays: fresh 100 MB arrays per block would page-fault on every first touch."""
 
     def __init__(self) -> None:
         self.flat: dict[str, np.ndarray] = {}
 
-    def get(self, name: str, shape: tuple[int, int], dtype: type) -> np.ndarray:
-        size = shape[0] * shape[1]
+    def get(self, name: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+        size = math.prod(shape)
         buf = self.flat.get(name)
         if buf is None or buf.size < size:
             buf = self.flat[name] = np.empty(size, dtype=dtype)
         return buf[:size].reshape(shape)
 
 
-def _product(q: np.ndarray, panel: np.ndarray, exact: bool, buffers: _Buffers) -> np.ndarray:
-    """float32 similarity block: the fast float32 product, or the exact one of :func:`cosine_block`."""
+def _exact_product(q: np.ndarray, panel: np.ndarray, buffers: _Buffers) -> np.ndarray:
+    """The exact float32 similarity block of :func:`cosine_block` (float64 product, rounded once)."""
     shape = (q.shape[0], panel.shape[1])
     out = buffers.get("f32", shape, np.float32)
-    if exact:
-        wide = np.matmul(q.astype(np.float64), panel, out=buffers.get("f64", shape, np.float64))
-        out[...] = wide  # rounded once to float32
-        return out
-    return np.matmul(q, panel, out=out)
+    out[...] = np.matmul(q.astype(np.float64), panel, out=buffers.get("f64", shape, np.float64))
+    return out
 
 
-def _block_shape(n: int, m: int, max_memory_mb: float, d: int, exact: bool) -> tuple[int, int]:
-    """(query rows, gallery columns) per block: exact blocks keep a float64 gallery panel (a quarter of the
-    budget) and 16 bytes per cell (float64 product, float32 block, its sorted copy); fast ones 8 per cell."""
+def _block_shape(n: int, m: int, max_memory_mb: float, d: int) -> tuple[int, int]:
+    """(query rows, gallery columns) per exact block: a float64 gallery panel (a quarter of the
+    budget) and 16 bytes per cell (float64 product, float32 block, its sorted copy)."""
     budget = max_memory_mb * 2**20
-    cols = m
-    if exact:  # a quarter for the float64 gallery panel, a sixth for BLAS's own float64 work buffers
-        cols = max(1, min(m, int(budget / 4 // (8 * d))))
-        budget *= 0.6
-    pairs = max(_MIN_PAIRS, min(_MAX_PAIRS, int(budget // (_EXACT_BYTES_PER_PAIR if exact else _BYTES_PER_PAIR))))
+    cols = max(1, min(m, int(budget / 4 // (8 * d))))
+    budget *= 0.6  # a quarter for the float64 gallery panel, a sixth for BLAS's own float64 work buffers
+    pairs = max(_MIN_PAIRS, min(_MAX_PAIRS, int(budget // _EXACT_BYTES_PER_PAIR)))
     cols = min(cols, pairs)
     row_cap = max(1, int(budget / 8 // (12 * d)))  # the query rows' own float32 + float64 copies
     return max(1, min(n, pairs // cols, row_cap)), cols
+
+
+def _n_workers() -> int:
+    """Threads for the fast path: every core this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
@@ -488,21 +487,23 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
         and (query_ids is None) == (gallery_ids is None) \
         and (query_ids is None or list(query_ids) == list(gallery_ids)) \
         and all(np.array_equal(q_code[p.gindex], g_code) for q_code, _, g_code in p.groups)  # same exclusions
-    buffers = _Buffers()
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        if symmetric:
-            _symmetric_blocks(p, counter, max_memory_mb, complete, pool, buffers)
-        else:
-            rows_per, cols_per = _block_shape(n, m, max_memory_mb, p.q.shape[1], complete)
-            q_order = np.argsort(p.lo, kind="stable")  # neighbours share positives: better cache use
-            for c0 in range(0, m, cols_per):
-                c1 = min(c0 + cols_per, m)
-                panel = None  # free the previous float64 panel before making the next
-                panel = _panel(p.gp[c0:c1], complete)
-                for r0 in range(0, n, rows_per):
-                    rows = q_order[r0:r0 + rows_per]
-                    _run(pool, counter, [(_product(p.q[rows], panel, complete, buffers), rows, c0, c1)],
-                         complete)
+    if not complete:
+        _fast_tiles(p, counter, max_memory_mb, symmetric)
+    else:
+        buffers = _Buffers()
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            if symmetric:
+                _symmetric_exact_blocks(p, counter, max_memory_mb, pool, buffers)
+            else:
+                rows_per, cols_per = _block_shape(n, m, max_memory_mb, p.q.shape[1])
+                q_order = np.argsort(p.lo, kind="stable")  # neighbours share positives: better cache use
+                for c0 in range(0, m, cols_per):
+                    c1 = min(c0 + cols_per, m)
+                    panel = None  # free the previous float64 panel before making the next
+                    panel = p.gp[c0:c1].astype(np.float64).T
+                    for r0 in range(0, n, rows_per):
+                        rows = q_order[r0:r0 + rows_per]
+                        _run(pool, counter, [(_exact_product(p.q[rows], panel, buffers), rows, c0, c1)])
     n_retrievable = m - _n_excluded(p)
     base = counter.gt + counter.eq_lt
     has = n_pos > 0
@@ -517,64 +518,94 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     return Ranking(n_pos, n_retrievable, offsets, ranks, opposite, complete)
 
 
-def _symmetric_blocks(p: _Problem, counter: _Counter, max_memory_mb: float, sort: bool, pool,
-                      buffers: _Buffers) -> None:
-    """Leave-one-out: blocks on and above the diagonal, each used for its rows and its columns (read in
-    place by the fast path, through a transposed copy when sorting)."""
+def _fast_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric: bool) -> None:
+    """First-positive counts (recall@K, MRR): each thread takes tiles from a shared list, multiplies
+    each with single-threaded BLAS, masks it and scans it while it is in the cache.
+
+    Query x gallery: a job is a run of query rows (sorted by label, so a tile's masked positives
+    are a few runs) over every gallery tile. Leave-one-out: a job is one square tile on or above
+    the diagonal, counted for its rows and (off the diagonal) its columns in the same read.
+    """
+    from threadpoolctl import threadpool_limits
+
+    n, m = p.q.shape[0], p.gp.shape[0]
+    workers = _n_workers()
+    cells = max(_MIN_PAIRS, min(_TILE_CELLS, int(max_memory_mb * 2**20 // (workers * _TILE_BYTES_PER_PAIR))))
+    if symmetric:
+        side = max(1, min(m, math.isqrt(cells)))
+        jobs = [(r0, c0) for r0 in range(0, m, side) for c0 in range(r0, m, side)]
+    else:
+        width = max(1, min(m, _TILE_WIDTH, cells))
+        height = max(1, cells // width)
+        q_order = np.argsort(p.lo, kind="stable")
+        jobs = [q_order[r0:r0 + height] for r0 in range(0, n, height)]
+    pending, lock = iter(jobs), threading.Lock()
+
+    def work() -> None:
+        scratch = _Buffers()
+        while True:
+            with lock:
+                job = next(pending, None)
+            if job is None:
+                return
+            if not symmetric:
+                rows, qb = job, p.q[job]
+                n_thr, lo, hi = counter.first_window(rows)
+                if not n_thr.any():
+                    continue
+                above = np.zeros(rows.size, dtype=np.int64)
+                for c0 in range(0, m, width):
+                    c1 = min(c0 + width, m)
+                    tile = np.matmul(qb, p.gp[c0:c1].T, out=scratch.get("tile", (rows.size, c1 - c0), np.float32))
+                    p.mask(tile, rows, c0, c1)
+                    above += _scan(tile, [(1, lo, hi, counter.decider(rows, n_thr, c0))], scratch)[0]
+                counter.add_above(rows, n_thr, above)
+                continue
+            (r0, c0), q_rows = job, p.gindex  # sorted position j holds gallery (= query) index gindex[j]
+            r1, c1 = min(r0 + side, m), min(c0 + side, m)
+            tile = np.matmul(p.gp[r0:r1], p.gp[c0:c1].T, out=scratch.get("tile", (r1 - r0, c1 - c0), np.float32))
+            p.mask(tile, q_rows[r0:r1], c0, c1)  # positives and exclusions are symmetric: the mirror's cells too
+            sides = [(q_rows[r0:r1], c0, 1)] + ([(q_rows[c0:c1], r0, 0)] if c0 > r0 else [])
+            windows = [(queries, c, axis, counter.first_window(queries)) for queries, c, axis in sides]
+            counts = _scan(tile, [(axis, lo, hi, counter.decider(queries, n_thr, c))
+                                  for queries, c, axis, (n_thr, lo, hi) in windows], scratch)
+            for (queries, _, _, (n_thr, _, _)), above in zip(windows, counts):
+                counter.add_above(queries, n_thr, above)
+
+    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(max_workers=workers) as pool:
+        for future in [pool.submit(work) for _ in range(min(workers, len(jobs)))]:
+            future.result()
+
+
+def _symmetric_exact_blocks(p: _Problem, counter: _Counter, max_memory_mb: float, pool,
+                            buffers: _Buffers) -> None:
+    """Leave-one-out, every positive: exact blocks on and above the diagonal, each counted for its
+    rows and, through a transposed copy made before masking, for its columns."""
     m, d = p.gp.shape
-    per_pair = _SYM_BYTES_PER_PAIR + (_EXACT_BYTES_PER_PAIR if sort else 0)
+    per_pair = _SYM_BYTES_PER_PAIR + _EXACT_BYTES_PER_PAIR
     side = math.isqrt(max(_MIN_PAIRS, min(_MAX_PAIRS, int(max_memory_mb * 2**20 // per_pair))))
-    if sort:  # two float64 panels of side x d as well
-        side = min(side, max(1, int(max_memory_mb * 2**20 / 4 // (16 * d))))
-    side = max(1, min(m, side))
+    side = max(1, min(m, side, max(1, int(max_memory_mb * 2**20 / 4 // (16 * d)))))  # two float64 panels
     q_rows = p.gindex  # sorted position j holds gallery (= query) index gindex[j]
     for r0 in range(0, m, side):
         r1 = min(r0 + side, m)
         left = None  # free the previous float64 panel before making the next
-        left = p.gp[r0:r1].astype(np.float64) if sort else p.gp[r0:r1]
+        left = p.gp[r0:r1].astype(np.float64)
         for c0 in range(r0, m, side):
             c1 = min(c0 + side, m)
-            sims = _product(left, _panel(p.gp[c0:c1], sort), sort, buffers)
-            if c0 == r0:
-                _run(pool, counter, [(sims, q_rows[r0:r1], c0, c1)], sort)
-            elif sort:  # sorting needs the mirror block as rows: a transposed copy, made before masking
-                _run(pool, counter, [(sims, q_rows[r0:r1], c0, c1),
-                                     (np.ascontiguousarray(sims.T), q_rows[c0:c1], r0, r1)], sort)
-            else:  # mask once (positives and exclusions are symmetric: the mirror's cells are the same),
-                # then count rows and columns in one read of the block, each core taking half its rows
-                p.mask(sims, q_rows[r0:r1], c0, c1)
-                _mirror_pass(pool, counter, sims, q_rows[r0:r1], q_rows[c0:c1], r0, c0)
+            sims = _exact_product(left, p.gp[c0:c1].astype(np.float64).T, buffers)
+            jobs = [(sims, q_rows[r0:r1], c0, c1)]
+            if c0 > r0:
+                jobs.append((np.ascontiguousarray(sims.T), q_rows[c0:c1], r0, r1))
+            _run(pool, counter, jobs)
 
 
-def _mirror_pass(pool: ThreadPoolExecutor, counter: _Counter, sims: np.ndarray, row_q: np.ndarray,
-                 col_q: np.ndarray, r0: int, c0: int) -> None:
-    """Fast path of an off-diagonal leave-one-out block (masked): count it for its rows (queries
-    ``row_q``, gallery columns from ``c0``) and its columns (queries ``col_q``, from ``r0``)."""
-    n_r, lo_r, hi_r = counter.first_window(row_q)
-    n_c, lo_c, hi_c = counter.first_window(col_q)
-    half = (sims.shape[0] + 1) // 2
-
-    def scan(a: int, b: int) -> list:  # both halves may re-decide cells of the column queries at once: under a lock
-        return _above_and_undecided(sims[a:b], rows=(lo_r[a:b], hi_r[a:b]), cols=(lo_c, hi_c),
-                                    sinks=(counter.decider(row_q, n_r, c0, a), counter.decider(col_q, n_c, r0 + a)))
-    halves = [pool.submit(scan, a, b) for a, b in ((0, half), (half, sims.shape[0]))]
-    (top_r, top_c), (bottom_r, bottom_c) = (f.result() for f in halves)
-    rows = (np.concatenate([top_r[0], bottom_r[0]]), np.concatenate([top_r[1], bottom_r[1] + half]),
-            np.concatenate([top_r[2], bottom_r[2]]))
-    cols = (top_c[0] + bottom_c[0], np.concatenate([top_c[1], bottom_c[1]]),
-            np.concatenate([top_c[2], bottom_c[2] + half]))
-    # the two query sets are disjoint (off the diagonal), so the two updates never touch the same entries
-    for f in [pool.submit(counter.add_first, row_q, n_r, *rows, c0), pool.submit(counter.add_first, col_q, n_c, *cols, r0)]:
-        f.result()
-
-
-def _run(pool: ThreadPoolExecutor, counter: _Counter, jobs: list, sort: bool) -> None:
-    """Count blocks on both cores: two blocks side by side, or the two halves of one."""
+def _run(pool: ThreadPoolExecutor, counter: _Counter, jobs: list) -> None:
+    """Count exact blocks on both cores: two blocks side by side, or the two halves of one."""
     if len(jobs) == 1:
         sims, rows, c0, c1 = jobs[0]
         half = (len(rows) + 1) // 2
         jobs = [(sims[:half], rows[:half], c0, c1), (sims[half:], rows[half:], c0, c1)]
-    for future in [pool.submit(counter.block, *job, sort) for job in jobs]:
+    for future in [pool.submit(counter.block, *job) for job in jobs]:
         future.result()
 
 
