@@ -257,7 +257,7 @@ class _Counter:
         self.gt = np.zeros(t_val.size, dtype=np.int64)
         self.eq_lt = np.zeros(t_val.size, dtype=np.int64)
         self.eq_gt = np.zeros(t_val.size, dtype=np.int64)
-        self.first_exact: np.ndarray | None = None  # made on first use (fast path only)
+        self.first_exact: np.ndarray | None = None  # fast path: make_first_exact()
         self.lock = threading.Lock()  # threads' tiles may hold the same queries (leave-one-out mirror tiles)
 
     def block(self, sims: np.ndarray, rows: np.ndarray, c0: int, c1: int) -> None:
@@ -300,42 +300,56 @@ class _Counter:
                 use = n_thr > slot
                 self.gt[self.off[queries[use]] + slot] += above[use]
 
-    def decider(self, queries: np.ndarray, n_thr: np.ndarray, c0: int):
-        """``decide(wk, wc)``: re-decide the undecided cells (query ``queries[wk]``, column ``wc + c0``)
-        exactly; a scan's lines and columns are relative to its tile."""
-        def decide(wk: np.ndarray, wc: np.ndarray) -> None:
-            if wk.size:
-                self._decide(queries[wk], wc + c0, n_thr[wk])
-        return decide
+    def make_first_exact(self) -> None:
+        """Each query's first threshold re-scored by the kernel that re-scores undecided cells
+        (:func:`_exact_pairs`), so exact ties are seen as ties; 0 for queries without positives."""
+        has = np.flatnonzero(self.off[1:] > self.off[:-1])
+        self.first_exact = np.zeros(self.off.size - 1, dtype=np.float32)
+        self.first_exact[has] = _exact_pairs(self.p.q, self.p.gp, has, self.col[self.off[has]])
 
-    def _decide(self, queries: np.ndarray, cols: np.ndarray, n_thr: np.ndarray) -> None:
-        """Re-decide undecided (query, column) cells against the query's first threshold(s), exactly.
-
-        The cell and the threshold's positive are scored by the same float64 kernel,
-        so exact ties are seen as ties; they are counted by gallery index on both sides.
-        """
-        piece = max(1, _WINDOW_CELLS)
-        if queries.size > piece:  # in pieces: the scratch below takes ~60 B per cell
-            for s in range(0, queries.size, piece):
-                self._decide(queries[s:s + piece], cols[s:s + piece], n_thr[s:s + piece])
-            return
+    def decide(self, queries: np.ndarray, cols: np.ndarray, n_thr: np.ndarray, exact: np.ndarray) -> None:
+        """Count undecided (query, column) cells, with exact similarities ``exact``, against the query's
+        first threshold(s) (:meth:`make_first_exact` first); exact ties are counted by gallery index."""
         p, first = self.p, self.off[queries]
-        if self.first_exact is None:  # each query's first threshold, by the same kernel as the cells
-            has = np.flatnonzero(self.off[1:] > self.off[:-1])
-            made = np.zeros(self.off.size - 1, dtype=np.float32)
-            made[has] = _exact_pairs(p.q, p.gp, has, self.col[self.off[has]])
-            self.first_exact = made  # complete before it is shared (both threads may make it; same values)
         mine = self.first_exact[queries]
-        other = _exact_pairs(p.q, p.gp, queries, cols)
-        index, tied = p.gindex[cols], other == mine
+        index, tied = p.gindex[cols], exact == mine
         for slot in (0, 1):
             use = n_thr > slot
             t = first[use] + slot
             own = p.gindex[self.col[t]]
             with self.lock:
-                np.add.at(self.gt, t, other[use] > mine[use])
+                np.add.at(self.gt, t, exact[use] > mine[use])
                 np.add.at(self.eq_lt, t, tied[use] & (index[use] < own))
                 np.add.at(self.eq_gt, t, tied[use] & (index[use] > own))
+
+
+class _Undecided:
+    """One thread's undecided cells: each tile's are re-scored at once (while its rows are in the cache),
+    then counted (:meth:`_Counter.decide`) once more than ``_WINDOW_CELLS`` have gathered, and at the
+    end (:meth:`flush`): few calls, bounded memory (28 B per cell held)."""
+
+    def __init__(self, counter: _Counter) -> None:
+        self.counter, self.parts, self.size = counter, [], 0
+
+    def sink(self, queries: np.ndarray, n_thr: np.ndarray, c0: int):
+        """``take(wk, wc)`` for one tile: the cells (query ``queries[wk]``, column ``wc + c0``)."""
+        p = self.counter.p
+
+        def take(wk: np.ndarray, wc: np.ndarray) -> None:
+            piece = max(1, _WINDOW_CELLS)
+            for s in range(0, wk.size, piece):  # a degenerate tile (every cell undecided) in pieces
+                q, c = queries[wk[s:s + piece]], wc[s:s + piece] + c0
+                self.parts.append((q, c, n_thr[wk[s:s + piece]], _exact_pairs(p.q, p.gp, q, c)))
+                self.size += q.size
+                if self.size > _WINDOW_CELLS:
+                    self.flush()
+        return take
+
+    def flush(self) -> None:
+        if self.parts:
+            merged = [np.concatenate(x) for x in zip(*self.parts)]
+            self.parts, self.size = [], 0
+            self.counter.decide(*merged)
 
 
 def _scan(sims: np.ndarray, sides: Sequence[tuple], scratch: "_Buffers") -> list[np.ndarray]:
@@ -343,9 +357,8 @@ def _scan(sims: np.ndarray, sides: Sequence[tuple], scratch: "_Buffers") -> list
 
     ``sides``: (axis, lo, hi, sink) per side counted, axis 1 for the rows (``lo``/``hi``
     one entry per row), axis 0 for the columns (one per column). Returns, per side, each
-    line's number of cells above ``hi``; the undecided cells (in [lo, hi]) go to
-    ``sink(lines, others)`` whenever more than ``_WINDOW_CELLS`` have gathered, and at the
-    end, so their memory stays bounded.
+    line's number of cells above ``hi``; the undecided cells (in [lo, hi]) of each chunk go
+    to ``sink(lines, others)``.
 
     In chunks of rows that stay in the cache, read once for both sides: one compare
     for the cells above ``hi`` (counted as bytes), one for those at or above ``lo``;
@@ -358,11 +371,10 @@ def _scan(sims: np.ndarray, sides: Sequence[tuple], scratch: "_Buffers") -> list
     over = scratch.get("over", (min(step, height), width), bool)
     window = scratch.get("window", (-(-cells // 8) * 8,), bool)  # whole 8-byte words
     out = [np.zeros(lo.size, dtype=np.int64) for _, lo, _, _ in sides]
-    held = [([], []) for _ in sides]
     for k0 in range(0, height, step):
         chunk = sims[k0:k0 + step]
         h = chunk.shape[0]
-        for (axis, lo, hi, sink), above, (wk, wc) in zip(sides, out, held):
+        for (axis, lo, hi, sink), above in zip(sides, out):
             low, high = (lo[k0:k0 + h, None], hi[k0:k0 + h, None]) if axis == 1 else (lo, hi)
             o = np.greater(chunk, high, out=over[:h])
             if axis == 1:
@@ -373,18 +385,13 @@ def _scan(sims: np.ndarray, sides: Sequence[tuple], scratch: "_Buffers") -> list
             w = np.greater_equal(chunk, low, out=window[:h * width].reshape(h, width))
             np.logical_xor(w, o, out=w)  # at or above lo, not above hi
             words = np.flatnonzero(window.view(np.uint64) != 0)
-            if not words.size:
-                continue
-            flat = (words[:, None] * 8 + np.arange(8)).ravel()
-            r, c = np.divmod(flat[window[flat]], width)
-            wk.append(r + k0 if axis == 1 else c)
-            wc.append(c if axis == 1 else r + k0)
-            if sum(x.size for x in wk) > _WINDOW_CELLS:
-                sink(np.concatenate(wk), np.concatenate(wc))
-                wk.clear(), wc.clear()
-    for (_, _, _, sink), (wk, wc) in zip(sides, held):
-        if wk:
-            sink(np.concatenate(wk), np.concatenate(wc))
+            if words.size:
+                flat = (words[:, None] * 8 + np.arange(8)).ravel()
+                r, c = np.divmod(flat[window[flat]], width)
+                if axis == 1:
+                    sink(r + k0, c)
+                else:
+                    sink(c, r + k0)
     return out
 
 
@@ -540,14 +547,15 @@ def _fast_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric:
         q_order = np.argsort(p.lo, kind="stable")
         jobs = [q_order[r0:r0 + height] for r0 in range(0, n, height)]
     pending, lock = iter(jobs), threading.Lock()
+    counter.make_first_exact()
 
     def work() -> None:
-        scratch = _Buffers()
+        scratch, undecided = _Buffers(), _Undecided(counter)
         while True:
             with lock:
                 job = next(pending, None)
             if job is None:
-                return
+                return undecided.flush()
             if not symmetric:
                 rows, qb = job, p.q[job]
                 n_thr, lo, hi = counter.first_window(rows)
@@ -558,7 +566,7 @@ def _fast_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric:
                     c1 = min(c0 + width, m)
                     tile = np.matmul(qb, p.gp[c0:c1].T, out=scratch.get("tile", (rows.size, c1 - c0), np.float32))
                     p.mask(tile, rows, c0, c1)
-                    above += _scan(tile, [(1, lo, hi, counter.decider(rows, n_thr, c0))], scratch)[0]
+                    above += _scan(tile, [(1, lo, hi, undecided.sink(rows, n_thr, c0))], scratch)[0]
                 counter.add_above(rows, n_thr, above)
                 continue
             (r0, c0), q_rows = job, p.gindex  # sorted position j holds gallery (= query) index gindex[j]
@@ -567,7 +575,7 @@ def _fast_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric:
             p.mask(tile, q_rows[r0:r1], c0, c1)  # positives and exclusions are symmetric: the mirror's cells too
             sides = [(q_rows[r0:r1], c0, 1)] + ([(q_rows[c0:c1], r0, 0)] if c0 > r0 else [])
             windows = [(queries, c, axis, counter.first_window(queries)) for queries, c, axis in sides]
-            counts = _scan(tile, [(axis, lo, hi, counter.decider(queries, n_thr, c))
+            counts = _scan(tile, [(axis, lo, hi, undecided.sink(queries, n_thr, c))
                                   for queries, c, axis, (n_thr, lo, hi) in windows], scratch)
             for (queries, _, _, (n_thr, _, _)), above in zip(windows, counts):
                 counter.add_above(queries, n_thr, above)
