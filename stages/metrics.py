@@ -75,6 +75,9 @@ def per_query(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str]) -> di
     needs_all = [m for m in metrics if m not in _FIRST_ONLY]
     if needs_all and not ranking.complete:
         raise ValueError(f"metrics {needs_all} need the complete ranking; rank with complete=True.")
+    if ranking.cap is not None and (needs_all or "mrr" in metrics or max(ks, default=0) > ranking.cap):
+        raise ValueError(f"this ranking's first ranks are capped at {ranking.cap}: it serves recall@K for "
+                         f"K <= {ranking.cap} only; rank with cap=None.")
     R = ranking.n_positives
     owner = np.repeat(np.arange(n), R) if ranking.complete else None  # the rest needs every positive's rank
     j = np.arange(ranking.ranks.size) - np.repeat(ranking.offsets[:-1], R) + 1.0 if ranking.complete else None
@@ -118,8 +121,12 @@ def tie_sensitivity(ranking: Ranking, ks: Sequence[int]) -> dict[str, int]:
 
 def rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=None, gallery_ids=None,
          metrics: Sequence[str] = METRICS, exclude: Sequence[tuple[Any, Any]] = (), max_memory_mb: float = 512,
-         backend: str = "numpy") -> Ranking:
-    """Validate the inputs once and rank with the chosen backend (``numpy`` or ``faiss``)."""
+         backend: str = "numpy", cap: int | None = None) -> Ranking:
+    """Validate the inputs once and rank with the chosen backend (``numpy`` or ``faiss``).
+
+    ``cap`` (recall only): first ranks of ``cap`` or more may read ``cap``, so the numpy
+    engine stops counting a query once it surely misses every K <= ``cap``.
+    """
     q, g = check_inputs(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids)
     for pair in exclude:
         try:
@@ -139,7 +146,12 @@ def rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=None, g
     if backend != "numpy":
         raise ValueError(f"`backend` must be numpy or faiss. Got {backend!r} instead.")
     return rank_positives(q, g, query_labels, gallery_labels, query_ids, gallery_ids, exclude,
-                          max_memory_mb=max_memory_mb, complete=complete)
+                          max_memory_mb=max_memory_mb, complete=complete, cap=None if complete else cap)
+
+
+def _recall_cap(names: Sequence[str], ks: Sequence[int]) -> int | None:
+    """With recall@K only, ranks beyond the largest K change nothing: the engine may stop counting there."""
+    return max(ks) if set(names) == {"recall"} else None
 
 
 def summarize(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str]) -> tuple[dict[str, Any], dict]:
@@ -200,7 +212,7 @@ def retrieval_metrics(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labe
     """
     ks, names = check_ks(ks), check_metrics(metrics)
     ranking = rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, names, exclude,
-                   max_memory_mb, backend)
+                   max_memory_mb, backend, cap=_recall_cap(names, ks))
     summary, _ = summarize(ranking, ks, names)
     return {key: summary[key] for key in metric_keys(names, ks)}
 
@@ -218,7 +230,7 @@ def retrieval_summary(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labe
     """
     ks, names = check_ks(ks), check_metrics(metrics)
     ranking = rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, names, exclude,
-                   max_memory_mb, backend)
+                   max_memory_mb, backend, cap=_recall_cap(names, ks))
     summary, _ = summarize(ranking, ks, names)
     g = np.asarray(gallery_emb)
     summary.update(num_gallery=int(g.shape[0]), embedding_dim=int(g.shape[1]))

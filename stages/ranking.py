@@ -68,6 +68,8 @@ _MAX_PAIRS = 2**24
 #: Undecided cells a scan holds before it hands them on to be re-decided (about 60 B each, 4 MiB in all):
 #: bounds memory when most cells tie with the best positive (e.g. many all-zero query vectors).
 _WINDOW_CELLS = 2**16
+#: Positive cells per product of several small labels' queries x their gallery slices.
+_POSITIVE_CELLS = 2**14
 #: Smallest block or tile, whatever the budget (48 KiB of scratch): below it Python overhead dominates.
 _MIN_PAIRS = 4096
 
@@ -80,6 +82,7 @@ class Ranking:
     ascending order (0-based, among the ``n_retrievable[i]`` items it may retrieve).
     With ``complete=False`` each query with positives has one entry, its first
     positive's rank (``first_rank``); ``n_positives`` still counts all of them.
+    With ``cap``, first ranks (and ``first_rank_opposite``) of ``cap`` or more read ``cap``.
     """
 
     n_positives: np.ndarray
@@ -88,6 +91,7 @@ class Ranking:
     ranks: np.ndarray
     first_rank_opposite: np.ndarray
     complete: bool
+    cap: int | None = None
 
     @property
     def first_rank(self) -> np.ndarray:
@@ -196,8 +200,10 @@ def _positives(p: _Problem, max_memory_mb: float, first_only: bool = False):
     (offsets, values, columns), plus each query's number of positives and of positives tied
     exactly with its best one, minus one.
 
-    One float64 product per label (queries of the label x its gallery slice, in chunks
-    under the budget); within a slice, columns are in gallery-index order, so a stable
+    One float64 product per run of queries sorted by label, against the gallery slice of
+    their labels: several small labels share one product (up to ``_POSITIVE_CELLS`` cells,
+    each row keeping only its own label's columns), a large label is split into chunks of
+    rows under the budget. Within a slice, columns are in gallery-index order, so a stable
     sort on -similarity breaks ties by gallery index. With ``first_only`` the lists hold
     only the best positive and, if others tie with it, the last of them (the first under
     the opposite tie rule): memory in queries, not in (query, positive) pairs.
@@ -205,33 +211,23 @@ def _positives(p: _Problem, max_memory_mb: float, first_only: bool = False):
     n = p.q.shape[0]
     key = p.lo * (p.gp.shape[0] + 1) + p.hi  # absent labels share lo with the next label, never hi
     by_label = np.argsort(key, kind="stable")
-    starts = np.flatnonzero(np.r_[True, key[by_label][1:] != key[by_label][:-1]]) if n else np.empty(0, int)
+    by_label = by_label[p.lo[by_label] < p.hi[by_label]]  # queries whose label has gallery items
     parts = []
     n_pos, top_tie = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    for s, e in zip(starts, np.r_[starts[1:], n]):
-        queries = by_label[s:e]
-        a, b = p.lo[queries[0]], p.hi[queries[0]]
-        if a == b:
+    for rows in _label_runs(p, by_label, max_memory_mb):
+        a, b = p.lo[rows[0]], p.hi[rows[-1]]
+        columns = np.arange(a, b)
+        keep = (columns >= p.lo[rows][:, None]) & (columns < p.hi[rows][:, None]) & ~p.excluded(rows, a, b)
+        n_pos[rows] = keep.sum(axis=1)
+        if first_only:
+            parts.append(_best_positives(p, rows, a, keep, n_pos, top_tie))
             continue
-        g64 = p.gp[a:b].astype(np.float64)
-        step = max(1, int(max_memory_mb * 2**20 // (24 * (b - a))))
-        for c in range(0, queries.size, step):
-            rows = queries[c:c + step]
-            sims = (p.q[rows].astype(np.float64) @ g64.T).astype(np.float32)
-            keep = ~p.excluded(rows, a, b)
-            n_pos[rows] = keep.sum(axis=1)
-            best = np.where(keep, sims, -np.inf).max(axis=1)
-            at_best = keep & (sims == best[:, None])
-            top_tie[rows] = np.maximum(at_best.sum(axis=1) - 1, 0)
-            if first_only:  # the first and the last column at the best value
-                n_entries = np.where(n_pos[rows] > 0, 1 + (top_tie[rows] > 0), 0)
-                ends = np.stack([at_best.argmax(axis=1), (b - a - 1) - at_best[:, ::-1].argmax(axis=1)], axis=1)
-                used = np.arange(2)[None, :] < n_entries[:, None]
-                parts.append((rows, n_entries, np.repeat(best, n_entries).astype(np.float32), ends[used] + a))
-                continue
-            order = np.argsort(np.where(keep, -sims, np.inf), axis=1, kind="stable")
-            used = np.arange(b - a)[None, :] < n_pos[rows][:, None]
-            parts.append((rows, n_pos[rows], np.take_along_axis(sims, order, axis=1)[used], (order + a)[used]))
+        sims = (p.q[rows].astype(np.float64) @ p.gp[a:b].astype(np.float64).T).astype(np.float32)
+        best = np.where(keep, sims, -np.inf).max(axis=1)
+        top_tie[rows] = np.maximum((keep & (sims == best[:, None])).sum(axis=1) - 1, 0)
+        order = np.argsort(np.where(keep, -sims, np.inf), axis=1, kind="stable")
+        used = np.arange(b - a)[None, :] < n_pos[rows][:, None]
+        parts.append((rows, n_pos[rows], np.take_along_axis(sims, order, axis=1)[used], (order + a)[used]))
     counts = np.zeros(n, dtype=np.int64)
     for rows, n_entries, _, _ in parts:
         counts[rows] = n_entries
@@ -246,6 +242,62 @@ def _positives(p: _Problem, max_memory_mb: float, first_only: bool = False):
     return offsets, vals, cols, n_pos, top_tie
 
 
+def _best_positives(p: _Problem, rows: np.ndarray, a: int, keep: np.ndarray, n_pos: np.ndarray,
+                    top_tie: np.ndarray) -> tuple:
+    """:func:`_positives` with ``first_only`` for one run: each row's best positive among the ``keep``
+    cells of columns from ``a``, and the last one tied with it; sets ``top_tie[rows]``.
+
+    A float32 product finds them: only cells within ``2 tol`` of a row's float32 best can be
+    exactly best, and those few are re-scored by :func:`_exact_pairs`, the kernel that re-scores
+    the fast path's undecided cells, so exact ties with them are seen as ties.
+    """
+    sims = p.q[rows] @ p.gp[a:a + keep.shape[1]].T
+    top = np.where(keep, sims, -np.inf).max(axis=1)
+    near = keep & (sims >= _round(top.astype(np.float64) - 2 * p.tol, up=False)[:, None])
+    line, col = np.nonzero(near)  # by row, then column (gallery-index order within a label)
+    exact = _exact_pairs(p.q, p.gp, rows[line], col + a)
+    best = np.full(rows.size, -np.inf, dtype=np.float32)
+    np.maximum.at(best, line, exact)
+    at = exact == best[line]
+    line, col = line[at], col[at]
+    ties = np.bincount(line, minlength=rows.size)
+    top_tie[rows] = np.maximum(ties - 1, 0)
+    n_entries = np.where(n_pos[rows] > 0, 1 + (top_tie[rows] > 0), 0)
+    first = np.searchsorted(line, np.arange(rows.size))  # each row's first tied cell; the last is before the next row's
+    ends = np.zeros((rows.size, 2), dtype=np.int64)
+    if col.size:  # none when every positive of the run is excluded
+        ends = np.stack([col[np.minimum(first, col.size - 1)], col[np.maximum(first + ties - 1, 0)]], axis=1) + a
+    used = np.arange(2)[None, :] < n_entries[:, None]
+    return rows, n_entries, np.repeat(best, n_entries), ends[used]
+
+
+def _label_runs(p: _Problem, by_label: np.ndarray, max_memory_mb: float):
+    """Runs of ``by_label`` (queries sorted by their label's gallery slice [lo, hi)) for :func:`_positives`:
+    consecutive labels together while run rows x slice width stays within ``_POSITIVE_CELLS``; a label
+    wider than that alone, in chunks of rows of 24 bytes per cell under the budget."""
+    if not by_label.size:
+        return
+    lo, hi = p.lo[by_label], p.hi[by_label]
+    starts = np.flatnonzero(np.r_[True, lo[1:] != lo[:-1]])
+    ends = np.r_[starts[1:], by_label.size]
+    s = None  # the run being gathered: by_label[s:e] over columns [lo[s], hi[e - 1])
+    for k0, k1 in zip(starts, ends):
+        if s is not None and (k1 - s) * (hi[k1 - 1] - lo[s]) <= _POSITIVE_CELLS:
+            e = k1
+            continue
+        if s is not None:
+            yield by_label[s:e]
+        s, e = k0, k1
+        width = hi[k0] - lo[k0]
+        if (k1 - k0) * width > _POSITIVE_CELLS:  # a large label: alone, in chunks under the budget
+            step = max(1, int(max_memory_mb * 2**20 // (24 * width)))
+            for c in range(k0, k1, step):
+                yield by_label[c:min(c + step, k1)]
+            s = None
+    if s is not None:
+        yield by_label[s:e]
+
+
 class _Counter:
     """Per-threshold counts of retrievable non-positives beating it: strictly, and tied below/above in index."""
 
@@ -257,7 +309,6 @@ class _Counter:
         self.gt = np.zeros(t_val.size, dtype=np.int64)
         self.eq_lt = np.zeros(t_val.size, dtype=np.int64)
         self.eq_gt = np.zeros(t_val.size, dtype=np.int64)
-        self.first_exact: np.ndarray | None = None  # fast path: make_first_exact()
         self.lock = threading.Lock()  # threads' tiles may hold the same queries (leave-one-out mirror tiles)
 
     def block(self, sims: np.ndarray, rows: np.ndarray, c0: int, c1: int) -> None:
@@ -300,18 +351,12 @@ class _Counter:
                 use = n_thr > slot
                 self.gt[self.off[queries[use]] + slot] += above[use]
 
-    def make_first_exact(self) -> None:
-        """Each query's first threshold re-scored by the kernel that re-scores undecided cells
-        (:func:`_exact_pairs`), so exact ties are seen as ties; 0 for queries without positives."""
-        has = np.flatnonzero(self.off[1:] > self.off[:-1])
-        self.first_exact = np.zeros(self.off.size - 1, dtype=np.float32)
-        self.first_exact[has] = _exact_pairs(self.p.q, self.p.gp, has, self.col[self.off[has]])
-
     def decide(self, queries: np.ndarray, cols: np.ndarray, n_thr: np.ndarray, exact: np.ndarray) -> None:
         """Count undecided (query, column) cells, with exact similarities ``exact``, against the query's
-        first threshold(s) (:meth:`make_first_exact` first); exact ties are counted by gallery index."""
+        first threshold(s), exactly; ties are counted by gallery index. Fast path only: its thresholds
+        come from :func:`_exact_pairs` too (:func:`_best_positives`), so exact ties are seen as ties."""
         p, first = self.p, self.off[queries]
-        mine = self.first_exact[queries]
+        mine = self.val[first]
         index, tied = p.gindex[cols], exact == mine
         for slot in (0, 1):
             use = n_thr > slot
@@ -470,8 +515,12 @@ def _n_workers() -> int:
 def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
                    gallery_labels: Sequence[Any], query_ids: Sequence[Any] | None = None,
                    gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
-                   max_memory_mb: float = 512, complete: bool = True) -> Ranking:
+                   max_memory_mb: float = 512, complete: bool = True, cap: int | None = None) -> Ranking:
     """Exact ranks of every query's positives (or only the first one when ``complete`` is False).
+
+    ``cap`` (first positive only, for recall@K with K <= ``cap``): a first rank of
+    ``cap`` or more is reported as ``cap``, which lets a query stop counting as soon as
+    ``cap`` items surely beat its best positive (much less work when many queries miss).
 
     Inputs must already be validated (:func:`stages.retrieval.check_inputs`).
     ``exclude`` holds (query values, gallery values) pairs: a gallery item sharing
@@ -494,8 +543,10 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
         and (query_ids is None) == (gallery_ids is None) \
         and (query_ids is None or list(query_ids) == list(gallery_ids)) \
         and all(np.array_equal(q_code[p.gindex], g_code) for q_code, _, g_code in p.groups)  # same exclusions
+    if cap is not None and (complete or isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1):
+        raise ValueError(f"`cap` must be a positive integer, with complete=False. Got {cap!r} instead.")
     if not complete:
-        _fast_tiles(p, counter, max_memory_mb, symmetric)
+        _fast_tiles(p, counter, max_memory_mb, symmetric, cap)
     else:
         buffers = _Buffers()
         with ThreadPoolExecutor(max_workers=2) as pool:
@@ -522,16 +573,23 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
         opp_t = pos_off[:-1] + (top_tie > 0)
     opposite = np.full(n, -1, dtype=np.int64)
     opposite[has] = counter.gt[opp_t[has]] + counter.eq_gt[opp_t[has]]
-    return Ranking(n_pos, n_retrievable, offsets, ranks, opposite, complete)
+    if cap is not None:  # a query that stopped counting holds a partial count of at least cap
+        ranks, opposite[has] = np.minimum(ranks, cap), np.minimum(opposite[has], cap)
+    return Ranking(n_pos, n_retrievable, offsets, ranks, opposite, complete, cap)
 
 
-def _fast_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric: bool) -> None:
-    """First-positive counts (recall@K, MRR): each thread takes tiles from a shared list, multiplies
-    each with single-threaded BLAS, masks it and scans it while it is in the cache.
+def _fast_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric: bool,
+                cap: int | None = None) -> None:
+    """First-positive counts (recall@K, MRR): each thread takes jobs from a shared list, multiplies
+    each tile with single-threaded BLAS, masks it and scans it while it is in the cache.
 
     Query x gallery: a job is a run of query rows (sorted by label, so a tile's masked positives
     are a few runs) over every gallery tile. Leave-one-out: a job is one square tile on or above
     the diagonal, counted for its rows and (off the diagonal) its columns in the same read.
+    Queries without positives are never multiplied. With ``cap``, a query stops counting once
+    ``cap`` cells are surely above its first positive (its rank is then at least ``cap``): it
+    leaves its run's later tiles, and a leave-one-out tile whose rows or columns have mostly
+    stopped is multiplied only for the queries still counting (rows x its columns, columns x its rows).
     """
     from threadpoolctl import threadpool_limits
 
@@ -547,37 +605,62 @@ def _fast_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric:
         q_order = np.argsort(p.lo, kind="stable")
         jobs = [q_order[r0:r0 + height] for r0 in range(0, n, height)]
     pending, lock = iter(jobs), threading.Lock()
-    counter.make_first_exact()
+
+    def counting(queries: np.ndarray, n_thr: np.ndarray) -> np.ndarray:
+        """Positions of the queries still counting: with positives and, under a cap, below it."""
+        live = n_thr > 0
+        if cap is not None:  # read without the lock: counts only grow, a stale one costs work, not correctness
+            live[live] = counter.gt[counter.off[queries[live]]] < cap
+        return np.flatnonzero(live)
 
     def work() -> None:
         scratch, undecided = _Buffers(), _Undecided(counter)
+
+        def row_tile(queries, vectors, c0, c1, window) -> np.ndarray:
+            """Cells surely above each query's first positive among columns [c0, c1) (undecided ones handed on)."""
+            n_thr, lo, hi = window
+            tile = np.matmul(vectors, p.gp[c0:c1].T, out=scratch.get("tile", (queries.size, c1 - c0), np.float32))
+            p.mask(tile, queries, c0, c1)
+            return _scan(tile, [(1, lo, hi, undecided.sink(queries, n_thr, c0))], scratch)[0]
+
         while True:
             with lock:
                 job = next(pending, None)
             if job is None:
                 return undecided.flush()
             if not symmetric:
-                rows, qb = job, p.q[job]
-                n_thr, lo, hi = counter.first_window(rows)
-                if not n_thr.any():
-                    continue
-                above = np.zeros(rows.size, dtype=np.int64)
+                window = counter.first_window(job)
+                live = np.flatnonzero(window[0] > 0)
+                above = np.zeros(job.size, dtype=np.int64)
+                vectors = p.q[job[live]]
                 for c0 in range(0, m, width):
-                    c1 = min(c0 + width, m)
-                    tile = np.matmul(qb, p.gp[c0:c1].T, out=scratch.get("tile", (rows.size, c1 - c0), np.float32))
-                    p.mask(tile, rows, c0, c1)
-                    above += _scan(tile, [(1, lo, hi, undecided.sink(rows, n_thr, c0))], scratch)[0]
-                counter.add_above(rows, n_thr, above)
+                    if not live.size:
+                        break
+                    above[live] += row_tile(job[live], vectors, c0, min(c0 + width, m), [w[live] for w in window])
+                    if cap is not None and (above[live] >= cap).any():  # those stop: their rank is >= cap
+                        still = above[live] < cap
+                        live, vectors = live[still], vectors[still]
+                counter.add_above(job, window[0], above)
                 continue
             (r0, c0), q_rows = job, p.gindex  # sorted position j holds gallery (= query) index gindex[j]
             r1, c1 = min(r0 + side, m), min(c0 + side, m)
+            rows, cols = q_rows[r0:r1], q_rows[c0:c1]
+            win_r, win_c = counter.first_window(rows), counter.first_window(cols)
+            live_r = counting(rows, win_r[0])
+            live_c = counting(cols, win_c[0]) if c0 > r0 else np.empty(0, np.int64)
+            if live_r.size * (c1 - c0) + live_c.size * (r1 - r0) < (r1 - r0) * (c1 - c0):  # the live parts only
+                for queries, live, start, (a, b), win in ((rows, live_r, r0, (c0, c1), win_r),
+                                                         (cols, live_c, c0, (r0, r1), win_c)):
+                    if live.size:
+                        counter.add_above(queries[live], win[0][live],
+                                          row_tile(queries[live], p.gp[start + live], a, b, [w[live] for w in win]))
+                continue
             tile = np.matmul(p.gp[r0:r1], p.gp[c0:c1].T, out=scratch.get("tile", (r1 - r0, c1 - c0), np.float32))
-            p.mask(tile, q_rows[r0:r1], c0, c1)  # positives and exclusions are symmetric: the mirror's cells too
-            sides = [(q_rows[r0:r1], c0, 1)] + ([(q_rows[c0:c1], r0, 0)] if c0 > r0 else [])
-            windows = [(queries, c, axis, counter.first_window(queries)) for queries, c, axis in sides]
+            p.mask(tile, rows, c0, c1)  # positives and exclusions are symmetric: the mirror's cells too
+            sides = [(rows, c0, 1, win_r)] + ([(cols, r0, 0, win_c)] if c0 > r0 else [])
             counts = _scan(tile, [(axis, lo, hi, undecided.sink(queries, n_thr, c))
-                                  for queries, c, axis, (n_thr, lo, hi) in windows], scratch)
-            for (queries, _, _, (n_thr, _, _)), above in zip(windows, counts):
+                                  for queries, c, axis, (n_thr, lo, hi) in sides], scratch)
+            for (queries, _, _, (n_thr, _, _)), above in zip(sides, counts):
                 counter.add_above(queries, n_thr, above)
 
     with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(max_workers=workers) as pool:

@@ -286,6 +286,79 @@ def test_first_positive_path_matches_brute_force(kind, seed):
     assert ranking.first_rank_opposite.tolist() == detail["opposite"]
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_recall_only_capped_path_matches_brute_force(kind, seed):
+    # recall@K alone lets a query stop counting once max(K) items surely beat its best positive
+    case = make_case(kind, seed)
+    expected, detail = _oracle(case)
+    _assert_matches_oracle(_summary(case, metrics=["recall"]), expected)
+    assert retrieval_metrics(ks=KS, metrics=["recall"], **case) == {f"recall@{k}": expected[f"recall@{k}"] for k in KS}
+    first = np.array([r[0] if r else -1 for r in detail["ranks"]])
+    opposite = np.array(detail["opposite"])
+    for cap in (1, 2, 5):  # ranks of cap or more read cap (the opposite-rule rank too); -1 stays -1
+        ranking = _rank(case, metrics=["recall"], cap=cap)
+        assert ranking.cap == cap
+        np.testing.assert_array_equal(ranking.first_rank, np.minimum(first, cap))
+        np.testing.assert_array_equal(ranking.first_rank_opposite, np.minimum(opposite, cap))
+
+
+@pytest.mark.parametrize("memory", [1e-6, 0.02, 512])  # one-row tiles; a few tiles (partly live); one tile
+@pytest.mark.parametrize("kind", BIG_KINDS + ["near_ties", "duplicates", "leave_one_out_exclude"])
+def test_capped_ranks_are_the_full_ranks_cut_at_the_cap(kind, memory):
+    # Queries stop counting at different tiles, leave-one-out tiles shrink to their live rows and
+    # columns: every first rank (and the opposite-rule one) must still be min(full rank, cap).
+    case = make_big_case(kind, 4) if kind in BIG_KINDS else make_case(kind, 4)
+    full = _rank(case, ["recall"], max_memory_mb=memory)
+    for cap in (1, 3, 10_000):
+        capped = _rank(case, ["recall"], max_memory_mb=memory, cap=cap)
+        np.testing.assert_array_equal(capped.first_rank, np.minimum(full.first_rank, cap))
+        np.testing.assert_array_equal(capped.first_rank_opposite, np.minimum(full.first_rank_opposite, cap))
+        np.testing.assert_array_equal(capped.n_positives, full.n_positives)
+
+
+@pytest.mark.parametrize("leave_one_out", [False, True])
+def test_queries_that_surely_miss_stop_counting(leave_one_out, monkeypatch):
+    # Random vectors: nearly every query's best positive ranks far below 5, so with recall@{1,5} the
+    # engine must scan well under half of the cells (about 30% leave-one-out, 15% else), with the same numbers.
+    rng = np.random.default_rng(0)
+    n_g = 6000 if leave_one_out else 20_000  # ~50 positives per query: its best ranks near n_g / 50
+    g = rng.standard_normal((n_g, 16)).astype(np.float32)
+    q = g if leave_one_out else rng.standard_normal((300, 16)).astype(np.float32)
+    gl = rng.integers(0, n_g // 50, len(g))
+    ql = gl if leave_one_out else rng.integers(0, n_g // 50, len(q))
+    ids = np.arange(len(g)) if leave_one_out else None
+    scanned = []
+    scan = ranking._scan
+    monkeypatch.setattr(ranking, "_scan", lambda sims, *a: scanned.append(sims.size) or scan(sims, *a))
+    kw = dict(query_ids=ids, gallery_ids=ids, max_memory_mb=1)  # small tiles: many chances to stop
+    got = retrieval_summary(q, g, ql, gl, ks=(1, 5), metrics=["recall"], **kw)
+    capped, scanned[:] = sum(scanned), []
+    full = retrieval_summary(q, g, ql, gl, ks=(1, 5), metrics=["recall", "mrr"], **kw)  # mrr: no cap
+    assert {k: got[k] for k in got} == {k: full[k] for k in got}
+    assert capped < 0.5 * sum(scanned), (capped, sum(scanned))  # without stopping: all of them
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"cap": 0}, "`cap` must be a positive integer"),                   # nothing to stop at
+    ({"cap": 2.5}, "`cap` must be a positive integer"),                 # not an integer
+    ({"cap": True}, "`cap` must be a positive integer"),                # bools are not counts
+    ({"cap": 3, "complete": True}, "`cap` must be a positive integer, with complete=False"),  # every positive
+])
+def test_rank_positives_rejects_bad_caps(kw, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ranking.rank_positives([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], ["a"], ["a", "b"], **{"complete": False, **kw})
+
+
+@pytest.mark.parametrize("metrics, ks", [(["recall", "mrr"], (1,)),   # MRR needs the exact first rank
+                                          (["recall"], (1, 5)),         # K above the cap
+                                          (["recall", "map"], (1,))])   # every positive's rank
+def test_capped_ranking_serves_only_recall_up_to_its_cap(metrics, ks):
+    capped = rank([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], ["a"], ["a", "b"], metrics=["recall"], cap=2)
+    with pytest.raises(ValueError, match="capped at 2|need the complete ranking"):
+        per_query(capped, ks, metrics)
+
+
 @pytest.mark.parametrize("kind", BIG_KINDS)
 def test_big_cases_match_brute_force(kind):
     case = make_big_case(kind, 0)
