@@ -23,6 +23,8 @@ How (FAISS-contrib style, flat numpy, blocked under a memory bound):
   gamma_d bound), so only cells within ``tol`` of a threshold are undecided;
   those cells are re-scored and re-decided exactly, including exact ties, which
   are counted by gallery index on both sides (tie sensitivity).
+* With ``cap`` (recall@K alone: ranks beyond the largest K change nothing) a
+  query stops counting once ``cap`` cells surely beat its first positive.
 * Leave-one-out (the gallery *is* the query set) multiplies only the tiles on
   and above the diagonal: each serves its rows and its columns, counted in one
   read (fast path) or through a transposed copy (sorting).
@@ -63,6 +65,8 @@ _EXACT_CHUNK = 256
 #: Cells compared at a time (two boolean scratches of this many bytes, 0.5 MiB each, that stay in
 #: the cache; one row at least, so more for galleries wider than this).
 _CHUNK_CELLS = 2**19
+#: A scan compares only the lines that reach their window when they are fewer than 1 in this many.
+_FEW_LINES = 4
 #: Largest exact block (16 M cells): bigger blocks do not make the product faster, only the footprint larger.
 _MAX_PAIRS = 2**24
 #: Undecided cells a scan holds before it hands them on to be re-decided (about 60 B each, 4 MiB in all):
@@ -405,39 +409,58 @@ def _scan(sims: np.ndarray, sides: Sequence[tuple], scratch: "_Buffers") -> list
     line's number of cells above ``hi``; the undecided cells (in [lo, hi]) of each chunk go
     to ``sink(lines, others)``.
 
-    In chunks of rows that stay in the cache, read once for both sides: one compare
-    for the cells above ``hi`` (counted as bytes), one for those at or above ``lo``;
-    the window is their difference, usually a few cells per line (every cell only
-    for degenerate data such as all-zero queries), found by scanning 8 cells at a time.
+    In chunks of rows that stay in the cache, read for both sides: each line's maximum
+    first (lines below their window, most of them when queries rank their positives
+    high, need nothing more); then one compare for the cells above ``hi`` (counted as
+    bytes) and one for those at or above ``lo``, over the chunk or, when few lines reach
+    their window, over those lines only. The window is the difference of the two compares,
+    usually a few cells per line (every cell only for degenerate data such as all-zero
+    queries), found by scanning 8 cells at a time.
     """
     height, width = sims.shape
     step = max(1, _CHUNK_CELLS // max(1, width))
-    cells = min(step, height) * width
-    over = scratch.get("over", (min(step, height), width), bool)
-    window = scratch.get("window", (-(-cells // 8) * 8,), bool)  # whole 8-byte words
     out = [np.zeros(lo.size, dtype=np.int64) for _, lo, _, _ in sides]
     for k0 in range(0, height, step):
         chunk = sims[k0:k0 + step]
-        h = chunk.shape[0]
         for (axis, lo, hi, sink), above in zip(sides, out):
-            low, high = (lo[k0:k0 + h, None], hi[k0:k0 + h, None]) if axis == 1 else (lo, hi)
-            o = np.greater(chunk, high, out=over[:h])
-            if axis == 1:
-                above[k0:k0 + h] += _byte_sums(o, 1)
+            low, high = (lo[k0:k0 + chunk.shape[0]], hi[k0:k0 + chunk.shape[0]]) if axis == 1 else (lo, hi)
+            reach = np.flatnonzero(chunk.max(axis=axis) >= low)  # lines with a cell at or above their window
+            if not reach.size:
+                continue
+            few = reach.size * _FEW_LINES < low.size
+            if few:  # those lines only (a copy), their thresholds alongside
+                chunk_part = chunk[reach] if axis == 1 else chunk[:, reach]
+                counts, r, c = _count_lines(chunk_part, low[reach], high[reach], axis, scratch)
+                r, c = (reach[r], c) if axis == 1 else (r, reach[c])
             else:
-                above += _byte_sums(o, 0)
-            window[h * width:] = False  # the tail of the last word
-            w = np.greater_equal(chunk, low, out=window[:h * width].reshape(h, width))
-            np.logical_xor(w, o, out=w)  # at or above lo, not above hi
-            words = np.flatnonzero(window.view(np.uint64) != 0)
-            if words.size:
-                flat = (words[:, None] * 8 + np.arange(8)).ravel()
-                r, c = np.divmod(flat[window[flat]], width)
+                counts, r, c = _count_lines(chunk, low, high, axis, scratch)
+            if axis == 1:
+                above[k0 + reach if few else slice(k0, k0 + chunk.shape[0])] += counts
+            else:
+                above[reach if few else slice(None)] += counts
+            if r.size:
                 if axis == 1:
                     sink(r + k0, c)
                 else:
                     sink(c, r + k0)
     return out
+
+
+def _count_lines(block: np.ndarray, low: np.ndarray, high: np.ndarray, axis: int, scratch: "_Buffers"):
+    """For :func:`_scan`: per line of ``block`` (rows for axis 1, columns for axis 0) the cells above
+    ``high``, and the (row, column) cells in [low, high]."""
+    h, w = block.shape
+    low, high = (low[:, None], high[:, None]) if axis == 1 else (low, high)
+    o = np.greater(block, high, out=scratch.get("over", (h, w), bool))
+    counts = _byte_sums(o, axis)
+    window = scratch.get("window", (-(-h * w // 8) * 8,), bool)  # whole 8-byte words
+    window[h * w:] = False  # the tail of the last word
+    in_window = np.greater_equal(block, low, out=window[:h * w].reshape(h, w))
+    np.logical_xor(in_window, o, out=in_window)  # at or above low, not above high
+    words = np.flatnonzero(window.view(np.uint64) != 0)
+    flat = (words[:, None] * 8 + np.arange(8)).ravel()
+    r, c = np.divmod(flat[window[flat]], w)
+    return counts, r, c
 
 
 def _byte_sums(mask: np.ndarray, axis: int) -> np.ndarray:
@@ -703,6 +726,8 @@ def _run(pool: ThreadPoolExecutor, counter: _Counter, jobs: list) -> None:
 def _n_excluded(p: _Problem) -> np.ndarray:
     """Gallery items each query may not retrieve (its own image and its exclusion groups, counted once)."""
     n, m = p.q.shape[0], p.gp.shape[0]
+    if not p.groups:  # only the own images
+        return (p.self_col >= 0).astype(np.int64)
     out = np.zeros(n, dtype=np.int64)
     union: dict[tuple, np.ndarray] = {}
     for i in range(n):

@@ -393,6 +393,18 @@ def test_handing_on_undecided_cells_never_changes_a_number(kind, window_cells, m
     _assert_same_ranking(_rank(case, ["recall"], max_memory_mb=0.02), expected)
 
 
+@pytest.mark.parametrize("few_lines", [0, 10**9])  # always compare only the lines that reach; never
+@pytest.mark.parametrize("kind", BIG_KINDS + ["near_ties", "duplicates", "zero_rows"])
+def test_comparing_only_lines_that_reach_their_window_never_changes_a_number(kind, few_lines, monkeypatch):
+    # A scan skips lines whose maximum is below their window and, when few lines remain, compares a
+    # copy of those lines only (rows, or leave-one-out columns): counts and cells must map back exactly.
+    case = make_big_case(kind, 5) if kind in BIG_KINDS else make_case(kind, 5)
+    expected = _rank(case, ["recall", "mrr"], max_memory_mb=0.02)
+    monkeypatch.setattr(ranking, "_FEW_LINES", few_lines)
+    monkeypatch.setattr(ranking, "_CHUNK_CELLS", 64)
+    _assert_same_ranking(_rank(case, ["recall", "mrr"], max_memory_mb=0.02), expected)
+
+
 def test_all_zero_queries_stay_within_the_memory_bound():
     # A zero query has cosine 0 with every item, so every cell ties with its best positive and is
     # undecided: without a bound on the undecided cells held at once this took ~60 B per cell (~370 MB).
