@@ -423,32 +423,25 @@ def _scan(sims: np.ndarray, sides: Sequence[tuple], scratch: "_Buffers") -> list
     for k0 in range(0, height, step):
         chunk = sims[k0:k0 + step]
         for (axis, lo, hi, sink), above in zip(sides, out):
-            low, high = (lo[k0:k0 + chunk.shape[0]], hi[k0:k0 + chunk.shape[0]]) if axis == 1 else (lo, hi)
-            reach = np.flatnonzero(chunk.max(axis=axis) >= low)  # lines with a cell at or above their window
-            if not reach.size:
+            first = k0 if axis == 1 else 0  # the chunk's first line: rows count from k0, columns from 0
+            n_lines = chunk.shape[1 - axis]
+            low, high = lo[first:first + n_lines], hi[first:first + n_lines]
+            lines = np.flatnonzero(chunk.max(axis=axis) >= low)  # those with a cell at or above their window
+            if not lines.size:
                 continue
-            few = reach.size * _FEW_LINES < low.size
-            if few:  # those lines only (a copy), their thresholds alongside
-                chunk_part = chunk[reach] if axis == 1 else chunk[:, reach]
-                counts, r, c = _count_lines(chunk_part, low[reach], high[reach], axis, scratch)
-                r, c = (reach[r], c) if axis == 1 else (r, reach[c])
-            else:
-                counts, r, c = _count_lines(chunk, low, high, axis, scratch)
-            if axis == 1:
-                above[k0 + reach if few else slice(k0, k0 + chunk.shape[0])] += counts
-            else:
-                above[reach if few else slice(None)] += counts
-            if r.size:
-                if axis == 1:
-                    sink(r + k0, c)
-                else:
-                    sink(c, r + k0)
+            if lines.size * _FEW_LINES >= n_lines:  # most lines: compare the whole chunk
+                lines = np.arange(n_lines)
+            part = chunk if lines.size == n_lines else chunk[lines] if axis == 1 else chunk[:, lines]
+            counts, line, other = _count_lines(part, low[lines], high[lines], axis, scratch)
+            above[first + lines] += counts
+            if line.size:
+                sink(first + lines[line], other + (k0 - first))  # the other side of a column is a row from k0
     return out
 
 
 def _count_lines(block: np.ndarray, low: np.ndarray, high: np.ndarray, axis: int, scratch: "_Buffers"):
     """For :func:`_scan`: per line of ``block`` (rows for axis 1, columns for axis 0) the cells above
-    ``high``, and the (row, column) cells in [low, high]."""
+    ``high``, and the cells in [low, high] as (line, index along the line) pairs."""
     h, w = block.shape
     low, high = (low[:, None], high[:, None]) if axis == 1 else (low, high)
     o = np.greater(block, high, out=scratch.get("over", (h, w), bool))
@@ -460,7 +453,7 @@ def _count_lines(block: np.ndarray, low: np.ndarray, high: np.ndarray, axis: int
     words = np.flatnonzero(window.view(np.uint64) != 0)
     flat = (words[:, None] * 8 + np.arange(8)).ravel()
     r, c = np.divmod(flat[window[flat]], w)
-    return counts, r, c
+    return (counts, r, c) if axis == 1 else (counts, c, r)
 
 
 def _byte_sums(mask: np.ndarray, axis: int) -> np.ndarray:
@@ -552,6 +545,8 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     positive lists and counters (52 bytes per positive, or per query when not ``complete``);
     blocks get 80% of the rest, and never less than a quarter of ``max_memory_mb``.
     """
+    if cap is not None and (complete or isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1):
+        raise ValueError(f"`cap` must be a positive integer, with complete=False. Got {cap!r} instead.")
     p = _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude)
     n, m = p.q.shape[0], p.gp.shape[0]
     # complete: every positive; else the best one and the last one tied with it (opposite tie rule)
@@ -566,8 +561,6 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
         and (query_ids is None) == (gallery_ids is None) \
         and (query_ids is None or list(query_ids) == list(gallery_ids)) \
         and all(np.array_equal(q_code[p.gindex], g_code) for q_code, _, g_code in p.groups)  # same exclusions
-    if cap is not None and (complete or isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1):
-        raise ValueError(f"`cap` must be a positive integer, with complete=False. Got {cap!r} instead.")
     if not complete:
         _fast_tiles(p, counter, max_memory_mb, symmetric, cap)
     else:
@@ -646,45 +639,52 @@ def _fast_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric:
             p.mask(tile, queries, c0, c1)
             return _scan(tile, [(1, lo, hi, undecided.sink(queries, n_thr, c0))], scratch)[0]
 
+        def query_run(rows: np.ndarray) -> None:
+            """Query x gallery: a run of queries over every gallery tile, the stopped ones leaving."""
+            window = counter.first_window(rows)
+            live = counting(rows, window[0])
+            above = np.zeros(rows.size, dtype=np.int64)
+            vectors = p.q[rows[live]]
+            for c0 in range(0, m, width):
+                if not live.size:
+                    break
+                above[live] += row_tile(rows[live], vectors, c0, min(c0 + width, m), [w[live] for w in window])
+                if cap is not None:  # those at the cap stop: their rank is at least cap
+                    still = above[live] < cap
+                    if not still.all():
+                        live, vectors = live[still], vectors[still]
+            counter.add_above(rows, window[0], above)
+
+        def symmetric_tile(r0: int, c0: int) -> None:
+            """Leave-one-out: one tile on or above the diagonal, for its rows and (off it) its columns."""
+            r1, c1 = min(r0 + side, m), min(c0 + side, m)
+            rows, cols = p.gindex[r0:r1], p.gindex[c0:c1]  # sorted position j is gallery (= query) gindex[j]
+            sides = [(rows, r0, (c0, c1), counter.first_window(rows))]
+            if c0 > r0:
+                sides.append((cols, c0, (r0, r1), counter.first_window(cols)))
+            live = [counting(queries, win[0]) for queries, _, _, win in sides]
+            if sum(lv.size * (b - a) for lv, (_, _, (a, b), _) in zip(live, sides)) < (r1 - r0) * (c1 - c0):
+                for lv, (queries, start, (a, b), win) in zip(live, sides):  # multiply the live parts only
+                    if lv.size:
+                        counter.add_above(queries[lv], win[0][lv],
+                                          row_tile(queries[lv], p.gp[start + lv], a, b, [w[lv] for w in win]))
+                return
+            tile = np.matmul(p.gp[r0:r1], p.gp[c0:c1].T, out=scratch.get("tile", (r1 - r0, c1 - c0), np.float32))
+            p.mask(tile, rows, c0, c1)  # positives and exclusions are symmetric: the mirror's cells too
+            counts = _scan(tile, [(axis, lo, hi, undecided.sink(queries, n_thr, a))
+                                  for axis, (queries, _, (a, _), (n_thr, lo, hi)) in zip((1, 0), sides)], scratch)
+            for (queries, _, _, (n_thr, _, _)), above in zip(sides, counts):
+                counter.add_above(queries, n_thr, above)
+
         while True:
             with lock:
                 job = next(pending, None)
             if job is None:
                 return undecided.flush()
-            if not symmetric:
-                window = counter.first_window(job)
-                live = np.flatnonzero(window[0] > 0)
-                above = np.zeros(job.size, dtype=np.int64)
-                vectors = p.q[job[live]]
-                for c0 in range(0, m, width):
-                    if not live.size:
-                        break
-                    above[live] += row_tile(job[live], vectors, c0, min(c0 + width, m), [w[live] for w in window])
-                    if cap is not None and (above[live] >= cap).any():  # those stop: their rank is >= cap
-                        still = above[live] < cap
-                        live, vectors = live[still], vectors[still]
-                counter.add_above(job, window[0], above)
-                continue
-            (r0, c0), q_rows = job, p.gindex  # sorted position j holds gallery (= query) index gindex[j]
-            r1, c1 = min(r0 + side, m), min(c0 + side, m)
-            rows, cols = q_rows[r0:r1], q_rows[c0:c1]
-            win_r, win_c = counter.first_window(rows), counter.first_window(cols)
-            live_r = counting(rows, win_r[0])
-            live_c = counting(cols, win_c[0]) if c0 > r0 else np.empty(0, np.int64)
-            if live_r.size * (c1 - c0) + live_c.size * (r1 - r0) < (r1 - r0) * (c1 - c0):  # the live parts only
-                for queries, live, start, (a, b), win in ((rows, live_r, r0, (c0, c1), win_r),
-                                                         (cols, live_c, c0, (r0, r1), win_c)):
-                    if live.size:
-                        counter.add_above(queries[live], win[0][live],
-                                          row_tile(queries[live], p.gp[start + live], a, b, [w[live] for w in win]))
-                continue
-            tile = np.matmul(p.gp[r0:r1], p.gp[c0:c1].T, out=scratch.get("tile", (r1 - r0, c1 - c0), np.float32))
-            p.mask(tile, rows, c0, c1)  # positives and exclusions are symmetric: the mirror's cells too
-            sides = [(rows, c0, 1, win_r)] + ([(cols, r0, 0, win_c)] if c0 > r0 else [])
-            counts = _scan(tile, [(axis, lo, hi, undecided.sink(queries, n_thr, c))
-                                  for queries, c, axis, (n_thr, lo, hi) in sides], scratch)
-            for (queries, _, _, (n_thr, _, _)), above in zip(sides, counts):
-                counter.add_above(queries, n_thr, above)
+            if symmetric:
+                symmetric_tile(*job)
+            else:
+                query_run(job)
 
     with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(max_workers=workers) as pool:
         for future in [pool.submit(work) for _ in range(min(workers, len(jobs)))]:
