@@ -12,13 +12,13 @@ How (FAISS-contrib style, flat numpy, blocked under a memory bound):
   product per label; a query's positives sorted by (-similarity, gallery index)
   are its *thresholds*.
 * Positive and excluded cells are set to -inf; then each threshold counts the
-  cells above it. Only the first threshold is needed for recall@K and MRR: each
-  core takes float32 tiles (4 MiB) from a shared list, multiplies each with
-  single-threaded BLAS and scans it while it is still in the cache, one compare
-  for the cells surely above and one for the error window. Every metric that needs
-  all positives takes exact blocks instead (float64 product rounded to float32,
-  both cores through BLAS), sorts the rows (two threads) and reads every
-  threshold's count with a binary search.
+  cells above it. Each core takes tiles from a shared list and multiplies each
+  with single-threaded BLAS. Only the first threshold is needed for recall@K and
+  MRR: float32 tiles (4 MiB) are scanned while still in the cache, one compare
+  for the cells surely above and one for the error window. Every metric that
+  needs all positives takes exact tiles instead (float64 product rounded to
+  float32), sorts their rows and reads every threshold's count with a binary
+  search.
 * A float32 score differs from the exact one by at most ``tol`` (Higham's
   gamma_d bound), so only cells within ``tol`` of a threshold are undecided;
   those cells are re-scored and re-decided exactly, including exact ties, which
@@ -48,16 +48,18 @@ import numpy as np
 
 from stages.retrieval import float32_dot_error_bound, l2_normalize
 
-#: Exact blocks: float64 product, float32 block and its sorted copy.
-_EXACT_BYTES_PER_PAIR = 16
-#: Leave-one-out exact blocks: the block, plus its transposed copy.
-_SYM_BYTES_PER_PAIR = 16
+#: Exact tiles (every positive), per tile cell and thread: the float64 product, its float32 rounding, the
+#: sorted copy, the leave-one-out transposed copy and (with exclusion columns) the exclusion masks' booleans.
+_EXACT_BYTES_PER_PAIR = 24
 #: Fast path, per tile cell and thread: the float32 tile and (at most) two boolean compare scratches.
 _TILE_BYTES_PER_PAIR = 6
 #: Fast path: cells of one thread's tile (4 MiB of float32). Each thread multiplies its own tiles with
 #: single-threaded BLAS and scans each tile while it is still in the cache: as fast a product as big
 #: blocks, without writing and re-reading every block through memory (or BLAS threads spinning meanwhile).
 _TILE_CELLS = 2**20
+#: Exact tiles' cells: the float64 product needs no cache residence (the sort reads one row at a time),
+#: and taller tiles multiply faster.
+_EXACT_TILE_CELLS = 2**21
 #: Fast tiles' gallery width (query x gallery); leave-one-out tiles are square.
 _TILE_WIDTH = 2048
 #: Undecided pairs re-scored at a time (float64 scratch of 2 x 256 x d x 8 bytes, 2 MiB at d = 512).
@@ -67,8 +69,6 @@ _EXACT_CHUNK = 256
 _CHUNK_CELLS = 2**19
 #: A scan compares only the lines that reach their window when they are fewer than 1 in this many.
 _FEW_LINES = 4
-#: Largest exact block (16 M cells): bigger blocks do not make the product faster, only the footprint larger.
-_MAX_PAIRS = 2**24
 #: Undecided cells a scan holds before it hands them on to be re-decided (about 60 B each, 4 MiB in all):
 #: bounds memory when most cells tie with the best positive (e.g. many all-zero query vectors).
 _WINDOW_CELLS = 2**16
@@ -315,29 +315,34 @@ class _Counter:
         self.eq_gt = np.zeros(t_val.size, dtype=np.int64)
         self.lock = threading.Lock()  # threads' tiles may hold the same queries (leave-one-out mirror tiles)
 
-    def block(self, sims: np.ndarray, rows: np.ndarray, c0: int, c1: int) -> None:
-        """Count exact block ``sims`` (rows x gallery columns [c0, c1); the float64 product rounded to
+    def block(self, sims: np.ndarray, rows: np.ndarray, c0: int, c1: int, scratch: "_Buffers") -> None:
+        """Count exact tile ``sims`` (rows x gallery columns [c0, c1); the float64 product rounded to
         float32) against every threshold of its rows, masking it in place."""
         self.p.mask(sims, rows, c0, c1)
         off = self.off
-        # complete: ``sims`` holds the exact similarities, so each threshold is one binary search
-        ordered = np.sort(sims, axis=1)
+        # complete: ``sims`` holds the exact similarities, so each threshold is one binary search in its sorted row
+        ordered = scratch.get("ordered", sims.shape, np.float32)
+        np.copyto(ordered, sims)
+        ordered.sort(axis=1)
         n_thr, start = off[rows + 1] - off[rows], off[rows]
-        line = np.repeat(np.arange(rows.size), n_thr)  # block row of each threshold
+        line = np.repeat(np.arange(rows.size), n_thr)  # tile row of each threshold
         t = np.repeat(start, n_thr) + (np.arange(line.size) - np.repeat(np.cumsum(n_thr) - n_thr, n_thr))
         below = np.empty(line.size, dtype=np.int64)  # cells at or below each threshold in its row
         done = 0
         for k in np.flatnonzero(n_thr):
             below[done:done + n_thr[k]] = np.searchsorted(ordered[k], self.val[start[k]:start[k] + n_thr[k]], "right")
             done += n_thr[k]
-        self.gt[t] += (c1 - c0) - below
         # exact ties with non-positives (positives are -inf here) sit just below: split them by gallery index
         tied = np.flatnonzero((below > 0) & (ordered[line, np.maximum(below - 1, 0)] == self.val[t]))
-        for j in tied:
+        eq_lt, eq_gt = np.zeros(tied.size, dtype=np.int64), np.zeros(tied.size, dtype=np.int64)
+        for k, j in enumerate(tied):
             index = self.p.gindex[np.flatnonzero(sims[line[j]] == self.val[t[j]]) + c0]
             own = self.p.gindex[self.col[t[j]]]
-            self.eq_lt[t[j]] += np.count_nonzero(index < own)
-            self.eq_gt[t[j]] += np.count_nonzero(index > own)
+            eq_lt[k], eq_gt[k] = np.count_nonzero(index < own), np.count_nonzero(index > own)
+        with self.lock:  # leave-one-out: another thread's tile may hold the same queries as columns
+            self.gt[t] += (c1 - c0) - below
+            self.eq_lt[t[tied]] += eq_lt
+            self.eq_gt[t[tied]] += eq_gt
 
     def first_window(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per query: its number of thresholds, and the float32 window [lo, hi] around its first
@@ -500,24 +505,12 @@ class _Buffers:
         return buf[:size].reshape(shape)
 
 
-def _exact_product(q: np.ndarray, panel: np.ndarray, buffers: _Buffers) -> np.ndarray:
-    """The exact float32 similarity block of :func:`cosine_block` (float64 product, rounded once)."""
-    shape = (q.shape[0], panel.shape[1])
+def _exact_product(a: np.ndarray, b: np.ndarray, buffers: _Buffers) -> np.ndarray:
+    """Exact float32 similarities of float64 rows ``a`` x ``b`` (:func:`cosine_block`: float64 product, rounded once)."""
+    shape = (a.shape[0], b.shape[0])
     out = buffers.get("f32", shape, np.float32)
-    out[...] = np.matmul(q.astype(np.float64), panel, out=buffers.get("f64", shape, np.float64))
+    np.copyto(out, np.matmul(a, b.T, out=buffers.get("f64", shape, np.float64)), casting="same_kind")
     return out
-
-
-def _block_shape(n: int, m: int, max_memory_mb: float, d: int) -> tuple[int, int]:
-    """(query rows, gallery columns) per exact block: a float64 gallery panel (a quarter of the
-    budget) and 16 bytes per cell (float64 product, float32 block, its sorted copy)."""
-    budget = max_memory_mb * 2**20
-    cols = max(1, min(m, int(budget / 4 // (8 * d))))
-    budget *= 0.6  # a quarter for the float64 gallery panel, a sixth for BLAS's own float64 work buffers
-    pairs = max(_MIN_PAIRS, min(_MAX_PAIRS, int(budget // _EXACT_BYTES_PER_PAIR)))
-    cols = min(cols, pairs)
-    row_cap = max(1, int(budget / 8 // (12 * d)))  # the query rows' own float32 + float64 copies
-    return max(1, min(n, pairs // cols, row_cap)), cols
 
 
 def _n_workers() -> int:
@@ -543,7 +536,7 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     the query's value in any of them is not retrievable (missing values never match).
     Memory: ``max_memory_mb`` first pays for the unit copies of both sets and the
     positive lists and counters (52 bytes per positive, or per query when not ``complete``);
-    blocks get 80% of the rest, and never less than a quarter of ``max_memory_mb``.
+    tiles get 80% of the rest, and never less than a quarter of ``max_memory_mb``.
     """
     if cap is not None and (complete or isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1):
         raise ValueError(f"`cap` must be a positive integer, with complete=False. Got {cap!r} instead.")
@@ -561,23 +554,8 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
         and (query_ids is None) == (gallery_ids is None) \
         and (query_ids is None or list(query_ids) == list(gallery_ids)) \
         and all(np.array_equal(q_code[p.gindex], g_code) for q_code, _, g_code in p.groups)  # same exclusions
-    if not complete:
-        _fast_tiles(p, counter, max_memory_mb, symmetric, cap)
-    else:
-        buffers = _Buffers()
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            if symmetric:
-                _symmetric_exact_blocks(p, counter, max_memory_mb, pool, buffers)
-            else:
-                rows_per, cols_per = _block_shape(n, m, max_memory_mb, p.q.shape[1])
-                q_order = np.argsort(p.lo, kind="stable")  # neighbours share positives: better cache use
-                for c0 in range(0, m, cols_per):
-                    c1 = min(c0 + cols_per, m)
-                    panel = None  # free the previous float64 panel before making the next
-                    panel = p.gp[c0:c1].astype(np.float64).T
-                    for r0 in range(0, n, rows_per):
-                        rows = q_order[r0:r0 + rows_per]
-                        _run(pool, counter, [(_exact_product(p.q[rows], panel, buffers), rows, c0, c1)])
+    (_fast_tiles(p, counter, max_memory_mb, symmetric, cap) if not complete
+     else _exact_tiles(p, counter, max_memory_mb, symmetric))
     n_retrievable = m - _n_excluded(p)
     base = counter.gt + counter.eq_lt
     has = n_pos > 0
@@ -607,20 +585,10 @@ def _fast_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric:
     leaves its run's later tiles, and a leave-one-out tile whose rows or columns have mostly
     stopped is multiplied only for the queries still counting (rows x its columns, columns x its rows).
     """
-    from threadpoolctl import threadpool_limits
-
-    n, m = p.q.shape[0], p.gp.shape[0]
-    workers = _n_workers()
-    cells = max(_MIN_PAIRS, min(_TILE_CELLS, int(max_memory_mb * 2**20 // (workers * _TILE_BYTES_PER_PAIR))))
-    if symmetric:
-        side = max(1, min(m, math.isqrt(cells)))
-        jobs = [(r0, c0) for r0 in range(0, m, side) for c0 in range(r0, m, side)]
-    else:
-        width = max(1, min(m, _TILE_WIDTH, cells))
-        height = max(1, cells // width)
-        q_order = np.argsort(p.lo, kind="stable")
-        jobs = [q_order[r0:r0 + height] for r0 in range(0, n, height)]
-    pending, lock = iter(jobs), threading.Lock()
+    m = p.gp.shape[0]
+    cells = max(_MIN_PAIRS, min(_TILE_CELLS, int(max_memory_mb * 2**20 // (_n_workers() * _TILE_BYTES_PER_PAIR))))
+    jobs, width = _tiling(p, cells, symmetric)
+    side = width
 
     def counting(queries: np.ndarray, n_thr: np.ndarray) -> np.ndarray:
         """Positions of the queries still counting: with positives and, under a cap, below it."""
@@ -629,7 +597,7 @@ def _fast_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric:
             live[live] = counter.gt[counter.off[queries[live]]] < cap
         return np.flatnonzero(live)
 
-    def work() -> None:
+    def start() -> tuple:
         scratch, undecided = _Buffers(), _Undecided(counter)
 
         def row_tile(queries, vectors, c0, c1, window) -> np.ndarray:
@@ -664,10 +632,10 @@ def _fast_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric:
                 sides.append((cols, c0, (r0, r1), counter.first_window(cols)))
             live = [counting(queries, win[0]) for queries, _, _, win in sides]
             if sum(lv.size * (b - a) for lv, (_, _, (a, b), _) in zip(live, sides)) < (r1 - r0) * (c1 - c0):
-                for lv, (queries, start, (a, b), win) in zip(live, sides):  # multiply the live parts only
+                for lv, (queries, first, (a, b), win) in zip(live, sides):  # multiply the live parts only
                     if lv.size:
                         counter.add_above(queries[lv], win[0][lv],
-                                          row_tile(queries[lv], p.gp[start + lv], a, b, [w[lv] for w in win]))
+                                          row_tile(queries[lv], p.gp[first + lv], a, b, [w[lv] for w in win]))
                 return
             tile = np.matmul(p.gp[r0:r1], p.gp[c0:c1].T, out=scratch.get("tile", (r1 - r0, c1 - c0), np.float32))
             p.mask(tile, rows, c0, c1)  # positives and exclusions are symmetric: the mirror's cells too
@@ -676,51 +644,95 @@ def _fast_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric:
             for (queries, _, _, (n_thr, _, _)), above in zip(sides, counts):
                 counter.add_above(queries, n_thr, above)
 
+        return (lambda job: symmetric_tile(*job)) if symmetric else query_run, undecided.flush
+
+    _each_core(jobs, start)
+
+
+def _exact_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric: bool) -> None:
+    """Every positive (precision@K, R-precision, MAP@R, MAP): the jobs of :func:`_fast_tiles`, but
+    each tile is the exact product (float64, rounded once to float32: :func:`_exact_product`) and
+    its rows are sorted, so that each threshold's count is one binary search (:meth:`_Counter.block`).
+    A leave-one-out tile counts its columns from a transposed copy, made before masking. Queries
+    without positives are never multiplied (query x gallery).
+    """
+    m, d = p.gp.shape
+    per_core = max_memory_mb * 2**20 / _n_workers()
+    # a quarter of each core's share for the float64 copies of its tile's rows and columns, the rest for cells
+    most = max(math.isqrt(_MIN_PAIRS), int(per_core / 4 // (2 * 8 * d)))
+    cells = max(_MIN_PAIRS, min(_EXACT_TILE_CELLS, int(per_core * 3 / 4 // _EXACT_BYTES_PER_PAIR)))
+    jobs, width = _tiling(p, cells, symmetric, most)
+    if not symmetric:
+        n_thr = counter.off[1:] - counter.off[:-1]
+        jobs = [rows for rows in (rows[n_thr[rows] > 0] for rows in jobs) if rows.size]
+
+    def start() -> tuple:
+        scratch = _Buffers()
+
+        def float64(name: str, vectors: np.ndarray) -> np.ndarray:
+            out = scratch.get(name, vectors.shape, np.float64)
+            out[...] = vectors
+            return out
+
+        def query_run(rows: np.ndarray) -> None:
+            left = float64("left", p.q[rows])
+            for c0 in range(0, m, width):
+                c1 = min(c0 + width, m)
+                counter.block(_exact_product(left, float64("right", p.gp[c0:c1]), scratch), rows, c0, c1, scratch)
+
+        def symmetric_tile(job: tuple[int, int]) -> None:
+            r0, c0 = job
+            r1, c1 = min(r0 + width, m), min(c0 + width, m)
+            left = float64("left", p.gp[r0:r1])
+            sims = _exact_product(left, left if c0 == r0 else float64("right", p.gp[c0:c1]), scratch)
+            if c0 > r0:  # the columns, from a transposed copy (masking is per row: the copy is masked for its own)
+                mirror = scratch.get("mirror", (c1 - c0, r1 - r0), np.float32)
+                np.copyto(mirror, sims.T)
+                counter.block(mirror, p.gindex[c0:c1], r0, r1, scratch)
+            counter.block(sims, p.gindex[r0:r1], c0, c1, scratch)  # sorted position j is query gindex[j]
+
+        return (symmetric_tile if symmetric else query_run), lambda: None
+
+    _each_core(jobs, start)
+
+
+def _tiling(p: _Problem, cells: int, symmetric: bool, most: int | None = None) -> tuple[list, int]:
+    """Jobs of about ``cells`` cells per tile for :func:`_each_core`, and their tiles' side (leave-one-out:
+    square tiles (r0, c0) on and above the diagonal) or gallery width (query x gallery: runs of query
+    rows sorted by label, so that a tile's masked positives are a few runs, each over every gallery
+    tile); no side, width or run longer than ``most``."""
+    n, m = p.q.shape[0], p.gp.shape[0]
+    most = m if most is None else most
+    if symmetric:
+        side = max(1, min(m, math.isqrt(cells), most))
+        return [(r0, c0) for r0 in range(0, m, side) for c0 in range(r0, m, side)], side
+    width = max(1, min(m, _TILE_WIDTH, cells, most))
+    height = max(1, min(cells // width, most))
+    q_order = np.argsort(p.lo, kind="stable")
+    return [q_order[r0:r0 + height] for r0 in range(0, n, height)], width
+
+
+def _each_core(jobs: list, start) -> None:
+    """Do ``jobs`` on every core: each thread gets its ``(do, finish)`` from ``start()``, calls ``do(job)``
+    for jobs taken in turn from the shared list, then ``finish()``. BLAS runs single-threaded meanwhile:
+    one product per core, with no BLAS threads spinning beside the numpy work."""
+    from threadpoolctl import threadpool_limits
+
+    pending, lock = iter(jobs), threading.Lock()
+
+    def work() -> None:
+        do, finish = start()
         while True:
             with lock:
                 job = next(pending, None)
             if job is None:
-                return undecided.flush()
-            if symmetric:
-                symmetric_tile(*job)
-            else:
-                query_run(job)
+                return finish()
+            do(job)
 
-    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(max_workers=workers) as pool:
-        for future in [pool.submit(work) for _ in range(min(workers, len(jobs)))]:
+    threads = max(1, min(_n_workers(), len(jobs)))
+    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(max_workers=threads) as pool:
+        for future in [pool.submit(work) for _ in range(threads)]:
             future.result()
-
-
-def _symmetric_exact_blocks(p: _Problem, counter: _Counter, max_memory_mb: float, pool,
-                            buffers: _Buffers) -> None:
-    """Leave-one-out, every positive: exact blocks on and above the diagonal, each counted for its
-    rows and, through a transposed copy made before masking, for its columns."""
-    m, d = p.gp.shape
-    per_pair = _SYM_BYTES_PER_PAIR + _EXACT_BYTES_PER_PAIR
-    side = math.isqrt(max(_MIN_PAIRS, min(_MAX_PAIRS, int(max_memory_mb * 2**20 // per_pair))))
-    side = max(1, min(m, side, max(1, int(max_memory_mb * 2**20 / 4 // (16 * d)))))  # two float64 panels
-    q_rows = p.gindex  # sorted position j holds gallery (= query) index gindex[j]
-    for r0 in range(0, m, side):
-        r1 = min(r0 + side, m)
-        left = None  # free the previous float64 panel before making the next
-        left = p.gp[r0:r1].astype(np.float64)
-        for c0 in range(r0, m, side):
-            c1 = min(c0 + side, m)
-            sims = _exact_product(left, p.gp[c0:c1].astype(np.float64).T, buffers)
-            jobs = [(sims, q_rows[r0:r1], c0, c1)]
-            if c0 > r0:
-                jobs.append((np.ascontiguousarray(sims.T), q_rows[c0:c1], r0, r1))
-            _run(pool, counter, jobs)
-
-
-def _run(pool: ThreadPoolExecutor, counter: _Counter, jobs: list) -> None:
-    """Count exact blocks on both cores: two blocks side by side, or the two halves of one."""
-    if len(jobs) == 1:
-        sims, rows, c0, c1 = jobs[0]
-        half = (len(rows) + 1) // 2
-        jobs = [(sims[:half], rows[:half], c0, c1), (sims[half:], rows[half:], c0, c1)]
-    for future in [pool.submit(counter.block, *job) for job in jobs]:
-        future.result()
 
 
 def _n_excluded(p: _Problem) -> np.ndarray:

@@ -423,6 +423,28 @@ def test_all_zero_queries_stay_within_the_memory_bound():
     assert s["recall@1"] == np.mean(ql == gl[0])
 
 
+@pytest.mark.parametrize("leave_one_out", [False, True])
+def test_complete_ranking_scratch_stays_under_the_budget(leave_one_out):
+    # Every positive's rank: float64 tiles, their float32 rounding, sorted and (leave-one-out) transposed
+    # copies on each core. 2,500 x 2,500 cells would take 48 MiB as one float64 matrix.
+    rng = np.random.default_rng(0)
+    g, gl = rng.normal(size=(2500, 32)).astype(np.float32), rng.integers(0, 50, 2500)
+    q, ql = (g, gl) if leave_one_out else (rng.normal(size=(2500, 32)).astype(np.float32), rng.integers(0, 50, 2500))
+
+    def peak(mb: float) -> float:
+        tracemalloc.start()
+        try:
+            ranking.rank_positives(q, g, ql, gl, max_memory_mb=mb)
+            return tracemalloc.get_traced_memory()[1] / 2**20
+        finally:
+            tracemalloc.stop()
+
+    baseline = peak(1e-6)  # the smallest tiles: what remains is the unit copies and the positive lists
+    for budget in (4, 16):
+        scratch = peak(budget) - baseline
+        assert scratch <= budget, f"{scratch:.1f} MiB of tile scratch over a {budget} MiB budget"
+
+
 def test_recall_only_memory_grows_with_queries_not_with_positive_pairs():
     # One label for everything: 300 queries x 30,000 positives = 9M (query, positive) pairs. recall@K
     # and MRR need only each query's best positive; holding every pair took ~240 MB at this budget.
