@@ -48,9 +48,9 @@ import numpy as np
 
 from stages.retrieval import float32_dot_error_bound, l2_normalize
 
-#: Exact tiles (every positive), per tile cell and thread: the float64 product, its float32 rounding, the
-#: sorted copy, the leave-one-out transposed copy and (with exclusion columns) the exclusion masks' booleans.
-_EXACT_BYTES_PER_PAIR = 24
+#: Exact tiles (every positive), per tile cell and thread: the float64 product, its float32 rounding (sorted
+#: in place), the leave-one-out transposed copy and (with exclusion columns) the exclusion masks' booleans.
+_EXACT_BYTES_PER_PAIR = 20
 #: Fast path, per tile cell and thread: the float32 tile and (at most) two boolean compare scratches.
 _TILE_BYTES_PER_PAIR = 6
 #: Fast path: cells of one thread's tile (4 MiB of float32). Each thread multiplies its own tiles with
@@ -315,28 +315,28 @@ class _Counter:
         self.eq_gt = np.zeros(t_val.size, dtype=np.int64)
         self.lock = threading.Lock()  # threads' tiles may hold the same queries (leave-one-out mirror tiles)
 
-    def block(self, sims: np.ndarray, rows: np.ndarray, c0: int, c1: int, scratch: "_Buffers") -> None:
+    def block(self, sims: np.ndarray, rows: np.ndarray, c0: int, c1: int, exact_row) -> None:
         """Count exact tile ``sims`` (rows x gallery columns [c0, c1); the float64 product rounded to
-        float32) against every threshold of its rows, masking it in place."""
+        float32) against every threshold of its rows. The tile is masked and its rows sorted in place;
+        ``exact_row(k)`` gives row ``k`` again (unmasked, in column order) for the rare exact ties."""
         self.p.mask(sims, rows, c0, c1)
+        sims.sort(axis=1)  # each threshold's count is now one binary search in its row
         off = self.off
-        # complete: ``sims`` holds the exact similarities, so each threshold is one binary search in its sorted row
-        ordered = scratch.get("ordered", sims.shape, np.float32)
-        np.copyto(ordered, sims)
-        ordered.sort(axis=1)
         n_thr, start = off[rows + 1] - off[rows], off[rows]
         line = np.repeat(np.arange(rows.size), n_thr)  # tile row of each threshold
         t = np.repeat(start, n_thr) + (np.arange(line.size) - np.repeat(np.cumsum(n_thr) - n_thr, n_thr))
         below = np.empty(line.size, dtype=np.int64)  # cells at or below each threshold in its row
         done = 0
         for k in np.flatnonzero(n_thr):
-            below[done:done + n_thr[k]] = np.searchsorted(ordered[k], self.val[start[k]:start[k] + n_thr[k]], "right")
+            below[done:done + n_thr[k]] = sims[k].searchsorted(self.val[start[k]:start[k] + n_thr[k]], "right")
             done += n_thr[k]
         # exact ties with non-positives (positives are -inf here) sit just below: split them by gallery index
-        tied = np.flatnonzero((below > 0) & (ordered[line, np.maximum(below - 1, 0)] == self.val[t]))
+        tied = np.flatnonzero((below > 0) & (sims[line, np.maximum(below - 1, 0)] == self.val[t]))
         eq_lt, eq_gt = np.zeros(tied.size, dtype=np.int64), np.zeros(tied.size, dtype=np.int64)
         for k, j in enumerate(tied):
-            index = self.p.gindex[np.flatnonzero(sims[line[j]] == self.val[t[j]]) + c0]
+            row = exact_row(line[j])[None, :]
+            self.p.mask(row, rows[line[j]:line[j] + 1], c0, c1)
+            index = self.p.gindex[np.flatnonzero(row[0] == self.val[t[j]]) + c0]
             own = self.p.gindex[self.col[t[j]]]
             eq_lt[k], eq_gt[k] = np.count_nonzero(index < own), np.count_nonzero(index > own)
         with self.lock:  # leave-one-out: another thread's tile may hold the same queries as columns
@@ -505,12 +505,14 @@ class _Buffers:
         return buf[:size].reshape(shape)
 
 
-def _exact_product(a: np.ndarray, b: np.ndarray, buffers: _Buffers) -> np.ndarray:
-    """Exact float32 similarities of float64 rows ``a`` x ``b`` (:func:`cosine_block`: float64 product, rounded once)."""
+def _exact_product(a: np.ndarray, b: np.ndarray, buffers: _Buffers) -> tuple[np.ndarray, np.ndarray]:
+    """Exact float32 similarities of float64 rows ``a`` x ``b`` (:func:`cosine_block`: float64 product,
+    rounded once), and the float64 product they were rounded from (both in ``buffers``)."""
     shape = (a.shape[0], b.shape[0])
+    product = np.matmul(a, b.T, out=buffers.get("f64", shape, np.float64))
     out = buffers.get("f32", shape, np.float32)
-    np.copyto(out, np.matmul(a, b.T, out=buffers.get("f64", shape, np.float64)), casting="same_kind")
-    return out
+    np.copyto(out, product, casting="same_kind")
+    return out, product
 
 
 def _n_workers() -> int:
@@ -678,18 +680,20 @@ def _exact_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric
             left = float64("left", p.q[rows])
             for c0 in range(0, m, width):
                 c1 = min(c0 + width, m)
-                counter.block(_exact_product(left, float64("right", p.gp[c0:c1]), scratch), rows, c0, c1, scratch)
+                sims, product = _exact_product(left, float64("right", p.gp[c0:c1]), scratch)
+                counter.block(sims, rows, c0, c1, lambda k: product[k].astype(np.float32))
 
         def symmetric_tile(job: tuple[int, int]) -> None:
             r0, c0 = job
             r1, c1 = min(r0 + width, m), min(c0 + width, m)
             left = float64("left", p.gp[r0:r1])
-            sims = _exact_product(left, left if c0 == r0 else float64("right", p.gp[c0:c1]), scratch)
-            if c0 > r0:  # the columns, from a transposed copy (masking is per row: the copy is masked for its own)
+            sims, product = _exact_product(left, left if c0 == r0 else float64("right", p.gp[c0:c1]), scratch)
+            if c0 > r0:  # the columns, from a transposed copy made before the tile is masked and sorted
                 mirror = scratch.get("mirror", (c1 - c0, r1 - r0), np.float32)
                 np.copyto(mirror, sims.T)
-                counter.block(mirror, p.gindex[c0:c1], r0, r1, scratch)
-            counter.block(sims, p.gindex[r0:r1], c0, c1, scratch)  # sorted position j is query gindex[j]
+                counter.block(mirror, p.gindex[c0:c1], r0, r1, lambda k: product[:, k].astype(np.float32))
+            # sorted position j is query gindex[j]
+            counter.block(sims, p.gindex[r0:r1], c0, c1, lambda k: product[k].astype(np.float32))
 
         return (symmetric_tile if symmetric else query_run), lambda: None
 
