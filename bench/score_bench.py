@@ -360,6 +360,9 @@ def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
         print(f"  floor float64/engine = {f64['seconds'] / eng['seconds']:5.2f}x: the suite's exact products alone"
               f"{half}; floor float64/floor = "
               f"{f64['seconds'] / res['floor']['seconds'] if 'seconds' in res.get('floor', {}) else float('nan'):.2f}x")
+        if "seconds" in suite:
+            print(f"  suite/floor float64 = {suite['seconds'] / f64['seconds']:5.2f}x: the suite over its own floor "
+                  f"(products{', half of them,' if scenario == 'B' else ''} plus a sort of every row)")
     for name, r in (("engine", eng), ("engine ranks", ranks), ("suite", suite)):
         if "extra_bytes" in r:
             mb = r["extra_bytes"] / 2**20
