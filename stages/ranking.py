@@ -29,7 +29,7 @@ How (FAISS-contrib style, flat numpy, blocked under a memory bound):
   and above the diagonal: each serves its rows and its columns, counted in one
   read (fast path) or through a transposed copy (sorting).
 
-The counts are integers, so the result does not depend on block sizes or thread
+The counts are integers, so the result does not depend on tile sizes or thread
 counts. The one caveat is the similarity itself: two float64 products of different
 shapes may differ in the last float64 bit, which changes the float32 value only at
 a rounding boundary (about 2**-29 of values), so an exact tie may, that rarely, not be one.
@@ -315,7 +315,7 @@ class _Counter:
         self.eq_gt = np.zeros(t_val.size, dtype=np.int64)
         self.lock = threading.Lock()  # threads' tiles may hold the same queries (leave-one-out mirror tiles)
 
-    def block(self, sims: np.ndarray, rows: np.ndarray, c0: int, c1: int, exact_row) -> None:
+    def exact_tile(self, sims: np.ndarray, rows: np.ndarray, c0: int, c1: int, exact_row) -> None:
         """Count exact tile ``sims`` (rows x gallery columns [c0, c1); the float64 product rounded to
         float32) against every threshold of its rows. The tile is masked and its rows sorted in place;
         ``exact_row(k)`` gives row ``k`` again (unmasked, in column order) for the rare exact ties."""
@@ -547,7 +547,7 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     # complete: every positive; else the best one and the last one tied with it (opposite tie rule)
     pos_off, pos_val, pos_col, n_pos, top_tie = _positives(p, max_memory_mb, first_only=not complete)
     counter = _Counter(p, pos_off, pos_val, pos_col)
-    # the budget covers everything this call holds: unit copies, positive lists, counters, then the blocks
+    # the budget covers everything this call holds: unit copies, positive lists, counters, then the tiles
     held = p.q.nbytes + p.gp.nbytes + pos_val.nbytes + pos_col.nbytes + 5 * 8 * counter.val.size
     max_memory_mb = max(max_memory_mb / 4, 0.8 * (max_memory_mb - held / 2**20))  # 20%: BLAS, temporaries
     symmetric = (query_emb is gallery_emb or (np.shape(query_emb) == np.shape(gallery_emb)
@@ -654,9 +654,9 @@ def _fast_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric:
 def _exact_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric: bool) -> None:
     """Every positive (precision@K, R-precision, MAP@R, MAP): the jobs of :func:`_fast_tiles`, but
     each tile is the exact product (float64, rounded once to float32: :func:`_exact_product`) and
-    its rows are sorted, so that each threshold's count is one binary search (:meth:`_Counter.block`).
-    A leave-one-out tile counts its columns from a transposed copy, made before masking. Queries
-    without positives are never multiplied (query x gallery).
+    its rows are sorted, so that each threshold's count is one binary search
+    (:meth:`_Counter.exact_tile`). A leave-one-out tile counts its columns from a transposed copy,
+    made before masking. Queries without positives are never multiplied (query x gallery).
     """
     m, d = p.gp.shape
     per_core = max_memory_mb * 2**20 / _n_workers()
@@ -681,7 +681,7 @@ def _exact_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric
             for c0 in range(0, m, width):
                 c1 = min(c0 + width, m)
                 sims, product = _exact_product(left, float64("right", p.gp[c0:c1]), scratch)
-                counter.block(sims, rows, c0, c1, lambda k: product[k].astype(np.float32))
+                counter.exact_tile(sims, rows, c0, c1, lambda k: product[k].astype(np.float32))
 
         def symmetric_tile(job: tuple[int, int]) -> None:
             r0, c0 = job
@@ -691,9 +691,9 @@ def _exact_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric
             if c0 > r0:  # the columns, from a transposed copy made before the tile is masked and sorted
                 mirror = scratch.get("mirror", (c1 - c0, r1 - r0), np.float32)
                 np.copyto(mirror, sims.T)
-                counter.block(mirror, p.gindex[c0:c1], r0, r1, lambda k: product[:, k].astype(np.float32))
+                counter.exact_tile(mirror, p.gindex[c0:c1], r0, r1, lambda k: product[:, k].astype(np.float32))
             # sorted position j is query gindex[j]
-            counter.block(sims, p.gindex[r0:r1], c0, c1, lambda k: product[k].astype(np.float32))
+            counter.exact_tile(sims, p.gindex[r0:r1], c0, c1, lambda k: product[k].astype(np.float32))
 
         return (symmetric_tile if symmetric else query_run), lambda: None
 
