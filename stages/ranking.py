@@ -41,7 +41,7 @@ import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -72,6 +72,9 @@ _FEW_LINES = 4
 #: Undecided cells a scan holds before it hands them on to be re-decided (about 60 B each, 4 MiB in all):
 #: bounds memory when most cells tie with the best positive (e.g. many all-zero query vectors).
 _WINDOW_CELLS = 2**16
+#: Positive lists and counters, per (query, positive) pair of the complete ranking: similarity (4 B), column (8 B)
+#: and five int64 counters.
+_POSITIVE_BYTES = 52
 #: Positive cells per product of several small labels' queries x their gallery slices.
 _POSITIVE_CELLS = 2**14
 #: Smallest block or tile, whatever the budget (48 KiB of scratch): below it Python overhead dominates.
@@ -538,27 +541,68 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     the query's value in any of them is not retrievable (missing values never match).
     Memory: ``max_memory_mb`` first pays for the unit copies of both sets and the
     positive lists and counters (52 bytes per positive, or per query when not ``complete``);
-    tiles get 80% of the rest, and never less than a quarter of ``max_memory_mb``.
+    tiles get 80% of the rest, and never less than a quarter of ``max_memory_mb``. When
+    every positive's lists would take more than a quarter of the budget (few, large
+    labels), the complete ranking takes the queries in chunks whose lists fit there
+    (leave-one-out then multiplies every tile: chunks of queries are not symmetric). The
+    result itself holds 8 bytes per positive (per query when not ``complete``).
     """
     if cap is not None and (complete or isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1):
         raise ValueError(f"`cap` must be a positive integer, with complete=False. Got {cap!r} instead.")
     p = _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude)
     n, m = p.q.shape[0], p.gp.shape[0]
-    # complete: every positive; else the best one and the last one tied with it (opposite tie rule)
-    pos_off, pos_val, pos_col, n_pos, top_tie = _positives(p, max_memory_mb, first_only=not complete)
-    counter = _Counter(p, pos_off, pos_val, pos_col)
-    # the budget covers everything this call holds: unit copies, positive lists, counters, then the tiles
-    held = p.q.nbytes + p.gp.nbytes + pos_val.nbytes + pos_col.nbytes + 5 * 8 * counter.val.size
-    max_memory_mb = max(max_memory_mb / 4, 0.8 * (max_memory_mb - held / 2**20))  # 20%: BLAS, temporaries
     symmetric = (query_emb is gallery_emb or (np.shape(query_emb) == np.shape(gallery_emb)
                                               and np.array_equal(query_emb, gallery_emb))) \
         and np.array_equal(np.asarray(query_labels).astype(str), np.asarray(gallery_labels).astype(str)) \
         and (query_ids is None) == (gallery_ids is None) \
         and (query_ids is None or list(query_ids) == list(gallery_ids)) \
         and all(np.array_equal(q_code[p.gindex], g_code) for q_code, _, g_code in p.groups)  # same exclusions
+    chunks = _query_chunks(p, max_memory_mb) if complete else [np.arange(n)]
+    if len(chunks) == 1:
+        n_pos, offsets, ranks, opposite = _rank_part(p, p.q.nbytes, max_memory_mb, complete, symmetric, cap)
+    else:  # every positive's lists, a chunk of queries at a time
+        n_pos, opposite, parts = np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64), []
+        for rows in chunks:
+            sub = replace(p, q=p.q[rows], lo=p.lo[rows], hi=p.hi[rows], self_col=p.self_col[rows],
+                          groups=[(q_code[rows], cols, g_code) for q_code, cols, g_code in p.groups])
+            n_pos[rows], part_offsets, part_ranks, opposite[rows] = _rank_part(sub, p.q.nbytes, max_memory_mb,
+                                                                               True, False, None)
+            parts.append((rows, part_offsets, part_ranks))
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(n_pos, out=offsets[1:])
+        ranks = np.empty(offsets[-1], dtype=np.int64)
+        for rows, part_offsets, part_ranks in parts:
+            counts = np.diff(part_offsets)
+            ranks[np.repeat(offsets[rows], counts) + np.arange(part_ranks.size)
+                  - np.repeat(part_offsets[:-1], counts)] = part_ranks
+    return Ranking(n_pos, m - _n_excluded(p), offsets, ranks, opposite, complete, cap)
+
+
+def _query_chunks(p: _Problem, max_memory_mb: float) -> list[np.ndarray]:
+    """Queries (in label order) in chunks whose positive lists and counters take at most about a quarter of
+    the budget each (one query alone may take more); one chunk when all of them fit."""
+    width = p.hi - p.lo  # positives per query, at most
+    share = max(1, int(max_memory_mb * 2**20 / 4 // _POSITIVE_BYTES))
+    if width.sum() <= share:
+        return [np.arange(width.size)]
+    order = np.argsort(p.lo, kind="stable")
+    before = np.cumsum(width[order]) - width[order]  # positives of the queries before each, in that order
+    return np.split(order, np.flatnonzero(np.diff(before // share)) + 1)
+
+
+def _rank_part(p: _Problem, query_bytes: int, max_memory_mb: float, complete: bool, symmetric: bool,
+               cap: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`rank_positives` for the queries of ``p``: (positives per query, offsets, ranks, opposite first ranks).
+    ``query_bytes``: the unit copy of every query, held by the caller."""
+    n = p.q.shape[0]
+    # complete: every positive; else the best one and the last one tied with it (opposite tie rule)
+    pos_off, pos_val, pos_col, n_pos, top_tie = _positives(p, max_memory_mb, first_only=not complete)
+    counter = _Counter(p, pos_off, pos_val, pos_col)
+    # the budget covers everything this call holds: unit copies, positive lists, counters, then the tiles
+    held = query_bytes + p.gp.nbytes + pos_val.nbytes + pos_col.nbytes + 5 * 8 * counter.val.size
+    max_memory_mb = max(max_memory_mb / 4, 0.8 * (max_memory_mb - held / 2**20))  # 20%: BLAS, temporaries
     (_fast_tiles(p, counter, max_memory_mb, symmetric, cap) if not complete
      else _exact_tiles(p, counter, max_memory_mb, symmetric))
-    n_retrievable = m - _n_excluded(p)
     base = counter.gt + counter.eq_lt
     has = n_pos > 0
     if complete:
@@ -571,7 +615,7 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     opposite[has] = counter.gt[opp_t[has]] + counter.eq_gt[opp_t[has]]
     if cap is not None:  # a query that stopped counting holds a partial count of at least cap
         ranks, opposite[has] = np.minimum(ranks, cap), np.minimum(opposite[has], cap)
-    return Ranking(n_pos, n_retrievable, offsets, ranks, opposite, complete, cap)
+    return n_pos, offsets, ranks, opposite
 
 
 def _fast_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric: bool,

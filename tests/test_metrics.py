@@ -445,6 +445,36 @@ def test_complete_ranking_scratch_stays_under_the_budget(leave_one_out):
         assert scratch <= budget, f"{scratch:.1f} MiB of tile scratch over a {budget} MiB budget"
 
 
+@pytest.mark.parametrize("kind", KINDS + BIG_KINDS)
+def test_queries_in_chunks_never_change_a_number(kind, monkeypatch):
+    # Few, large labels: the complete ranking takes the queries in chunks whose positive lists fit the
+    # budget. Here every chunk is as small as it gets (about one query each); leave-one-out chunks are
+    # not symmetric, so they take the query x gallery path. Counts are integers: results are identical.
+    case = make_big_case(kind, 2) if kind in BIG_KINDS else make_case(kind, 2)
+    expected = _rank(case)
+    monkeypatch.setattr(ranking, "_POSITIVE_BYTES", 2**40)
+    _assert_same_ranking(_rank(case), expected)
+
+
+def test_complete_ranking_of_few_large_labels_stays_near_the_budget():
+    # Two labels in a 3,000-item leave-one-out set: 4.5 M (query, positive) pairs, whose lists and counters
+    # took ~230 MB at once. In chunks they take a quarter of the budget at a time; what remains is the
+    # result (8 B per pair) and its merge (8 B more).
+    rng = np.random.default_rng(0)
+    g, gl = rng.normal(size=(3000, 32)).astype(np.float32), rng.integers(0, 2, 3000)
+    ids = list(range(3000))
+    tracemalloc.start()
+    try:
+        got = ranking.rank_positives(g, g, gl, gl, ids, ids, max_memory_mb=16)
+        peak = tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+    pairs = int(got.n_positives.sum())
+    assert pairs > 4_000_000
+    assert peak <= 16 + 16 * pairs / 2**20 + 4, f"{peak:.0f} MiB"  # + 4: unit copies, labels and ids
+    assert _ranks_per_query(got) == _ranks_per_query(ranking.rank_positives(g, g, gl, gl, ids, ids))
+
+
 def test_recall_only_memory_grows_with_queries_not_with_positive_pairs():
     # One label for everything: 300 queries x 30,000 positives = 9M (query, positive) pairs. recall@K
     # and MRR need only each query's best positive; holding every pair took ~240 MB at this budget.
