@@ -599,7 +599,7 @@ def _rank_part(p: _Problem, query_bytes: int, max_memory_mb: float, complete: bo
     pos_off, pos_val, pos_col, n_pos, top_tie = _positives(p, max_memory_mb, first_only=not complete)
     counter = _Counter(p, pos_off, pos_val, pos_col)
     # the budget covers everything this call holds: unit copies, positive lists, counters, then the tiles
-    held = query_bytes + p.gp.nbytes + pos_val.nbytes + pos_col.nbytes + 5 * 8 * counter.val.size
+    held = query_bytes + p.gp.nbytes + _POSITIVE_BYTES * pos_val.size
     max_memory_mb = max(max_memory_mb / 4, 0.8 * (max_memory_mb - held / 2**20))  # 20%: BLAS, temporaries
     (_fast_tiles(p, counter, max_memory_mb, symmetric, cap) if not complete
      else _exact_tiles(p, counter, max_memory_mb, symmetric))
