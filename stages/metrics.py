@@ -37,6 +37,8 @@ from stages.retrieval import check_inputs, check_ks
 METRICS = METRIC_NAMES
 #: Metrics that need only each query's first positive (a cheaper ranking pass).
 _FIRST_ONLY = {"recall", "mrr"}
+#: Positives whose per-positive temporaries (about 40 B each) :func:`per_query` holds at a time.
+_SPAN_PAIRS = 2**20
 
 
 def check_metrics(metrics: Iterable[Any] | None) -> list[str]:
@@ -63,25 +65,40 @@ def per_query(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str]) -> di
     """Per-query values of each metric key (NaN for excluded queries), plus ``ap``-style helpers.
 
     Returns a dict of float64 arrays of shape (n_queries,), keyed like :func:`metric_keys`.
+    Spans of queries with at most ``_SPAN_PAIRS`` positives between them are computed at a time,
+    so the per-positive temporaries stay bounded however many positives a label has.
     """
-    n = ranking.n_positives.size
-    included = ranking.n_positives > 0
-    first = ranking.first_rank.astype(np.float64)  # 0-based
-    out: dict[str, np.ndarray] = {}
-
-    def nan_out(values: np.ndarray) -> np.ndarray:
-        return np.where(included, values, np.nan)
-
     needs_all = [m for m in metrics if m not in _FIRST_ONLY]
     if needs_all and not ranking.complete:
         raise ValueError(f"metrics {needs_all} need the complete ranking; rank with complete=True.")
     if ranking.cap is not None and (needs_all or "mrr" in metrics or max(ks, default=0) > ranking.cap):
         raise ValueError(f"this ranking's first ranks are capped at {ranking.cap}: it serves recall@K for "
                          f"K <= {ranking.cap} only; rank with cap=None.")
-    R = ranking.n_positives
-    owner = np.repeat(np.arange(n), R) if ranking.complete else None  # the rest needs every positive's rank
-    j = np.arange(ranking.ranks.size) - np.repeat(ranking.offsets[:-1], R) + 1.0 if ranking.complete else None
-    r = ranking.ranks + 1.0  # 1-based rank
+    offsets, n = ranking.offsets, ranking.n_positives.size
+    starts = [0]
+    while starts[-1] < n:  # each span: its first query, then as many more as fit in _SPAN_PAIRS positives
+        a = starts[-1]
+        starts.append(max(a + 1, min(n, int(np.searchsorted(offsets, offsets[a] + _SPAN_PAIRS, "right")) - 1)))
+    spans = [_span_values(ranking, a, b, ks, metrics) for a, b in zip(starts[:-1], starts[1:])]
+    return {key: np.concatenate([s[key] for s in spans]) if spans else np.empty(0) for key in metric_keys(metrics, ks)}
+
+
+def _span_values(ranking: Ranking, a: int, b: int, ks: Sequence[int], metrics: Sequence[str]) -> dict[str, np.ndarray]:
+    """:func:`per_query` for queries ``a:b``."""
+    n = b - a
+    R = ranking.n_positives[a:b]
+    included = R > 0
+    first = ranking.first_rank[a:b].astype(np.float64)  # 0-based
+    n_retrievable = ranking.n_retrievable[a:b]
+    out: dict[str, np.ndarray] = {}
+
+    def nan_out(values: np.ndarray) -> np.ndarray:
+        return np.where(included, values, np.nan)
+
+    if ranking.complete:  # the rest needs every positive's rank
+        r = ranking.ranks[ranking.offsets[a]:ranking.offsets[b]] + 1.0  # 1-based rank
+        owner = np.repeat(np.arange(n), R)
+        j = np.arange(r.size) - np.repeat(np.cumsum(R) - R, R) + 1.0
     safe_R = np.maximum(R, 1)
 
     def per(weights: np.ndarray) -> np.ndarray:
@@ -94,7 +111,7 @@ def per_query(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str]) -> di
         elif name == "precision":
             for k in ks:
                 out[f"precision@{k}"] = nan_out(per((r <= k).astype(np.float64))
-                                                / np.maximum(np.minimum(k, ranking.n_retrievable), 1))
+                                                / np.maximum(np.minimum(k, n_retrievable), 1))
         elif name == "r_precision":
             out["r_precision"] = nan_out(per((r <= np.repeat(R, R)).astype(np.float64)) / safe_R)
         elif name == "map@r":

@@ -543,9 +543,9 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     positive lists and counters (52 bytes per positive, or per query when not ``complete``);
     tiles get 80% of the rest, and never less than a quarter of ``max_memory_mb``. When
     every positive's lists would take more than a quarter of the budget (few, large
-    labels), the complete ranking takes the queries in chunks whose lists fit there
-    (leave-one-out then multiplies every tile: chunks of queries are not symmetric). The
-    result itself holds 8 bytes per positive (per query when not ``complete``).
+    labels), the complete ranking takes runs of queries whose lists fit there (leave-one-out
+    then multiplies every tile: runs of queries are not symmetric). The result itself holds
+    8 bytes per positive (per query when not ``complete``).
     """
     if cap is not None and (complete or isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1):
         raise ValueError(f"`cap` must be a positive integer, with complete=False. Got {cap!r} instead.")
@@ -560,34 +560,28 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     chunks = _query_chunks(p, max_memory_mb) if complete else [np.arange(n)]
     if len(chunks) == 1:
         n_pos, offsets, ranks, opposite = _rank_part(p, p.q.nbytes, max_memory_mb, complete, symmetric, cap)
-    else:  # every positive's lists, a chunk of queries at a time
-        n_pos, opposite, parts = np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64), []
+    else:  # every positive's lists, a chunk of queries at a time; their ranks follow one another
+        n_pos, opposite = np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+        ranks, filled = np.empty(int((p.hi - p.lo).sum()), dtype=np.int64), 0  # room for every possible positive
         for rows in chunks:
             sub = replace(p, q=p.q[rows], lo=p.lo[rows], hi=p.hi[rows], self_col=p.self_col[rows],
                           groups=[(q_code[rows], cols, g_code) for q_code, cols, g_code in p.groups])
-            n_pos[rows], part_offsets, part_ranks, opposite[rows] = _rank_part(sub, p.q.nbytes, max_memory_mb,
-                                                                               True, False, None)
-            parts.append((rows, part_offsets, part_ranks))
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(n_pos, out=offsets[1:])
-        ranks = np.empty(offsets[-1], dtype=np.int64)
-        for rows, part_offsets, part_ranks in parts:
-            counts = np.diff(part_offsets)
-            ranks[np.repeat(offsets[rows], counts) + np.arange(part_ranks.size)
-                  - np.repeat(part_offsets[:-1], counts)] = part_ranks
+            n_pos[rows], _, part, opposite[rows] = _rank_part(sub, p.q.nbytes, max_memory_mb, True, False, None)
+            ranks[filled:filled + part.size] = part
+            filled += part.size
+        ranks, offsets = ranks[:filled], np.r_[0, np.cumsum(n_pos)]
     return Ranking(n_pos, m - _n_excluded(p), offsets, ranks, opposite, complete, cap)
 
 
 def _query_chunks(p: _Problem, max_memory_mb: float) -> list[np.ndarray]:
-    """Queries (in label order) in chunks whose positive lists and counters take at most about a quarter of
-    the budget each (one query alone may take more); one chunk when all of them fit."""
+    """Consecutive runs of queries whose positive lists and counters take at most about a quarter of the
+    budget each (one query alone may take more); one run when all of them fit."""
     width = p.hi - p.lo  # positives per query, at most
     share = max(1, int(max_memory_mb * 2**20 / 4 // _POSITIVE_BYTES))
     if width.sum() <= share:
         return [np.arange(width.size)]
-    order = np.argsort(p.lo, kind="stable")
-    before = np.cumsum(width[order]) - width[order]  # positives of the queries before each, in that order
-    return np.split(order, np.flatnonzero(np.diff(before // share)) + 1)
+    before = np.cumsum(width) - width  # positives of the queries before each
+    return np.split(np.arange(width.size), np.flatnonzero(np.diff(before // share)) + 1)
 
 
 def _rank_part(p: _Problem, query_bytes: int, max_memory_mb: float, complete: bool, symmetric: bool,

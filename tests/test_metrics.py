@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from stages.metrics import (METRICS, metric_keys, per_query, rank, retrieval_metrics, retrieval_summary)
-from stages import ranking
+from stages import metrics as metrics_module, ranking
 from stages.retrieval import cosine_block, l2_normalize
 
 KS = (1, 2, 3, 5, 10, 40)
@@ -456,10 +456,24 @@ def test_queries_in_chunks_never_change_a_number(kind, monkeypatch):
     _assert_same_ranking(_rank(case), expected)
 
 
+@pytest.mark.parametrize("span", [1, 7])  # at most one query per span (a query's positives never split); a few
+@pytest.mark.parametrize("kind", KINDS + BIG_KINDS)
+def test_per_query_values_in_spans_never_change_a_number(kind, span, monkeypatch):
+    # per_query takes spans of queries with at most _SPAN_PAIRS positives between them at a time.
+    case = make_big_case(kind, 4) if kind in BIG_KINDS else make_case(kind, 4)
+    ranked = _rank(case)
+    expected = per_query(ranked, KS, METRICS)
+    monkeypatch.setattr(metrics_module, "_SPAN_PAIRS", span)
+    got = per_query(ranked, KS, METRICS)
+    assert list(got) == list(expected)
+    for key in expected:
+        np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
+
+
 def test_complete_ranking_of_few_large_labels_stays_near_the_budget():
     # Two labels in a 3,000-item leave-one-out set: 4.5 M (query, positive) pairs, whose lists and counters
-    # took ~230 MB at once. In chunks they take a quarter of the budget at a time; what remains is the
-    # result (8 B per pair) and its merge (8 B more).
+    # took ~230 MB at once. In runs of queries they take a quarter of the budget at a time; what remains is
+    # the result (8 B per pair).
     rng = np.random.default_rng(0)
     g, gl = rng.normal(size=(3000, 32)).astype(np.float32), rng.integers(0, 2, 3000)
     ids = list(range(3000))
@@ -471,8 +485,27 @@ def test_complete_ranking_of_few_large_labels_stays_near_the_budget():
         tracemalloc.stop()
     pairs = int(got.n_positives.sum())
     assert pairs > 4_000_000
-    assert peak <= 16 + 16 * pairs / 2**20 + 4, f"{peak:.0f} MiB"  # + 4: unit copies, labels and ids
+    assert peak <= 16 + 8 * pairs / 2**20 + 4, f"{peak:.0f} MiB"  # + 4: unit copies, labels and ids
     assert _ranks_per_query(got) == _ranks_per_query(ranking.rank_positives(g, g, gl, gl, ids, ids))
+
+
+def test_per_query_temporaries_stay_bounded_with_few_large_labels(monkeypatch):
+    # 4.5 M (query, positive) pairs: every per-positive temporary of per_query at once took ~200 MB.
+    rng = np.random.default_rng(0)
+    g, gl = rng.normal(size=(3000, 8)).astype(np.float32), rng.integers(0, 2, 3000)
+    ids = list(range(3000))
+    ranked = ranking.rank_positives(g, g, gl, gl, ids, ids)
+    expected = per_query(ranked, KS, METRICS)
+    monkeypatch.setattr(metrics_module, "_SPAN_PAIRS", 2**16)  # spans of ~65 k positives: a few MB each
+    tracemalloc.start()
+    try:
+        got = per_query(ranked, KS, METRICS)
+        peak = tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+    assert peak < 16, f"{peak:.0f} MiB"
+    for key in expected:
+        np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
 
 
 def test_recall_only_memory_grows_with_queries_not_with_positive_pairs():
