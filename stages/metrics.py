@@ -30,7 +30,7 @@ import numpy as np
 
 from stages.common import did_you_mean
 from stages.params import METRIC_NAMES
-from stages.ranking import Ranking, rank_positives
+from stages.ranking import Ranking, consecutive_runs, rank_positives
 from stages.retrieval import check_inputs, check_ks
 
 #: Metric names accepted by ``metrics=`` / ``score.metrics``; recall and precision expand to one key per K.
@@ -65,7 +65,7 @@ def per_query(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str]) -> di
     """Per-query values of each metric key (NaN for excluded queries), plus ``ap``-style helpers.
 
     Returns a dict of float64 arrays of shape (n_queries,), keyed like :func:`metric_keys`.
-    Spans of queries with at most ``_SPAN_PAIRS`` positives between them are computed at a time,
+    Runs of queries with about ``_SPAN_PAIRS`` positives between them are computed at a time,
     so the per-positive temporaries stay bounded however many positives a label has.
     """
     needs_all = [m for m in metrics if m not in _FIRST_ONLY]
@@ -74,13 +74,9 @@ def per_query(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str]) -> di
     if ranking.cap is not None and (needs_all or "mrr" in metrics or max(ks, default=0) > ranking.cap):
         raise ValueError(f"this ranking's first ranks are capped at {ranking.cap}: it serves recall@K for "
                          f"K <= {ranking.cap} only; rank with cap=None.")
-    offsets, n = ranking.offsets, ranking.n_positives.size
-    starts = [0]
-    while starts[-1] < n:  # each span: its first query, then as many more as fit in _SPAN_PAIRS positives
-        a = starts[-1]
-        starts.append(max(a + 1, min(n, int(np.searchsorted(offsets, offsets[a] + _SPAN_PAIRS, "right")) - 1)))
-    spans = [_span_values(ranking, a, b, ks, metrics) for a, b in zip(starts[:-1], starts[1:])]
-    return {key: np.concatenate([s[key] for s in spans]) if spans else np.empty(0) for key in metric_keys(metrics, ks)}
+    spans = [_span_values(ranking, a, b, ks, metrics)
+             for a, b in consecutive_runs(np.diff(ranking.offsets), _SPAN_PAIRS)]
+    return {key: np.concatenate([s[key] for s in spans]) for key in metric_keys(metrics, ks)}
 
 
 def _span_values(ranking: Ranking, a: int, b: int, ks: Sequence[int], metrics: Sequence[str]) -> dict[str, np.ndarray]:

@@ -574,14 +574,22 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
 
 
 def _query_chunks(p: _Problem, max_memory_mb: float) -> list[np.ndarray]:
-    """Consecutive runs of queries whose positive lists and counters take at most about a quarter of the
-    budget each (one query alone may take more); one run when all of them fit."""
-    width = p.hi - p.lo  # positives per query, at most
+    """Consecutive runs of queries whose positive lists and counters take about a quarter of the budget
+    at most each; one run when all of them fit."""
     share = max(1, int(max_memory_mb * 2**20 / 4 // _POSITIVE_BYTES))
-    if width.sum() <= share:
-        return [np.arange(width.size)]
-    before = np.cumsum(width) - width  # positives of the queries before each
-    return np.split(np.arange(width.size), np.flatnonzero(np.diff(before // share)) + 1)
+    return [np.arange(a, b) for a, b in consecutive_runs(p.hi - p.lo, share)]  # hi - lo: positives, at most
+
+
+def consecutive_runs(counts: np.ndarray, most: int) -> list[tuple[int, int]]:
+    """Split ``range(len(counts))`` into consecutive runs ``(a, b)`` holding about ``most`` of ``counts``
+    each: a run starts wherever the total before an entry crosses a multiple of ``most``, so a run holds
+    less than ``most`` plus its last entry's count. One run when the total fits."""
+    counts = np.asarray(counts, dtype=np.int64)
+    if counts.sum() <= most:
+        return [(0, counts.size)]
+    before = np.cumsum(counts) - counts
+    starts = np.r_[0, np.flatnonzero(np.diff(before // most)) + 1]
+    return list(zip(starts.tolist(), np.r_[starts[1:], counts.size].tolist()))
 
 
 def _rank_part(p: _Problem, query_bytes: int, max_memory_mb: float, complete: bool, symmetric: bool,

@@ -456,6 +456,18 @@ def test_queries_in_chunks_never_change_a_number(kind, monkeypatch):
     _assert_same_ranking(_rank(case), expected)
 
 
+@pytest.mark.parametrize("counts, most, runs", [
+    ([3, 3, 3], 10, [(0, 3)]),                 # the total fits: one run
+    ([3, 3, 3], 3, [(0, 1), (1, 2), (2, 3)]),  # each entry fills a run
+    ([5, 0, 0, 5], 5, [(0, 1), (1, 4)]),       # empty entries go with the next run
+    ([12, 1, 1], 5, [(0, 1), (1, 3)]),         # an entry over `most` stands alone
+    ([2, 2, 2, 2], 5, [(0, 3), (3, 4)]),       # a run ends after the entry that crosses `most`
+    ([], 4, [(0, 0)]),                         # no entries: one empty run
+])
+def test_consecutive_runs(counts, most, runs):
+    assert ranking.consecutive_runs(np.array(counts, dtype=np.int64), most) == runs
+
+
 @pytest.mark.parametrize("span", [1, 7])  # at most one query per span (a query's positives never split); a few
 @pytest.mark.parametrize("kind", KINDS + BIG_KINDS)
 def test_per_query_values_in_spans_never_change_a_number(kind, span, monkeypatch):
