@@ -74,17 +74,18 @@ def per_query(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str]) -> di
     if ranking.cap is not None and (needs_all or "mrr" in metrics or max(ks, default=0) > ranking.cap):
         raise ValueError(f"this ranking's first ranks are capped at {ranking.cap}: it serves recall@K for "
                          f"K <= {ranking.cap} only; rank with cap=None.")
-    spans = [_span_values(ranking, a, b, ks, metrics)
+    first = ranking.first_rank.astype(np.float64)  # 0-based; a property computed over every query: once
+    spans = [_span_values(ranking, first[a:b], a, b, ks, metrics)
              for a, b in consecutive_runs(np.diff(ranking.offsets), _SPAN_PAIRS)]
     return {key: np.concatenate([s[key] for s in spans]) for key in metric_keys(metrics, ks)}
 
 
-def _span_values(ranking: Ranking, a: int, b: int, ks: Sequence[int], metrics: Sequence[str]) -> dict[str, np.ndarray]:
-    """:func:`per_query` for queries ``a:b``."""
+def _span_values(ranking: Ranking, first: np.ndarray, a: int, b: int, ks: Sequence[int],
+                 metrics: Sequence[str]) -> dict[str, np.ndarray]:
+    """:func:`per_query` for queries ``a:b``, whose 0-based first ranks are ``first``."""
     n = b - a
     R = ranking.n_positives[a:b]
     included = R > 0
-    first = ranking.first_rank[a:b].astype(np.float64)  # 0-based
     n_retrievable = ranking.n_retrievable[a:b]
     out: dict[str, np.ndarray] = {}
 
