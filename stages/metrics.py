@@ -31,7 +31,7 @@ import numpy as np
 from stages.common import did_you_mean
 from stages.params import METRIC_NAMES
 from stages.ranking import Ranking, consecutive_runs, rank_positives
-from stages.retrieval import check_inputs, check_ks
+from stages.retrieval import check_inputs, check_ks, check_memory
 
 #: Metric names accepted by ``metrics=`` / ``score.metrics``; recall and precision expand to one key per K.
 METRICS = METRIC_NAMES
@@ -45,7 +45,10 @@ def check_metrics(metrics: Iterable[Any] | None) -> list[str]:
     """Validate metric names; ``None`` means all of :data:`METRICS`."""
     if metrics is None:
         return list(METRICS)
-    names = [metrics] if isinstance(metrics, str) else list(metrics)
+    try:
+        names = [metrics] if isinstance(metrics, str) else list(metrics)
+    except TypeError:  # a bare number
+        names = [metrics]
     bad = [m for m in names if m not in METRICS]
     if not names or bad or len(set(names)) != len(names):
         hint = did_you_mean(bad[0], METRICS) if bad and isinstance(bad[0], str) else ""
@@ -142,24 +145,29 @@ def rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=None, g
     engine stops counting a query once it surely misses every K <= ``cap``.
     """
     q, g = check_inputs(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids)
-    for pair in exclude:
+    max_memory_mb = check_memory(max_memory_mb)
+    if backend not in ("numpy", "faiss"):
+        raise ValueError(f"`backend` must be numpy or faiss. Got {backend!r} instead.")
+    try:
+        pairs = list(exclude)
+    except TypeError:
+        pairs = [None]
+    for pair in pairs:
         try:
             qv, gv = pair
-            ok = len(qv) == q.shape[0] and len(gv) == g.shape[0]
+            ok = all(np.ndim(v) == 1 and len(v) == n for v, n in ((qv, q.shape[0]), (gv, g.shape[0])))
         except (TypeError, ValueError):
             ok = False
         if not ok:
-            raise ValueError("each `exclude` entry must be a (query values, gallery values) pair with one value "
-                             "per query and one per gallery item.")
+            raise ValueError("each `exclude` entry must be a (query values, gallery values) pair of 1-D sequences, "
+                             "with one value per query and one per gallery item.")
     complete = any(m not in _FIRST_ONLY for m in metrics)
     if backend == "faiss":
         from stages.ranking_faiss import rank_positives_faiss
 
-        return rank_positives_faiss(q, g, query_labels, gallery_labels, query_ids, gallery_ids, exclude,
+        return rank_positives_faiss(q, g, query_labels, gallery_labels, query_ids, gallery_ids, pairs,
                                     max_memory_mb=max_memory_mb)
-    if backend != "numpy":
-        raise ValueError(f"`backend` must be numpy or faiss. Got {backend!r} instead.")
-    return rank_positives(q, g, query_labels, gallery_labels, query_ids, gallery_ids, exclude,
+    return rank_positives(q, g, query_labels, gallery_labels, query_ids, gallery_ids, pairs,
                           max_memory_mb=max_memory_mb, complete=complete, cap=None if complete else cap)
 
 

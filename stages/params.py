@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import yaml
 
 from stages.common import UserError, did_you_mean
@@ -46,9 +47,18 @@ def _fraction(v: Any) -> str | None:
     return None
 
 
-def _positive_number(v: Any) -> str | None:
-    if not (_is_int(v) or isinstance(v, float)) or not v > 0 or math.isinf(v):
-        return f"must be a positive number. Got {v!r} instead."
+def positive_number(v: Any) -> str | None:
+    """A finite number above 0 (bools rejected); a YAML string such as ``1e3`` gets a hint."""
+    if not (_is_int(v) or isinstance(v, (float, np.floating))) or not v > 0 or math.isinf(v):
+        hint = ""
+        if isinstance(v, str):
+            try:
+                number = float(v)
+                hint = (f" YAML reads {v} as text: write it with a dot, e.g. {number:.1f}."
+                        if math.isfinite(number) and number > 0 else "")
+            except ValueError:
+                pass
+        return f"must be a positive number. Got {v!r} instead.{hint}"
     return None
 
 
@@ -78,10 +88,17 @@ def _name(v: Any) -> str | None:
     return None
 
 
+#: Largest K: ranks are int64, and a K beyond every gallery means the whole gallery anyway.
+MAX_K = 2**62
+
+
 def check_ks(v: Any) -> str | None:
-    """``ks`` must be a non-empty list of distinct positive integers."""
-    if not isinstance(v, list) or not v or not all(_is_int(k) and k > 0 for k in v):
+    """``ks`` must be a non-empty list of distinct positive integers (at most :data:`MAX_K`)."""
+    if not isinstance(v, list) or not v or not all(
+            isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k > 0 for k in v):
         return f"must be positive integers. Got {v!r} instead."
+    if max(v) > MAX_K:
+        return f"must be at most 2**62 (any K beyond the gallery size counts the whole gallery). Got {v!r} instead."
     if len(set(v)) != len(v):
         return f"must not repeat a value. Got {v!r} instead."
     return None
@@ -139,7 +156,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
     "score": {
         "ks": Param([1, 5, 10], check_ks),
         "metrics": Param(list(METRIC_NAMES), check_metric_names, "metrics to report; recall/precision per K"),
-        "max_memory_mb": Param(512, _positive_number),
+        "max_memory_mb": Param(512, positive_number),
         "backend": Param("numpy", _choice("numpy", "faiss")),
         "exclude_same": Param([], _columns, "catalog columns whose shared value excludes a gallery item"),
         "whiten": Param("none", _choice("none", "pca")),
@@ -214,4 +231,6 @@ def load_section(section: str, path: str | Path = "params.yaml") -> dict[str, An
         params = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise UserError(f"{p} is not valid YAML ({exc}); fix the syntax.") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{p} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8.") from None
     return validate_section(params, section)

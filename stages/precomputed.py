@@ -23,7 +23,7 @@ NAME = "precomputed"
 def _load_array(path: Path, what: str) -> np.ndarray:
     try:
         return np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:  # EOFError: an empty file
         raise UserError(f"cannot load {what} {str(path)!r} ({exc}); save it with numpy.save / numpy.savez "
                         "(numbers and strings only, no objects).") from None
 

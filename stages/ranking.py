@@ -46,7 +46,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stages.retrieval import float32_dot_error_bound, l2_normalize
+from stages.retrieval import float32_dot_error_bound, is_missing, l2_normalize
 
 #: Exact tiles (every positive), per tile cell and thread: the float64 product, its float32 rounding (sorted
 #: in place), the leave-one-out transposed copy and (with exclusion columns) the exclusion masks' booleans.
@@ -115,23 +115,13 @@ def _codes(*columns: Any, missing: bool = False) -> list[np.ndarray]:
     text = np.concatenate([a.astype(str) for a in arrays])
     _, codes = np.unique(text, return_inverse=True)
     if missing:
-        gone = np.concatenate([np.array([_is_missing(v) for v in a], dtype=bool) for a in arrays])
+        gone = np.concatenate([np.array([is_missing(v) for v in a], dtype=bool) for a in arrays])
         codes = np.where(gone, -1, codes)
     out, start = [], 0
     for a in arrays:
         out.append(codes[start:start + len(a)].astype(np.int64))
         start += len(a)
     return out
-
-
-def _is_missing(v: Any) -> bool:
-    """None, any NaN (Python, numpy float16/32/64), pandas NA or an empty string."""
-    if v is None:
-        return True
-    try:
-        return bool(v != v) or (isinstance(v, str) and v == "")
-    except (TypeError, ValueError):  # pandas NA: its comparisons are NA themselves
-        return True
 
 
 @dataclass

@@ -12,6 +12,7 @@ reference, not the fast path.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Sequence
 
 import numpy as np
@@ -24,6 +25,7 @@ def rank_positives_faiss(query_emb: np.ndarray, gallery_emb: np.ndarray, query_l
                          gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
                          max_memory_mb: float = 512) -> Ranking:
     """:func:`stages.ranking.rank_positives` (complete) computed with FAISS; raises ImportError without faiss."""
+    logging.getLogger("faiss").setLevel(logging.WARNING)  # its loader's INFO lines are not the user's business
     import faiss
 
     p = _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude)

@@ -41,7 +41,8 @@ def pca_whitening(train: np.ndarray, *sets: np.ndarray) -> list[np.ndarray]:
     from sklearn.decomposition import PCA
 
     unit = l2_normalize(train).astype(np.float64)
-    pca = PCA(whiten=True, svd_solver="full").fit(unit)
+    with np.errstate(divide="ignore", invalid="ignore"):  # no variance at all: reported below, not warned
+        pca = PCA(whiten=True, svd_solver="full").fit(unit)
     var = pca.explained_variance_
     keep = int(np.count_nonzero(var > var.max(initial=0.0) * 1e-10)) if var.size else 0
     if keep == 0:

@@ -15,14 +15,23 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from stages.params import check_ks as _ks_problem
+from stages.params import positive_number
+
 #: Rows normalised at a time (float64 scratch of at most 2 threads x 2 x 512 x d x 8 bytes).
 _NORMALIZE_ROWS = 512
 
 
 def _as_matrix(x: Any, name: str) -> np.ndarray:
-    arr = np.asarray(x)
+    try:
+        arr = np.asarray(x)
+    except ValueError:  # ragged rows
+        raise ValueError(f"`{name}` must be a 2-D array (n, d) with rows of one length; "
+                         "its rows differ in length.") from None
     if arr.ndim != 2:
         raise ValueError(f"`{name}` must be a 2-D array (n, d). Got shape {arr.shape} instead.")
+    if arr.shape[1] == 0 and arr.shape[0]:
+        raise ValueError(f"`{name}` has dimension 0 (shape {arr.shape}); each row needs at least one value.")
     if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
         raise ValueError(f"`{name}` must hold real numbers. Got dtype {arr.dtype} instead.")
     bad = ~np.isfinite(arr).all(axis=1)
@@ -34,11 +43,23 @@ def _as_matrix(x: Any, name: str) -> np.ndarray:
 
 
 def check_ks(ks: Iterable[Any]) -> list[int]:
-    """Validate ``ks``: a non-empty sequence of positive integers (bools rejected)."""
-    ks = list(ks) if not isinstance(ks, (str, bytes)) else [ks]
-    if not ks or not all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k > 0 for k in ks):
-        raise ValueError(f"`ks` must be positive integers. Got {ks!r} instead.")
-    return [int(k) for k in ks]
+    """Validate ``ks``: distinct positive integers (bools rejected), the rule of ``score.ks``."""
+    try:
+        given = list(ks) if not isinstance(ks, (str, bytes)) else [ks]
+    except TypeError:  # a bare number or None
+        given = ks
+    why = _ks_problem(given)
+    if why:
+        raise ValueError(f"`ks` {why}")
+    return [int(k) for k in given]
+
+
+def check_memory(max_memory_mb: Any) -> float:
+    """Validate ``max_memory_mb``: a finite number above 0, the rule of ``score.max_memory_mb``."""
+    why = positive_number(max_memory_mb)
+    if why:
+        raise ValueError(f"`max_memory_mb` {why}")
+    return float(max_memory_mb)
 
 
 def l2_normalize(x: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
@@ -90,11 +111,56 @@ def check_inputs(query_emb, gallery_emb, query_labels, gallery_labels, query_ids
     if q.shape[1] != g.shape[1]:
         raise ValueError(f"`query_emb` and `gallery_emb` must have the same dimension. "
                          f"Got {q.shape[1]} and {g.shape[1]} instead.")
+    if (query_ids is None) != (gallery_ids is None):
+        raise ValueError("pass both `query_ids` and `gallery_ids` (to exclude each query's own image), or neither.")
     for name, arr, n in (("query_labels", query_labels, q.shape[0]), ("gallery_labels", gallery_labels, g.shape[0]),
                          ("query_ids", query_ids, q.shape[0]), ("gallery_ids", gallery_ids, g.shape[0])):
-        if arr is not None and len(arr) != n:
-            raise ValueError(f"`{name}` must have one entry per row of the embeddings ({n}). Got {len(arr)} instead.")
+        if arr is not None:
+            check_values(arr, name, n)
     return q, g
+
+
+def check_values(values: Any, name: str, n: int) -> np.ndarray:
+    """Validate per-row values (labels, ids): a 1-D sequence of ``n`` hashable scalars, none missing
+    (None, NaN or ""); return them as an array."""
+    try:
+        arr = np.asarray(values)
+    except ValueError:  # ragged nesting
+        raise ValueError(f"`{name}` must be a 1-D sequence with one value per row; it is nested.") from None
+    if arr.ndim != 1:
+        raise ValueError(f"`{name}` must be a 1-D sequence with one value per row. Got shape {arr.shape} instead.")
+    if len(arr) != n:
+        raise ValueError(f"`{name}` must have one entry per row of the embeddings ({n}). Got {len(arr)} instead.")
+    if arr.dtype.kind == "f":
+        bad = np.flatnonzero(np.isnan(arr)).tolist()
+    elif arr.dtype.kind in "US":
+        bad = np.flatnonzero(arr == arr.dtype.type()).tolist()
+    elif arr.dtype.kind == "O":
+        bad = [i for i, v in enumerate(arr.tolist()) if _unhashable(v) or is_missing(v)]
+    else:  # integers, booleans, dates: never missing
+        bad = []
+    if bad:
+        raise ValueError(f"`{name}` has missing or unhashable values (None, NaN, \"\", lists) at rows {bad[:10]} "
+                         f"({len(bad)} in all); give every row a value or drop those rows.")
+    return arr
+
+
+def _unhashable(v: Any) -> bool:
+    try:
+        hash(v)
+    except TypeError:
+        return True
+    return False
+
+
+def is_missing(v: Any) -> bool:
+    """None, any NaN (Python, numpy float16/32/64), pandas NA or an empty string."""
+    if v is None:
+        return True
+    try:
+        return bool(v != v) or (isinstance(v, str) and v == "")
+    except (TypeError, ValueError):  # pandas NA: its comparisons are NA themselves
+        return True
 
 
 

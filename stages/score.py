@@ -25,6 +25,7 @@ from stages import report
 from stages.api import encode_all, evaluate, format_report
 from stages.common import (UserError, did_you_mean, parse_stage_args, read_input_csv, remove_outputs, run_stage,
                            write_all)
+from stages.score_inputs import check_finite, load_inputs
 from stages.metrics import (first_positive_ranks, metric_keys, rank, recall_at_k, retrieval_metrics,
                             retrieval_summary, summarize)
 from stages.params import load_section
@@ -47,40 +48,6 @@ SKIPPED_CSV = "data/prepared/skipped.csv"
 CURVE_K = 20
 
 
-def load_inputs(catalog_csv: str, split_csv: str, embeddings_npy: str, ids_npy: str, train: bool = False):
-    """Read and align the stage inputs; return (embeddings, split rows used, catalog by id, row by id).
-
-    The split rows are the queries and gallery items, plus the train items when ``train``.
-    """
-    for path in (embeddings_npy, ids_npy):
-        if not Path(path).is_file():
-            raise UserError(f"{path} not found; run the earlier stages first (`dvc repro`).")
-    catalog = read_input_csv(catalog_csv, required=["image_id", "label"])
-    split = read_input_csv(split_csv, usecols=["image_id", "split", "query", "gallery"])
-    for flag in ("query", "gallery"):
-        split[flag] = split[flag].eq("True")
-    try:
-        emb = np.load(embeddings_npy, allow_pickle=False)
-        ids = np.load(ids_npy, allow_pickle=False)
-    except ValueError as exc:
-        raise UserError(f"cannot load embeddings {embeddings_npy} / {ids_npy} ({exc}); re-run encode.") from None
-    if emb.ndim != 2 or ids.ndim != 1 or len(ids) != len(emb):
-        raise UserError(f"embeddings {embeddings_npy} {emb.shape} and ids {ids_npy} {ids.shape} do not align; "
-                        "re-run encode (`dvc repro -f encode`).")
-    row = pd.Series(np.arange(len(ids)), index=ids.astype(str))
-    split = split[split["query"] | split["gallery"] | (train & split["split"].eq("train"))]
-    missing = split.loc[~split["image_id"].isin(row.index), "image_id"].tolist()
-    if missing:
-        raise UserError(f"{len(missing)} split images have no embedding (e.g. {', '.join(missing[:5])}); "
-                        "the embeddings are stale: run `dvc repro`.")
-    catalog = catalog.set_index("image_id")
-    unknown = split.loc[~split["image_id"].isin(catalog.index), "image_id"].tolist()
-    if unknown:
-        raise UserError(f"{len(unknown)} split images are not in the catalog (e.g. {', '.join(unknown[:5])}); "
-                        "the split and the catalog come from different runs: run `dvc repro`.")
-    return emb, split, catalog, row
-
-
 def score(*, ks: list[int], metrics: list[str], max_memory_mb: float, backend: str, exclude_same: list[str],
           whiten: str, bootstrap: dict[str, Any], catalog_csv: str, split_csv: str, embeddings_npy: str,
           ids_npy: str) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
@@ -94,13 +61,15 @@ def score(*, ks: list[int], metrics: list[str], max_memory_mb: float, backend: s
     missing = [c for c in exclude_same if c not in catalog.columns]
     if missing:
         raise UserError(f"`score.exclude_same` names {missing}, which the catalog does not have."
-                        f"{did_you_mean(missing[0], list(catalog.columns))} Catalog columns: "
+                        f"{did_you_mean(missing[0], [c for c in catalog.columns if c != 'label'])} Catalog columns: "
                         f"{', '.join(catalog.columns)}.")
     queries = split.loc[split["query"], "image_id"].to_numpy()
     gallery = split.loc[split["gallery"], "image_id"].to_numpy()
+    train = split.loc[split["split"].eq("train") & ~split["query"] & ~split["gallery"], "image_id"].to_numpy()
+    used = np.concatenate([queries, gallery] + ([train] if whiten == "pca" else []))
+    check_finite(emb, row[used].to_numpy(), used, embeddings_npy)
     q_emb, g_emb = emb[row[queries].to_numpy()], emb[row[gallery].to_numpy()]
     if whiten == "pca":
-        train = split.loc[split["split"].eq("train") & ~split["query"] & ~split["gallery"], "image_id"].to_numpy()
         if train.size < 2:
             raise UserError(f"`score.whiten: pca` fits on the train split, which has {train.size} image(s); "
                             "give it at least 2 (split.fractions.train) or set `score.whiten: none`.")
@@ -114,6 +83,9 @@ def score(*, ks: list[int], metrics: list[str], max_memory_mb: float, backend: s
     try:
         ranking = rank(q_emb, g_emb, labels[queries].to_numpy(), labels[gallery].to_numpy(), queries, gallery,
                        metrics, exclude, max_memory_mb, backend)
+        if exclude_same and not ranking.n_positives.any():
+            raise UserError(f"every query is excluded: with `score.exclude_same: {exclude_same}` no query keeps a "
+                            "same-label gallery item it may retrieve. Remove those columns from score.exclude_same.")
         summary, values = summarize(ranking, ks, metrics)
     except ImportError:
         raise UserError("`score.backend: faiss` needs faiss-cpu; install it with `pip install -e .[faiss]` "
@@ -151,7 +123,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.show:
         if not Path(args.metrics).is_file():
             raise UserError(f"{args.metrics} not found; run `make repro` first.")
-        print(format_report(json.loads(Path(args.metrics).read_text(encoding="utf-8"))))
+        try:
+            report_text = format_report(json.loads(Path(args.metrics).read_text(encoding="utf-8")))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not JSON, or not this stage's metrics
+            raise UserError(f"{args.metrics} is not a metrics file written by this stage ({type(exc).__name__}: "
+                            f"{exc}); re-create it with `dvc repro score`.") from None
+        print(report_text)
         return
     outputs = [args.metrics, args.per_class, args.curve, args.per_query]
     remove_outputs(outputs)

@@ -861,6 +861,29 @@ INF_ROWS[1, 0] = -np.inf
     (_kwargs(exclude=[(["c"], ["c", "c", "d"])]), r"each `exclude` entry must be a \(query values"),
     (_kwargs(exclude=[(["c", "d"], ["c", "d"])]), r"each `exclude` entry must be a \(query values"),
     (_kwargs(exclude=[["c", "d"]]), r"each `exclude` entry must be a \(query values"),  # not a pair
+    (_kwargs(exclude=None), r"each `exclude` entry must be a \(query values"),  # not a list
+    (_kwargs(exclude=[(np.zeros((2, 2)), np.zeros((3, 2)))]), r"pair of 1-D sequences"),  # 2-D values
+    (_kwargs(ks=5), "`ks` must be positive integers. Got 5 instead."),  # a bare number
+    (_kwargs(ks=None), "`ks` must be positive integers. Got None instead."),  # nothing
+    (_kwargs(ks=[1, 1]), re.escape("`ks` must not repeat a value. Got [1, 1] instead.")),  # as score.ks
+    (_kwargs(ks=[2**64]), r"`ks` must be at most 2\*\*62"),  # beyond int64: no OverflowError
+    (_kwargs(metrics=5), "`metrics` must be distinct names"),  # a bare number
+    (_kwargs(query_emb=np.ones((2, 0)), gallery_emb=np.ones((3, 0))), r"`query_emb` has dimension 0"),
+    (_kwargs(query_emb=[[1.0, 0.0, 0.0], [1.0]]), "rows of one length"),  # ragged rows
+    (_kwargs(query_ids=["a", "b"]), r"pass both `query_ids` and `gallery_ids`"),  # else self-matches count
+    (_kwargs(gallery_ids=["a", "b", "c"]), r"pass both `query_ids` and `gallery_ids`"),
+    (_kwargs(query_labels=[[0, 1], [1, 0]]), r"`query_labels` must be a 1-D sequence.*Got shape \(2, 2\)"),
+    (_kwargs(query_labels=[0, None]), r"`query_labels` has missing .* at rows \[1\]"),  # None is no class
+    (_kwargs(gallery_labels=[0.0, np.nan, 2.0]), r"`gallery_labels` has missing .* at rows \[1\]"),  # NaN
+    (_kwargs(gallery_labels=["a", "", "c"]), r"`gallery_labels` has missing .* at rows \[1\]"),  # empty
+    (_kwargs(query_ids=[None, "b"], gallery_ids=[None, "x", "y"]), r"`query_ids` has missing"),  # no self-match
+    (_kwargs(query_ids=[{1}, {2}], gallery_ids=["a", "b", "c"]), r"`query_ids` has missing or unhashable"),
+    (_kwargs(max_memory_mb=0), re.escape("`max_memory_mb` must be a positive number. Got 0 instead.")),
+    (_kwargs(max_memory_mb=-1.0), "`max_memory_mb` must be a positive number"),  # negative
+    (_kwargs(max_memory_mb=float("nan")), "`max_memory_mb` must be a positive number"),  # NaN
+    (_kwargs(max_memory_mb=float("inf")), "`max_memory_mb` must be a positive number"),  # no bound at all
+    (_kwargs(max_memory_mb="512"), "`max_memory_mb` must be a positive number"),  # text
+    (_kwargs(max_memory_mb=True), "`max_memory_mb` must be a positive number"),  # a bool is not a size
 ])
 def test_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -92,7 +92,36 @@ def _drop_catalog_row_of_first_query(project):
     cat[cat["image_id"] != query].to_csv(project / "data/prepared/catalog.csv", index=False)
 
 
+def _edit_npy(project, name, change):
+    path = project / "data/embeddings" / name
+    np.save(path, change(np.load(path)))
+
+
+def _edit_split(project, change):
+    split = pd.read_csv(project / "data/prepared/split.csv", dtype=str, keep_default_na=False)
+    change(split)
+    split.to_csv(project / "data/prepared/split.csv", index=False)
+
+
+def _duplicate_first_catalog_row(project):
+    cat = pd.read_csv(project / "data/prepared/catalog.csv", dtype=str, keep_default_na=False)
+    pd.concat([cat, cat.iloc[:1]]).to_csv(project / "data/prepared/catalog.csv", index=False)
+
+
 @pytest.mark.parametrize("damage, match", [
+    # an empty embeddings file (a killed writer): no EOFError traceback
+    (lambda p: (p / "data/embeddings/embeddings.npy").write_bytes(b""), "cannot load embeddings"),
+    # embeddings of dimension 0
+    (lambda p: _edit_npy(p, "embeddings.npy", lambda e: e[:, :0]), "do not align; re-run encode"),
+    # ids.npy names one image twice (its second row is the first's id)
+    (lambda p: _edit_npy(p, "ids.npy", lambda i: np.r_[i[:1], i[:1], i[2:]]), "ids.npy repeats image_id"),
+    # the catalog lists one image twice
+    (_duplicate_first_catalog_row, "catalog.csv repeats image_id"),
+    # query flags spelled in lower case: not silently read as False
+    (lambda p: _edit_split(p, lambda s: s.__setitem__("query", s["query"].str.lower())),
+     "column `query` must hold True or False"),
+    # no query at all
+    (lambda p: _edit_split(p, lambda s: s.__setitem__("query", "False")), "split.csv marks no image as a query"),
     # the split names an image the catalog does not have (outputs of two different runs)
     (lambda p: _drop_catalog_row_of_first_query(p), "1 split images are not in the catalog"),
     # the catalog is not a CSV any more
@@ -107,3 +136,64 @@ def test_score_reports_damaged_inputs(scored, damage, match):
     assert proc.returncode == 2 and match in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (project / "metrics/recall.json").exists()
+
+
+def test_nan_embedding_names_the_file_and_the_image(scored):
+    project, _ = scored
+    ids = np.load(project / "data/embeddings/ids.npy")
+    split = pd.read_csv(project / "data/prepared/split.csv")
+    gallery_id = split.loc[split["gallery"], "image_id"].iloc[3]
+    _edit_npy(project, "embeddings.npy", lambda e: np.where((ids == gallery_id)[:, None], np.nan, e))
+    proc = run_module("stages.score", cwd=project)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"embeddings.npy have NaN or inf for 1 image(s) (e.g. {gallery_id})" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("text", ["{bad", "{}", "[1]"])  # not JSON; JSON without the counts; not a mapping
+def test_show_refuses_a_broken_metrics_file(scored, text):
+    project, _ = scored
+    (project / "metrics/recall.json").write_text(text)
+    proc = run_module("stages.score", "--show", cwd=project)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "recall.json is not a metrics file written by this stage" in proc.stderr
+
+
+def test_params_that_are_not_utf8_are_named(scored):
+    project, _ = scored
+    with open(project / "params.yaml", "ab") as fh:
+        fh.write(b"# caf\xe9\n")
+    proc = run_module("stages.score", cwd=project)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "params.yaml is not UTF-8 text" in proc.stderr
+
+
+def _set_score(project, **values):
+    import yaml
+
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["score"].update(values)
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def test_exclusion_that_excludes_every_query_names_the_param(scored):
+    project, _ = scored
+    _set_score(project, exclude_same=["width"])  # every digit is 8 pixels wide: every positive shares it
+    proc = run_module("stages.score", cwd=project)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "with `score.exclude_same: ['width']` no query keeps a same-label gallery item" in proc.stderr
+
+
+def test_exclusion_typo_never_suggests_the_label(scored):
+    project, _ = scored
+    _set_score(project, exclude_same=["labl"])
+    proc = run_module("stages.score", cwd=project)
+    assert proc.returncode == 2 and "names ['labl'], which the catalog does not have" in proc.stderr
+    assert "Did you mean `label`" not in proc.stderr, proc.stderr
+
+
+def test_faiss_backend_keeps_its_loader_quiet(scored):
+    project, _ = scored
+    _set_score(project, backend="faiss")
+    proc = run_module("stages.score", cwd=project)
+    assert proc.returncode == 0, proc.stderr
+    assert "faiss" not in proc.stderr.lower(), proc.stderr
