@@ -922,13 +922,6 @@ def test_zero_vectors_tie_at_similarity_zero():
     np.testing.assert_array_equal(similarities(q, g)[0], [0.0, 0.0, 0.0])
 
 
-def test_repeated_gallery_ids_without_query_ids_are_not_used():
-    # ids only serve the self-match, which needs both sides; alone they are ignored
-    out = retrieval_metrics([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], ["a"], ["a", "b"], ks=[1],
-                            gallery_ids=["x", "x"], metrics=["recall"])
-    assert out == {"recall@1": 1.0}
-
-
 def test_exclude_values_compared_as_strings_and_missing_never_match():
     q, g = [[1.0, 0.0]] * 4, [[1.0, 0.0], [0.6, 0.8]]
     # query cameras: int 1 (== "1"), NaN, None, "" -> only the first one excludes g0
