@@ -17,7 +17,7 @@ positives among them (same label), :math:`r_1 < r_2 < \\dots < r_{R_q}` their
 * ``map`` = :math:`\\frac{1}{R_q} \\sum_{j=1}^{R_q} j / r_j` (average precision over the full ranking).
 * ``mrr`` = :math:`1 / r_1`.
 
-Each reported value is the mean over the included queries (summed exactly with
+Each reported value is the mean over the included queries (:func:`mean`: summed with
 ``math.fsum``, so the order of the queries never changes a bit).
 """
 
@@ -124,9 +124,13 @@ def _span_values(ranking: Ranking, first: np.ndarray, a: int, b: int, ks: Sequen
 
 
 def mean(values: np.ndarray) -> float:
-    """Exactly rounded mean of the finite entries (NaN marks excluded queries)."""
+    """Mean of the non-NaN entries (NaN marks excluded queries): the correctly rounded sum
+    (``math.fsum``, so the order never changes a bit) divided once, then kept within the
+    entries' range, so a metric equal for every query reports exactly that value."""
     kept = values[~np.isnan(values)]
-    return math.fsum(kept.tolist()) / kept.size if kept.size else math.nan
+    if not kept.size:
+        return math.nan
+    return float(min(max(math.fsum(kept.tolist()) / kept.size, kept.min()), kept.max()))
 
 
 def tie_sensitivity(ranking: Ranking, ks: Sequence[int]) -> dict[str, int]:

@@ -69,7 +69,9 @@ def bootstrap_ci(values: dict[str, np.ndarray], resamples: int, confidence: floa
     for start in range(0, resamples, step):
         idx = rng.integers(0, n, size=(min(step, resamples - start), n))
         for key, v in kept.items():
-            means[key][start:start + idx.shape[0]] = v[idx].mean(axis=1)
+            sample = v[idx]  # each resample's mean, kept within its range like the headline's (metrics.mean)
+            np.clip(sample.mean(axis=1), sample.min(axis=1), sample.max(axis=1),
+                    out=means[key][start:start + idx.shape[0]])
     tail = (1.0 - confidence) / 2.0
     for key, m in means.items():
         low, high = np.quantile(m, [tail, 1.0 - tail])

@@ -24,7 +24,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from stages.metrics import (METRICS, metric_keys, per_query, rank, retrieval_metrics, retrieval_summary)
+from stages.metrics import (METRICS, mean, metric_keys, per_query, rank, retrieval_metrics, retrieval_summary)
 from stages import metrics as metrics_module, ranking
 from stages.retrieval import cosine_block, l2_normalize
 
@@ -663,6 +663,25 @@ def test_readme_example_ranking_and_cosines():
     out = retrieval_metrics(q, g, ["a"], ["a", "b", "a", "b"], ks=[1, 2])
     assert out == {"recall@1": 1.0, "recall@2": 1.0, "precision@1": 1.0, "precision@2": 0.5, "r_precision": 0.5,
                    "map@r": 0.5, "map": pytest.approx(0.8333333333333334, rel=1e-15), "mrr": 1.0}
+
+
+def test_readme_example_with_a_tie():
+    # README: g1 and g2 tied -> g1 first (lower index): precision@2 stays 1/2; the first positive g0 ranks
+    # first under either rule, so no hit flips and tie_sensitive@2 is 0
+    q, g = [[1.0, 0.0]], [[0.9, 0.1], [0.8, 0.6], [0.8, 0.6], [0.0, 1.0]]
+    out = retrieval_summary(q, g, ["a"], ["a", "b", "a", "b"], ks=[2], metrics=["precision"])
+    assert out["precision@2"] == 0.5 and out["tie_sensitive@2"] == 0
+
+
+@pytest.mark.parametrize("values, expected", [
+    ([0.7] * 6, 0.7),  # fsum 4.2 / 6 is 0.6999999999999998: kept within the values' range
+    ([0.1] * 3, 0.1),  # 0.30000000000000004 / 3
+    ([0.25, np.nan, 0.75], 0.5),  # NaN marks an excluded query
+    ([np.nan], None),  # nothing included: NaN
+])
+def test_mean_is_exact_for_constants(values, expected):
+    got = mean(np.array(values))
+    assert (np.isnan(got) if expected is None else got == expected)
 
 
 @pytest.mark.parametrize("metrics, ks, keys", [

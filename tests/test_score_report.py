@@ -23,7 +23,7 @@ import yaml
 import stages.score as score_stage
 from stages import report
 from stages.common import UserError
-from stages.metrics import first_positive_ranks, metric_keys, retrieval_metrics
+from stages.metrics import first_positive_ranks, mean, metric_keys, retrieval_metrics
 from stages.params import load_section
 from stages.retrieval import cosine_block, l2_normalize
 
@@ -421,6 +421,15 @@ def test_bootstrap_ci_unit():
     with_nan = np.insert(v, [3, 10], np.nan)
     assert report.bootstrap_ci({"a": with_nan}, 500, 0.95, 7) == report.bootstrap_ci({"a": v}, 500, 0.95, 7)
     assert report.bootstrap_ci({"a": v}, resamples=0, confidence=0.95, seed=7) == {}
+
+
+@pytest.mark.parametrize("value, n", [(0.7, 6), (0.1, 3), (1 / 3, 7), (0.9, 11)])  # means that round off
+def test_constant_metric_interval_is_its_mean(value, n):
+    # every query has the same value: the headline and both ends of the interval are that value exactly
+    values = np.full(n, value)
+    assert report.bootstrap_ci({"a": values}, resamples=300, confidence=0.95, seed=0) == \
+        {"a_ci_low": value, "a_ci_high": value}
+    assert mean(values) == value
 
 
 # ---------------------------------------------------------------------------------------------- 3: exclude_same
