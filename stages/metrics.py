@@ -212,7 +212,8 @@ def retrieval_metrics(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labe
         Compared as strings, so ``1`` and ``"1"`` are the same label.
     ks : iterable of positive int, default (1, 5, 10)
     query_ids, gallery_ids : sequences, optional
-        A gallery item with the query's own id is never retrieved nor a positive.
+        Both or neither. A gallery item with the query's own id is never retrieved nor a
+        positive. Compared as strings, like the labels.
     metrics : iterable of str, optional
         Names from :data:`METRICS`; default all of them.
     exclude : sequence of (query values, gallery values), optional
@@ -286,7 +287,8 @@ def recall_at_k(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Se
     query_labels, gallery_labels : sequences of labels (compared as strings)
     ks : iterable of positive int, default (1, 5, 10)
     query_ids, gallery_ids : sequences, optional
-        Ids that identify the same image in both sets (self-match exclusion).
+        Both or neither: ids (compared as strings) that identify the same image in both sets
+        (self-match exclusion).
 
     Returns
     -------

@@ -175,10 +175,11 @@ def _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, ga
     lo, hi = np.searchsorted(gp_codes, q_codes, "left"), np.searchsorted(gp_codes, q_codes, "right")
     self_col = np.full(n, -1, dtype=np.int64)
     if query_ids is not None and gallery_ids is not None:
-        where = {gid: j for j, gid in enumerate(gallery_ids)}
+        where = {str(gid): j for j, gid in enumerate(gallery_ids)}  # compared as text, like the labels
         if len(where) != m:
-            raise ValueError("`gallery_ids` must be unique; a repeated id makes the self-match ambiguous.")
-        own = np.array([where.get(qid, -1) for qid in query_ids], dtype=np.int64)
+            raise ValueError("`gallery_ids` must be unique (compared as text); a repeated id makes the self-match "
+                             "ambiguous.")
+        own = np.array([where.get(str(qid), -1) for qid in query_ids], dtype=np.int64)
         self_col = np.where(own >= 0, column[np.maximum(own, 0)], -1)
     groups = []
     for q_group, g_group in exclude:

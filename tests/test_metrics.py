@@ -665,6 +665,22 @@ def test_readme_example_ranking_and_cosines():
                    "map@r": 0.5, "map": pytest.approx(0.8333333333333334, rel=1e-15), "mrr": 1.0}
 
 
+@pytest.mark.parametrize("query_id, gallery_ids, own", [
+    ("1", [1, 2], 0),  # text id "1" is gallery id 1: compared as strings, like the labels
+    (1, ["x", "1"], 1),  # and the other way round
+    (1.0, [1, 2], -1),  # "1.0" is not "1" (as labels: 1 and 1.0 differ)
+    (np.int64(2), [1, 2], 1),  # numpy integers read like Python ones
+])
+def test_ids_are_compared_as_strings(query_id, gallery_ids, own):
+    ranking = rank([[1.0, 0.0]], [[1.0, 0.0], [1.0, 0.0]], ["a"], ["a", "a"], [query_id], gallery_ids)
+    assert ranking.n_positives.tolist() == [1 if own >= 0 else 2]
+
+
+def test_ids_repeated_as_text_are_refused():
+    with pytest.raises(ValueError, match=r"`gallery_ids` must be unique \(compared as text\)"):
+        rank([[1.0, 0.0]], [[1.0, 0.0], [1.0, 0.0]], ["a"], ["a", "a"], ["q"], [1, "1"])
+
+
 def test_readme_example_with_a_tie():
     # README: g1 and g2 tied -> g1 first (lower index): precision@2 stays 1/2; the first positive g0 ranks
     # first under either rule, so no hit flips and tie_sensitive@2 is 0
