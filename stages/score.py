@@ -25,10 +25,10 @@ from stages import report
 from stages.api import encode_all, evaluate, format_report
 from stages.common import (UserError, did_you_mean, parse_stage_args, read_input_csv, remove_outputs, run_stage,
                            write_all)
-from stages.score_inputs import check_finite, load_inputs
 from stages.metrics import (first_positive_ranks, metric_keys, rank, recall_at_k, retrieval_metrics,
                             retrieval_summary, summarize)
 from stages.params import load_section
+from stages.score_inputs import check_finite, load_inputs
 
 __all__ = ["evaluate", "encode_all", "first_positive_ranks", "recall_at_k", "retrieval_metrics",
            "retrieval_summary", "format_report"]

@@ -44,6 +44,9 @@ def load_inputs(catalog_csv: str, split_csv: str, embeddings_npy: str, ids_npy: 
     if emb.ndim != 2 or ids.ndim != 1 or len(ids) != len(emb) or (emb.shape[0] and not emb.shape[1]):
         raise UserError(f"embeddings {embeddings_npy} {emb.shape} and ids {ids_npy} {ids.shape} do not align; "
                         "re-run encode (`dvc repro -f encode`).")
+    if not np.issubdtype(emb.dtype, np.number) or np.issubdtype(emb.dtype, np.complexfloating):
+        raise UserError(f"embeddings {embeddings_npy} hold {emb.dtype} values, not real numbers; "
+                        "re-run encode (`dvc repro -f encode`).")
     _unique(pd.Series(ids.astype(str)), ids_npy, "re-run encode (`dvc repro -f encode`)")
     row = pd.Series(np.arange(len(ids)), index=ids.astype(str))
     split = split[split["query"] | split["gallery"] | (train & split["split"].eq("train"))]
@@ -61,9 +64,6 @@ def load_inputs(catalog_csv: str, split_csv: str, embeddings_npy: str, ids_npy: 
 
 def check_finite(emb: np.ndarray, rows: np.ndarray, image_ids: np.ndarray, embeddings_npy: str) -> None:
     """Raise naming the image_ids whose embedding rows (among ``rows``) hold NaN or inf."""
-    if not np.issubdtype(emb.dtype, np.number) or np.issubdtype(emb.dtype, np.complexfloating):
-        raise UserError(f"embeddings {embeddings_npy} hold {emb.dtype} values, not real numbers; "
-                        "re-run encode (`dvc repro -f encode`).")
     bad = np.zeros(len(rows), dtype=bool)
     for s in range(0, len(rows), 4096):  # a few MB at a time
         bad[s:s + 4096] = ~np.isfinite(emb[rows[s:s + 4096]]).all(axis=1)
