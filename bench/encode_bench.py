@@ -30,9 +30,9 @@ import pandas as pd  # noqa: E402
 from PIL import Image  # noqa: E402
 from sklearn.datasets import load_sample_images  # noqa: E402
 
-import stages.encoding as encoding  # noqa: E402
-from stages.backbones import get_backbone  # noqa: E402
-from stages.images import decode  # noqa: E402
+import recallk.encode.batches as encoding  # noqa: E402
+from recallk.encode.registry import get_backbone  # noqa: E402
+from recallk.images import decode  # noqa: E402
 
 TARGET = 0.90  # the goal: end-to-end >= 0.9x model-only
 

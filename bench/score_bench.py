@@ -4,7 +4,7 @@ On one seeded data set (random normal float32 vectors, labels from 1,000
 classes, every class present so every query has positives) it times, each in a
 fresh subprocess so peak memory is per method:
 
-* ``engine``: :func:`stages.metrics.retrieval_summary` with ``max_memory_mb=512``, recall@K only
+* ``engine``: :func:`recallk.score.metrics.retrieval_summary` with ``max_memory_mb=512``, recall@K only
   (the first-positive pass; a query stops counting once max(K) items surely beat its best
   positive, which on these random vectors, where nearly every query misses, is early);
 * ``engine ranks``: the same call with recall and MRR, so every query's first-positive rank is
@@ -121,7 +121,7 @@ def _recall_from_neighbours(nbr: np.ndarray, ql: np.ndarray, gl: np.ndarray, n_p
 
 
 def run_engine(d: dict, metrics=("recall",)) -> dict:
-    from stages.metrics import retrieval_summary
+    from recallk.score.metrics import retrieval_summary
     s = retrieval_summary(d["q"], d["g"], d["ql"], d["gl"], ks=KS, query_ids=d["qid"], gallery_ids=d["gid"],
                           max_memory_mb=MAX_MEMORY_MB, metrics=metrics)
     return {k: v for k, v in s.items() if k.startswith("recall@") or k == "num_queries"}
@@ -233,7 +233,7 @@ def _maxrss_bytes() -> int:
 
 def child(method: str, scenario: str, quick: bool, seed: int, repeat: int) -> None:
     import faiss  # noqa: F401  (imported before the baseline in every child, so the baseline is comparable)
-    import stages.metrics  # noqa: F401
+    import recallk.score.metrics  # noqa: F401
     d = make_data(scenario, quick, seed)
     base, max_before = _rss_bytes(), _maxrss_bytes()
     times = []

@@ -2,20 +2,24 @@
 
 Each stage calls :func:`load_section` for its own section. Every problem it can
 see (unknown sections and keys anywhere in the file, wrong types or values in its
-own section) is reported at once, in one :class:`~stages.common.UserError`, before any work starts.
+own section) is reported at once, in one :class:`~recallk.errors.InputError`, before
+any work starts. The rules shared with the library's arguments (``ks``, ``metrics``,
+``max_memory_mb``, ``backend``, ``exclude_same``) come from :mod:`recallk.checks`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import yaml
 
-from stages.common import UserError, did_you_mean
+from recallk.checks import (BACKENDS, METRIC_NAMES, choice_problem, columns_problem, did_you_mean, is_int,
+                            ks_problem, metrics_problem, positive_number_problem)
+from recallk.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -24,16 +28,11 @@ class Param:
 
     default: Any
     check: Callable[[Any], str | None]
-    help: str = ""
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _int(lo: int | None = None, hi: int | None = None) -> Callable[[Any], str | None]:
     def check(v: Any) -> str | None:
-        if not _is_int(v) or (lo is not None and v < lo) or (hi is not None and v > hi):
+        if not is_int(v) or (lo is not None and v < lo) or (hi is not None and v > hi):
             rng = f" between {lo} and {hi}" if hi is not None else (f" >= {lo}" if lo is not None else "")
             return f"must be an integer{rng}. Got {v!r} instead."
         return None
@@ -42,33 +41,13 @@ def _int(lo: int | None = None, hi: int | None = None) -> Callable[[Any], str | 
 
 
 def _fraction(v: Any) -> str | None:
-    if not (_is_int(v) or isinstance(v, float)) or not (0.0 <= v <= 1.0) or math.isnan(v):
+    if not (is_int(v) or isinstance(v, float)) or not (0.0 <= v <= 1.0) or math.isnan(v):
         return f"must be a number between 0 and 1. Got {v!r} instead."
     return None
 
 
-def positive_number(v: Any) -> str | None:
-    """A finite number above 0 (bools rejected); a YAML string such as ``1e3`` gets a hint."""
-    if not (_is_int(v) or isinstance(v, (float, np.floating))) or not v > 0 or math.isinf(v):
-        hint = ""
-        if isinstance(v, str):
-            try:
-                number = float(v)
-                hint = (f" YAML reads {v} as text: write it with a dot, e.g. {number:.1f}."
-                        if math.isfinite(number) and number > 0 else "")
-            except ValueError:
-                pass
-        return f"must be a positive number. Got {v!r} instead.{hint}"
-    return None
-
-
 def _choice(*options: str) -> Callable[[Any], str | None]:
-    def check(v: Any) -> str | None:
-        if v not in options:
-            return f"must be one of {', '.join(options)}. Got {v!r} instead.{did_you_mean(v, options)}"
-        return None
-
-    return check
+    return partial(choice_problem, options=options)
 
 
 def _path(optional: bool) -> Callable[[Any], str | None]:
@@ -88,44 +67,6 @@ def _name(v: Any) -> str | None:
     return None
 
 
-#: Largest K: ranks are int64, and a K beyond every gallery means the whole gallery anyway.
-MAX_K = 2**62
-
-
-def check_ks(v: Any) -> str | None:
-    """``ks`` must be a non-empty list of distinct positive integers (at most :data:`MAX_K`)."""
-    if not isinstance(v, list) or not v or not all(
-            isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k > 0 for k in v):
-        return f"must be positive integers. Got {v!r} instead."
-    if max(v) > MAX_K:
-        return f"must be at most 2**62 (any K beyond the gallery size counts the whole gallery). Got {v!r} instead."
-    if len(set(v)) != len(v):
-        return f"must not repeat a value. Got {v!r} instead."
-    return None
-
-
-METRIC_NAMES = ("recall", "precision", "r_precision", "map@r", "map", "mrr")
-
-
-def check_metric_names(v: Any) -> str | None:
-    """``metrics`` must be a non-empty list of distinct names from :data:`METRIC_NAMES`."""
-    if not isinstance(v, list) or not v or not all(isinstance(m, str) for m in v):
-        return f"must be a non-empty list of names from {', '.join(METRIC_NAMES)}. Got {v!r} instead."
-    bad = [m for m in v if m not in METRIC_NAMES]
-    if bad:
-        return (f"must name metrics from {', '.join(METRIC_NAMES)}. Got {bad[0]!r} instead."
-                f"{did_you_mean(bad[0], METRIC_NAMES)}")
-    if len(set(v)) != len(v):
-        return f"must not repeat a metric. Got {v!r} instead."
-    return None
-
-
-def _columns(v: Any) -> str | None:
-    if not isinstance(v, list) or not all(isinstance(c, str) and c for c in v) or len(set(v)) != len(v):
-        return f"must be a list of distinct catalog column names (e.g. [camera]) or []. Got {v!r} instead."
-    return None
-
-
 def _open_fraction(v: Any) -> str | None:
     if not isinstance(v, float) or not 0.0 < v < 1.0:
         return f"must be a number strictly between 0 and 1, such as 0.95. Got {v!r} instead."
@@ -134,9 +75,9 @@ def _open_fraction(v: Any) -> str | None:
 
 SCHEMA: dict[str, dict[str, Any]] = {
     "split": {
-        "data_root": Param("data/digits", _path(False), "folder holding the images"),
-        "csv": Param(None, _path(True), "manifest CSV inside data_root, or null for one folder per label"),
-        "on_bad_image": Param("error", _choice("error", "skip"), "unreadable images: stop, or skip and report"),
+        "data_root": Param("data/digits", _path(False)),
+        "csv": Param(None, _path(True)),
+        "on_bad_image": Param("error", _choice("error", "skip")),
         "strategy": Param("class_disjoint", _choice("class_disjoint", "per_class", "given")),
         "protocol": Param("query_gallery", _choice("query_gallery", "leave_one_out")),
         "seed": Param(0, _int(0)),
@@ -154,14 +95,14 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "precomputed": {"path": Param(None, _path(True)), "ids": Param(None, _path(True))},
     },
     "score": {
-        "ks": Param([1, 5, 10], check_ks),
-        "metrics": Param(list(METRIC_NAMES), check_metric_names, "metrics to report; recall/precision per K"),
-        "max_memory_mb": Param(512, positive_number),
-        "backend": Param("numpy", _choice("numpy", "faiss")),
-        "exclude_same": Param([], _columns, "catalog columns whose shared value excludes a gallery item"),
+        "ks": Param([1, 5, 10], ks_problem),
+        "metrics": Param(list(METRIC_NAMES), metrics_problem),
+        "max_memory_mb": Param(512, positive_number_problem),
+        "backend": Param("numpy", _choice(*BACKENDS)),
+        "exclude_same": Param([], columns_problem),
         "whiten": Param("none", _choice("none", "pca")),
         "bootstrap": {
-            "resamples": Param(1000, _int(0, 1_000_000), "0 turns the confidence intervals off"),
+            "resamples": Param(1000, _int(0, 1_000_000)),
             "confidence": Param(0.95, _open_fraction),
             "seed": Param(0, _int(0)),
         },
@@ -200,7 +141,7 @@ def validate_section(params: Any, section: str) -> dict[str, Any]:
     """Validate ``params[section]`` against :data:`SCHEMA`; return it with defaults filled."""
     errors: list[str] = []
     if not isinstance(params, dict):
-        raise UserError("params.yaml must be a mapping with the sections split, encode and score.")
+        raise InputError("params.yaml must be a mapping with the sections split, encode and score.")
     for top in params:
         if top not in SCHEMA:
             errors.append(
@@ -218,7 +159,7 @@ def validate_section(params: Any, section: str) -> dict[str, Any]:
                 f"`split.fractions` train + val + gallery must sum to 1. Got {total:g} instead."
             )
     if errors:
-        raise UserError("invalid params.yaml:\n  - " + "\n  - ".join(errors))
+        raise InputError("invalid params.yaml:\n  - " + "\n  - ".join(errors))
     return values
 
 
@@ -226,11 +167,11 @@ def load_section(section: str, path: str | Path = "params.yaml") -> dict[str, An
     """Read ``path`` and return its validated ``section``."""
     p = Path(path)
     if not p.is_file():
-        raise UserError(f"{p} not found; run from the project root, where params.yaml lives.")
+        raise InputError(f"{p} not found; run from the project root, where params.yaml lives.")
     try:
         params = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise UserError(f"{p} is not valid YAML ({exc}); fix the syntax.") from None
+        raise InputError(f"{p} is not valid YAML ({exc}); fix the syntax.") from None
     except UnicodeDecodeError as exc:
-        raise UserError(f"{p} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8.") from None
+        raise InputError(f"{p} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8.") from None
     return validate_section(params, section)

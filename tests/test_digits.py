@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from stages.digits import digit_images, write_digits
+from recallk.digits import digit_images, write_digits
 
 from conftest import DIGITS
 

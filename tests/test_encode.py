@@ -7,10 +7,11 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from stages import backbones, images
-from stages.backbones import Backbone, get_backbone
-from stages.common import UserError
-from stages.encoding import encode_catalog
+from recallk import images
+from recallk.encode import registry as backbones
+from recallk.encode.registry import Backbone, get_backbone
+from recallk.errors import InputError
+from recallk.encode.batches import encode_catalog
 
 from conftest import run_module, save_image
 
@@ -69,7 +70,7 @@ def test_fingerprint_changes_with_preprocessing():
     ("resnet", "unknown backbone 'resnet'.*Available backbones: .*pixels, precomputed, or `callable:"),
 ])
 def test_unknown_backbone(name, match):
-    with pytest.raises(UserError, match=match):
+    with pytest.raises(InputError, match=match):
         get_backbone(name)
 
 
@@ -105,21 +106,21 @@ def test_encode_catalog_order_independent_of_batching(tmp_path, batch_size, work
 def test_encode_refuses_changed_image(tmp_path):
     cat = _catalog(tmp_path, 2)
     save_image(tmp_path / "1.png", seed=99)  # content changed after cataloguing
-    with pytest.raises(UserError, match="changed since the catalog was built"):
+    with pytest.raises(InputError, match="changed since the catalog was built"):
         encode_catalog(cat, get_backbone("pixels", {"resolution": 2}), batch_size=2, num_workers=1)
 
 
 def test_encode_rejects_non_finite_embeddings(tmp_path):
     cat = _catalog(tmp_path, 3)
     nan_second = Backbone("bad", 2, lambda imgs: np.array([[1, 0], [np.nan, 0], [0, 1]][: len(imgs)]), "b")
-    with pytest.raises(UserError, match=r"NaN, inf or all-zero embeddings for 1 image\(s\): id1"):
+    with pytest.raises(InputError, match=r"NaN, inf or all-zero embeddings for 1 image\(s\): id1"):
         encode_catalog(cat, nan_second, batch_size=8, num_workers=1)
 
 
 def test_encode_rejects_wrong_shape(tmp_path):
     cat = _catalog(tmp_path, 2)
     wrong = Backbone("wrong", 3, lambda imgs: np.zeros((len(imgs), 2)), "w")
-    with pytest.raises(UserError, match=r"returned shape \(2, 2\).*expected \(2, 3\)"):
+    with pytest.raises(InputError, match=r"returned shape \(2, 2\).*expected \(2, 3\)"):
         encode_catalog(cat, wrong, batch_size=2, num_workers=1)
 
 

@@ -19,11 +19,12 @@ import pytest
 import yaml
 from PIL import Image
 
-from stages import images, precomputed
-from stages.backbones import get_backbone
-from stages.common import UserError
-from stages.embedding_cache import EmbeddingCache
-from stages.encoding import encode_catalog, read_checked
+from recallk import images
+from recallk.encode import precomputed
+from recallk.encode.registry import get_backbone
+from recallk.errors import InputError
+from recallk.encode.cache import EmbeddingCache
+from recallk.encode.batches import encode_catalog, read_checked
 
 from conftest import run_module, save_image, tool_env
 
@@ -164,7 +165,7 @@ def test_bad_embeddings_are_named_and_good_ones_are_kept(tmp_path):
                                         ("ok4", None, 6), ("nan5", RED, 7)])
     cat = pd.DataFrame(rows)
     with EmbeddingCache(tmp_path / "c.sqlite", backbone.fingerprint) as cache:
-        with pytest.raises(UserError, match=r"all-zero embeddings for 3 image\(s\): ") as err:
+        with pytest.raises(InputError, match=r"all-zero embeddings for 3 image\(s\): ") as err:
             encode_catalog(cat, backbone, batch_size=2, num_workers=2, cache=cache)
         assert set(re.search(r"image\(s\): (.*?); check", str(err.value))[1].split(", ")) == {"nan1", "zero3", "nan5"}
         good = cat[cat["image_id"].str.startswith("ok")]["sha256"].tolist()
@@ -182,7 +183,7 @@ def test_bad_embeddings_are_named_and_good_ones_are_kept(tmp_path):
     # ^ two catalog rows with the same bad file: both rows are unusable, both are named
 ])
 def test_bad_embeddings_name_every_catalog_row_in_order(tmp_path, spec, named):
-    with pytest.raises(UserError, match=named):
+    with pytest.raises(InputError, match=named):
         encode_catalog(pd.DataFrame(_coloured_catalog(tmp_path, spec)), _flaky(), batch_size=2, num_workers=1)
 
 
@@ -231,13 +232,13 @@ def test_callable_backbone_infers_dim_and_fingerprints_source(tmp_path, user_mod
 def test_callable_backbone_errors(user_module, spec, match):
     user_module("mymod_err", MEAN_RGB + "CONSTANT = 3\n")
     user_module("mymod_syntax", "def embed(images)\n    return images\n")
-    with pytest.raises(UserError, match=match):
+    with pytest.raises(InputError, match=match):
         get_backbone(spec)
 
 
 def test_callable_returning_non_numbers(tmp_path, user_module):
     user_module("mymod_text", "def embed(images):\n    return [['a', 'b'] for _ in images]\n")
-    with pytest.raises(UserError, match=r"did not return numbers for a batch of 2 .*return an \(n, d\) array"):
+    with pytest.raises(InputError, match=r"did not return numbers for a batch of 2 .*return an \(n, d\) array"):
         encode_catalog(_catalog(tmp_path, range(2)), get_backbone("callable:mymod_text:embed"), batch_size=2,
                        num_workers=1)
 
@@ -245,7 +246,7 @@ def test_callable_returning_non_numbers(tmp_path, user_module):
 def test_callable_changing_dimension_between_batches(tmp_path, user_module):
     user_module("mymod_dims", "import numpy as np\ncalls = []\ndef embed(images):\n"
                               "    calls.append(1)\n    return np.ones((len(images), 2 + len(calls)))\n")
-    with pytest.raises(UserError, match=r"returned shape \(2, 4\) for a batch of 2; expected \(2, 3\)"):
+    with pytest.raises(InputError, match=r"returned shape \(2, 4\) for a batch of 2; expected \(2, 3\)"):
         encode_catalog(_catalog(tmp_path, range(4)), get_backbone("callable:mymod_dims:embed"), batch_size=2,
                        num_workers=1)
 
@@ -297,7 +298,7 @@ def test_precomputed_file_errors(tmp_path, monkeypatch, path, ids, match):
         np.savez(fh, ids=STORED_IDS, embeddings=EMB)
     (tmp_path / "broken.npz").write_bytes(b"PK\x03\x04 not really a zip archive")
     (tmp_path / "latin1.txt").write_bytes("d\nc\n\xe9t\xe9\nb\n".encode("latin-1"))
-    with pytest.raises(UserError, match=match):
+    with pytest.raises(InputError, match=match):
         precomputed.read_precomputed(path, ids)
 
 
@@ -310,12 +311,12 @@ def test_precomputed_file_errors(tmp_path, monkeypatch, path, ids, match):
     ({"embeddings": np.where(np.arange(4)[:, None] == 3, np.nan, EMB)},
      r"NaN, inf or all-zero embeddings for 1 image\(s\): b;"),                       # row of 'b' is NaN
     ({"ids": STORED_IDS.astype(object)}, r"cannot load precomputed embeddings .*no objects"),
-    # ^ object ids (e.g. pandas' to_numpy()): np.savez pickles them; refused with a UserError, not unpickled
+    # ^ object ids (e.g. pandas' to_numpy()): np.savez pickles them; refused with a InputError, not unpickled
 ], ids=["no ids", "1-D", "length", "repeat", "missing id", "nan", "object npz"])
 def test_precomputed_npz_errors(tmp_path, arrays, match):
     arrays = {k: v for k, v in {"ids": STORED_IDS, "embeddings": EMB, **arrays}.items() if v is not None}
     np.savez(tmp_path / "e.npz", **arrays)
-    with pytest.raises(UserError, match=match):
+    with pytest.raises(InputError, match=match):
         _load(tmp_path / "e.npz")
 
 

@@ -34,7 +34,7 @@ from PIL import Image
 from conftest import ROOT, run_module, save_image
 from test_pipeline import CATALOG, IDS, METRICS, SPLIT
 from test_pipeline import EMBEDDINGS as EMB
-from stages.backbones import encode_pixels
+from recallk.encode.registry import encode_pixels
 
 LABELS = ("a", "b", "c", "d")
 PER_LABEL = 3

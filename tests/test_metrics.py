@@ -1,4 +1,4 @@
-"""The metric suite (stages.metrics): recall@K, precision@K, r_precision, map@r, map, mrr.
+"""The metric suite (recallk.score.metrics): recall@K, precision@K, r_precision, map@r, map, mrr.
 
 * A brute-force oracle (python sort per query) cross-checks every metric, the
   ranks themselves and tie sensitivity on seeded synthetic cases, for the
@@ -24,9 +24,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from stages.metrics import (METRICS, mean, metric_keys, per_query, rank, retrieval_metrics, retrieval_summary)
-from stages import metrics as metrics_module, ranking
-from stages.retrieval import cosine_block, l2_normalize
+from recallk.score.metrics import (METRICS, mean, metric_keys, per_query, rank, retrieval_metrics, retrieval_summary)
+from recallk.score import metrics as metrics_module
+from recallk.score.ranking import engine as ranking
+from recallk.score.similarity import cosine_block, l2_normalize
 
 KS = (1, 2, 3, 5, 10, 40)
 ALL_KEYS = metric_keys(METRICS, KS)
@@ -885,8 +886,8 @@ INF_ROWS[1, 0] = -np.inf
     (_kwargs(metrics=["recal"]), r"Did you mean `recall`\?"),  # typo -> suggestion
     (_kwargs(metrics=["map@R"]), r"Did you mean `map@r`\?"),  # case matters
     (_kwargs(metrics=["ndcg"]), r"Got \['ndcg'\] instead\.$"),  # no close name: no suggestion
-    (_kwargs(backend="Faiss"), "`backend` must be numpy or faiss. Got 'Faiss' instead."),
-    (_kwargs(backend="torch"), "`backend` must be numpy or faiss"),
+    (_kwargs(backend="Faiss"), re.escape("`backend` must be one of numpy, faiss. Got 'Faiss' instead. Did you mean `faiss`?")),
+    (_kwargs(backend="torch"), "`backend` must be one of numpy, faiss"),
     (_kwargs(ks=[0, 5]), re.escape("`ks` must be positive integers. Got [0, 5] instead.")),
     (_kwargs(ks=[2.0]), "positive integers"),  # float, even integral
     (_kwargs(ks=[True]), "positive integers"),  # bool is not a count

@@ -7,7 +7,7 @@ import copy
 import pytest
 import yaml
 
-from stages.common import UserError
+from recallk.errors import InputError
 from stages.params import SCHEMA, load_section, validate_section
 
 from conftest import ROOT
@@ -59,7 +59,7 @@ def test_missing_keys_take_defaults():
     ("scroe.ks", [1], "score", r"`scroe` is not a known params section.*Did you mean `score`\?"),
 ])
 def test_bad_params(path, value, section, match):
-    with pytest.raises(UserError, match=match):
+    with pytest.raises(InputError, match=match):
         validate_section(with_change(path, value), section)
 
 
@@ -67,7 +67,7 @@ def test_every_error_is_reported_at_once():
     params = with_change("split.seed", -1)
     params["split"]["strategy"] = "random"
     params["split"]["colour"] = "red"
-    with pytest.raises(UserError) as info:
+    with pytest.raises(InputError) as info:
         validate_section(params, "split")
     message = str(info.value)
     for fragment in ("`split.seed`", "`split.strategy`", "`split.colour`"):
@@ -82,10 +82,10 @@ def test_every_error_is_reported_at_once():
 def test_bad_params_file(tmp_path, text, match):
     path = tmp_path / "params.yaml"
     path.write_text(text)
-    with pytest.raises(UserError, match=match):
+    with pytest.raises(InputError, match=match):
         load_section("score", path)
 
 
 def test_missing_params_file(tmp_path):
-    with pytest.raises(UserError, match="params.yaml not found"):
+    with pytest.raises(InputError, match="params.yaml not found"):
         load_section("score", tmp_path / "params.yaml")

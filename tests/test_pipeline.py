@@ -280,33 +280,43 @@ def test_committed_project_reproduces_byte_identical(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------- 9: dvc.yaml structure
 
 
+PACKAGES = ("stages", "recallk")
+
+
 def _module_path(module: str) -> Path:
     parts = module.split(".")
     as_file = ROOT.joinpath(*parts).with_suffix(".py")
     return as_file if as_file.is_file() else ROOT.joinpath(*parts, "__init__.py")
 
 
-def _stages_imports(module: str) -> set[str]:
-    """``stages.*`` modules imported (at any nesting level) by ``module``."""
-    tree = ast.parse(_module_path(module).read_text(encoding="utf-8"))
-    package = module.rsplit(".", 1)[0]
+def _is_ours(name: str) -> bool:
+    return name.split(".")[0] in PACKAGES
+
+
+def _direct_imports(module: str) -> set[str]:
+    """Our modules imported (at any nesting level, so lazy imports count) by ``module``, with the
+    packages above each one, whose ``__init__.py`` runs first."""
+    path = _module_path(module)
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("stages."))
+            found.update(a.name for a in node.names if _is_ours(a.name))
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
-            if base != "stages" and not base.startswith("stages."):
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            if not _is_ours(base):
                 continue
-            if base != "stages":
-                found.add(base)
-            for alias in node.names:  # `from stages import catalog` imports a submodule
+            found.add(base)
+            for alias in node.names:  # `from recallk.data import catalog` imports a submodule
                 sub = f"{base}.{alias.name}"
                 if _module_path(sub).is_file():
                     found.add(sub)
-    return found - {"stages"}
+    parents = {".".join(m.split(".")[:i]) for m in found | {module} for i in range(1, m.count(".") + 1)}
+    return found | parents
 
 
 def _closure(module: str) -> set[str]:
@@ -315,11 +325,17 @@ def _closure(module: str) -> set[str]:
         mod = todo.pop()
         if mod not in seen:
             seen.add(mod)
-            todo.extend(_stages_imports(mod) - seen)
+            todo.extend(_direct_imports(mod) - seen)
     return seen
 
 
+def _covered(file: str, deps: set[str]) -> bool:
+    return any(file == d or file.startswith(d.rstrip("/") + "/") for d in deps)
+
+
 def test_dvc_yaml_stages_depend_on_their_code_and_params() -> None:
+    """Each stage's code deps are exactly its import closure: every file it may run is a dep
+    (a folder dep counts for the files in it) and no dep holds code it never imports."""
     spec = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))
     assert set(spec["stages"]) == set(STAGES)
     for name, stage in spec["stages"].items():
@@ -328,14 +344,17 @@ def test_dvc_yaml_stages_depend_on_their_code_and_params() -> None:
         module = match.group(1)
         assert module == f"stages.{name}"
         needed = {str(_module_path(m).relative_to(ROOT).as_posix()) for m in _closure(module)}
-        code_deps = {d for d in stage["deps"] if d.startswith("stages/")}
-        missing = needed - code_deps
+        code_deps = {d for d in stage["deps"] if _is_ours(d.split("/")[0])}
+        missing = {f for f in needed if not _covered(f, code_deps)}
         assert not missing, f"stage {name} imports {sorted(missing)} but does not list them in deps"
-        extra = code_deps - needed
-        assert not extra, f"stage {name} lists code it does not import (needless re-runs): {sorted(extra)}"
         for dep in code_deps:
-            assert (ROOT / dep).is_file(), f"stage {name}: dep {dep} does not exist"
+            assert (ROOT / dep).exists(), f"stage {name}: dep {dep} does not exist"
+            files = ({p.relative_to(ROOT).as_posix() for p in (ROOT / dep).rglob("*.py")} if (ROOT / dep).is_dir()
+                     else {dep})
+            extra = files - needed
+            assert not extra, f"stage {name} lists code it does not import (needless re-runs): {sorted(extra)}"
         assert stage.get("params") == [name], f"stage {name} must depend on exactly its own params section"
+    assert "recallk/images.py" not in spec["stages"]["score"]["deps"], "an image-decoding change must not re-score"
 
     score_outs = spec["stages"]["score"]["outs"]
     assert {METRICS: {"cache": False}} in score_outs
@@ -344,9 +363,13 @@ def test_dvc_yaml_stages_depend_on_their_code_and_params() -> None:
     assert "${split.data_root}" in spec["stages"]["split"]["deps"]
 
 
-def test_closure_walker_sees_from_package_imports() -> None:
-    """Guard the helper above: ``from stages import catalog`` must count as importing stages.catalog."""
-    assert {"stages.catalog", "stages.contract", "stages.splitting", "stages.images"} <= _closure("stages.split")
+def test_closure_walker_sees_from_package_imports_and_parent_packages() -> None:
+    """Guard the helper above: ``from recallk.data import catalog`` imports recallk.data.catalog, and
+    importing a submodule runs its packages' ``__init__.py``."""
+    closure = _closure("stages.split")
+    assert {"recallk.data.catalog", "recallk.data.contract", "recallk.data.splitting", "recallk.images",
+            "recallk", "recallk.data"} <= closure
+    assert "recallk.score.metrics" not in closure and "recallk.encode.registry" not in closure
 
 
 # ---------------------------------------------------------------------------------------------- 10: failure

@@ -1,4 +1,4 @@
-"""recall@K engine (stages.retrieval) and the Python API (stages.score).
+"""recall@K engine (recallk.score.similarity) and the Python API (stages.score).
 
 Toy cases pin the documented conventions (cosine, tie rule, self-match,
 exclusion); a brute-force oracle cross-checks the blocked implementation on
@@ -14,9 +14,9 @@ import pytest
 from PIL import Image
 
 from conftest import save_image
-from stages.metrics import first_positive_ranks, recall_at_k, retrieval_summary
-from stages.retrieval import cosine_block, l2_normalize
-from stages.score import evaluate, format_report
+from recallk.score.metrics import first_positive_ranks, recall_at_k, retrieval_summary
+from recallk.score.similarity import cosine_block, l2_normalize
+from recallk import evaluate, format_report
 
 
 # --------------------------------------------------------------------------- oracle

@@ -4,7 +4,7 @@ intervals, ``exclude_same``, PCA whitening, the faiss backend, param errors and 
 Stages run as subprocesses (like ``dvc repro`` would run them) in copies of module-scoped
 projects that already ran split and encode, so each test pays only for the score runs it needs.
 Expected values come from a brute-force oracle written from the formulas in the
-:mod:`stages.metrics` docstring (rank by descending cosine similarity, ties by gallery index),
+:mod:`recallk.score.metrics` docstring (rank by descending cosine similarity, ties by gallery index),
 not from the ranking engine.
 """
 
@@ -20,12 +20,13 @@ import pandas as pd
 import pytest
 import yaml
 
-import stages.score as score_stage
-from stages import report
-from stages.common import UserError
-from stages.metrics import first_positive_ranks, mean, metric_keys, retrieval_metrics
+from recallk.score import suite, tables as report
+from recallk.score.suite import score_split
+from stages.score_inputs import load_inputs
+from recallk.errors import InputError
+from recallk.score.metrics import first_positive_ranks, mean, metric_keys, retrieval_metrics
 from stages.params import load_section
-from stages.retrieval import cosine_block, l2_normalize
+from recallk.score.similarity import cosine_block, l2_normalize
 
 from conftest import ROOT, copy_digits, dvc, git, run_module
 
@@ -120,7 +121,7 @@ def eval_sets(project: Path) -> dict:
 
 
 def oracle(q_emb, g_emb, q_lab, g_lab, q_ids, g_ids, ks, exclude=()):
-    """Brute force, one query at a time, straight from the formulas in the stages.metrics docstring.
+    """Brute force, one query at a time, straight from the formulas in the recallk.score.metrics docstring.
 
     ``exclude``: (query values, gallery values) pairs; a shared non-missing value hides the item.
     Returns per-query arrays: n_pos, n_ret, first (1-based, 0 = none), first_opp, and values by metric key.
@@ -352,7 +353,7 @@ def test_recall_curve_matches_recall_at_k_and_never_decreases(scored_base):
     m = read_metrics(scored_base)
     pq = read_per_query(scored_base)
     assert curve["k"].tolist() == list(range(1, len(curve) + 1))
-    assert len(curve) == min(max(max(KS), score_stage.CURVE_K), int(pq["num_retrievable"].max()))
+    assert len(curve) == min(max(max(KS), suite.CURVE_K), int(pq["num_retrievable"].max()))
     assert (np.diff(curve["recall"]) >= 0).all()
     assert curve["recall"].between(0, 1).all()
     for k in KS:
@@ -513,14 +514,16 @@ def test_exclude_missing_values_never_match():
 def _score_in_process(project: Path, **overrides):
     params = load_section("score", project / "params.yaml")
     params.update(overrides)
-    return score_stage.score(**params, catalog_csv=str(project / CATALOG), split_csv=str(project / SPLIT),
-                             embeddings_npy=str(project / EMBEDDINGS), ids_npy=str(project / IDS))
+    inputs = load_inputs(str(project / CATALOG), str(project / SPLIT), str(project / EMBEDDINGS), str(project / IDS),
+                         train=params["whiten"] == "pca")
+    return score_split(inputs.emb, inputs.row, inputs.catalog, queries=inputs.queries, gallery=inputs.gallery,
+                       train=inputs.train, same_set=inputs.same_set, **params)
 
 
 @pytest.fixture
 def pca_spy(monkeypatch):
     calls = []
-    real = report.pca_whitening
+    real = suite.pca_whitening
 
     def spy(train, *sets):
         result = real(train, *sets)
@@ -528,7 +531,7 @@ def pca_spy(monkeypatch):
                       "result": [np.array(x, copy=True) for x in result]})
         return result
 
-    monkeypatch.setattr(report, "pca_whitening", spy)
+    monkeypatch.setattr(suite, "pca_whitening", spy)
     return calls
 
 
@@ -597,7 +600,7 @@ def test_whitening_needs_two_train_images(prepared):
     split = pd.read_csv(prepared / SPLIT, dtype=str, keep_default_na=False)
     first_train = split.index[split["split"].eq("train")][0]
     split[~split["split"].eq("train") | (split.index == first_train)].to_csv(prepared / SPLIT, index=False)
-    with pytest.raises(UserError, match=r"`score.whiten: pca` fits on the train split, which has 1 image"):
+    with pytest.raises(InputError, match=r"`score.whiten: pca` fits on the train split, which has 1 image"):
         _score_in_process(prepared, whiten="pca")
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stages.score import recall_at_k, retrieval_summary
+from recallk import recall_at_k, retrieval_summary
 
 from conftest import run_module
 
@@ -116,16 +116,16 @@ def _duplicate_first_catalog_row(project):
     # ids.npy names one image twice (its second row is the first's id)
     (lambda p: _edit_npy(p, "ids.npy", lambda i: np.r_[i[:1], i[:1], i[2:]]), "ids.npy repeats image_id"),
     # the catalog lists one image twice
-    (_duplicate_first_catalog_row, "catalog.csv repeats image_id"),
+    (_duplicate_first_catalog_row, "image_id must be unique"),
     # query flags spelled in lower case: not silently read as False
     (lambda p: _edit_split(p, lambda s: s.__setitem__("query", s["query"].str.lower())),
-     "column `query` must hold True or False"),
+     "query and gallery must be True or False"),
     # no query at all
     (lambda p: _edit_split(p, lambda s: s.__setitem__("query", "False")), "split.csv marks no image as a query"),
     # the split names an image the catalog does not have (outputs of two different runs)
     (lambda p: _drop_catalog_row_of_first_query(p), "1 split images are not in the catalog"),
     # the catalog is not a CSV any more
-    (lambda p: (p / "data/prepared/catalog.csv").write_bytes(b"\x00\x01garbage"), "catalog.csv is not a readable CSV"),
+    (lambda p: (p / "data/prepared/catalog.csv").write_bytes(b"\x00\x01garbage"), "catalog.csv lacks column(s) image_id"),
     # the split file is gone
     (lambda p: (p / "data/prepared/split.csv").unlink(), "split.csv not found; run the earlier stages first"),
 ])

@@ -1,4 +1,4 @@
-"""Catalog scan/manifest, the data contract and split.build(), on real image files."""
+"""Catalog scan/manifest, the data contract and prepare.prepare(), on real image files."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import pytest
 from PIL import Image
 
 from conftest import save_image
-from stages import catalog, contract, split
-from stages.common import UserError
+from recallk.data import catalog, contract, prepare
+from stages import split
+from recallk.errors import InputError
 
 FRACTIONS = {"train": 0.5, "val": 0.25, "gallery": 0.25}
 
@@ -27,7 +28,7 @@ def work(tmp_path: Path, monkeypatch) -> Path:
 def build(data_root: str = "data", csv: str | None = None, **overrides):
     params = dict(data_root=data_root, csv=csv, on_bad_image="error", strategy="per_class",
                   protocol="query_gallery", seed=0, fractions=FRACTIONS) | overrides
-    cat, spl, skipped = split.build(**params)
+    cat, spl, skipped = prepare.prepare(**params)
     assert skipped.empty or params["on_bad_image"] == "skip"
     return cat, spl
 
@@ -72,7 +73,7 @@ def test_scan_folder_labels_nested_hidden_and_loose_files(work, caplog):
 ])
 def test_scan_folder_errors(work, setup, match):
     setup(work / "data")
-    with pytest.raises(UserError, match=match):
+    with pytest.raises(InputError, match=match):
         catalog.scan_folder(work / "data")
 
 
@@ -105,13 +106,13 @@ def test_manifest_keeps_extra_columns_and_reads_labels_as_text(work):
 ])
 def test_manifest_errors(work, text, match):
     write_csv(work / "data" / "m.csv", text)
-    with pytest.raises(UserError, match=match):
+    with pytest.raises(InputError, match=match):
         catalog.read_manifest(work / "data", "m.csv")
 
 
 def test_manifest_not_found(work):
     (work / "data").mkdir()
-    with pytest.raises(UserError, match=r"manifest .* not found; `split.csv` is a path inside"):
+    with pytest.raises(InputError, match=r"manifest .* not found; `split.csv` is a path inside"):
         catalog.read_manifest(work / "data", "nope.csv")
 
 
@@ -168,7 +169,7 @@ def test_contract_reports_every_failure_at_once(work):
                               "i9,b/001.png,b,test\n"                   # line 11: invalid split
                               "i10,b/002.png,b,gallery\n"               # line 12: fine
                               "i11,b/003.png,b,val\n")                  # line 13: fine
-    with pytest.raises(UserError) as err:
+    with pytest.raises(InputError) as err:
         build(csv="m.csv", strategy="given")
     msg = str(err.value)
     assert msg.startswith("data contract failed for data/m.csv")
@@ -194,7 +195,7 @@ def test_contract_reports_every_failure_at_once(work):
 def test_contract_blank_label_is_reported(work):
     images(work / "data", {"a": 2})
     write_csv(work / "data" / "m.csv", "path,label\na/000.png,a\na/001.png,\"  \"\n")  # whitespace label
-    with pytest.raises(UserError, match=re.escape(contract.LABEL_RULE) + r": 1 row\(s\)\n.*CSV line 3"):
+    with pytest.raises(InputError, match=re.escape(contract.LABEL_RULE) + r": 1 row\(s\)\n.*CSV line 3"):
         build(csv="m.csv")
 
 
@@ -207,7 +208,7 @@ def test_contract_reports_leakage_between_train_and_gallery(work):
                               "a/001.png,a,val\n"
                               "a/002.png,a,gallery\n"
                               "a/copy.png,a,gallery\n")
-    with pytest.raises(UserError) as err:
+    with pytest.raises(InputError) as err:
         build(csv="m.csv", strategy="given")
     msg = str(err.value)
     assert contract.LEAK_RULE in msg
@@ -223,7 +224,7 @@ def test_symlink_outside_the_data_root_is_reported_and_not_read(work, monkeypatc
     read: list[Path] = []
     real = Path.read_bytes
     monkeypatch.setattr(Path, "read_bytes", lambda self: read.append(self.resolve()) or real(self))
-    with pytest.raises(UserError) as err:
+    with pytest.raises(InputError) as err:
         build()
     assert "path 'a/link.png', resolves outside the data root" in str(err.value)
     assert contract.FILE_RULE in str(err.value)
@@ -244,7 +245,7 @@ def test_exif_rotated_jpeg_has_upright_size(work):
 
 def test_build_rejects_a_split_without_queries(work):
     images(work / "data", {"a": 4})
-    with pytest.raises(UserError, match=r"0 queries .* adjust `split.fractions`"):
+    with pytest.raises(InputError, match=r"0 queries .* adjust `split.fractions`"):
         build(fractions={"train": 1.0, "val": 0.0, "gallery": 0.0})
 
 
@@ -273,7 +274,7 @@ def test_unreadable_file_is_reported_by_the_contract(work, monkeypatch):
         return real_read(self)
 
     monkeypatch.setattr(Path, "read_bytes", read_bytes)
-    with pytest.raises(UserError) as info:
+    with pytest.raises(InputError) as info:
         build()
     message = str(info.value)
     assert contract.FILE_RULE in message and "path 'b/001.png'" in message
@@ -284,16 +285,16 @@ def test_contract_rejects_a_label_on_both_sides_under_class_disjoint(work):
     images(work / "data", {"a": 2, "b": 2})
     frame = catalog.probe(Path("data"), catalog.scan_folder(Path("data")))
     frame["split"] = ["train", "gallery", "val", "gallery"]  # label a is in train and in gallery
-    with pytest.raises(UserError, match=re.escape(contract.DISJOINT_RULE)) as info:
-        contract.validate(frame, class_disjoint=True, source="data/", csv_lines=False)
+    with pytest.raises(InputError, match=re.escape(contract.DISJOINT_RULE)) as info:
+        contract.validate(frame, contract.image_table_schema(class_disjoint=True), source="data/", csv_lines=False)
     assert "path 'a/000.png'" in str(info.value) and "path 'a/001.png'" in str(info.value)
     assert "b/000.png" not in str(info.value)
-    contract.validate(frame, class_disjoint=False, source="data/", csv_lines=False)  # fine for per_class
+    contract.validate(frame, contract.image_table_schema(class_disjoint=False), source="data/", csv_lines=False)  # fine for per_class
 
 
 def test_missing_label_in_manifest_stays_missing(work):
     images(work / "data", {"a": 2})
     write_csv(work / "data" / "m.csv", "path,label\na/000.png,a\na/001.png,\n")
-    with pytest.raises(UserError, match=r"label must not be missing") as info:
+    with pytest.raises(InputError, match=r"label must not be missing") as info:
         build(csv="m.csv")
     assert "CSV line 3" in str(info.value)

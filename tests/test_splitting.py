@@ -7,8 +7,8 @@ import hashlib
 import pandas as pd
 import pytest
 
-from stages.common import UserError
-from stages.splitting import SPLITS, assign_splits, queries_without_positive, roles, stable_rank_key
+from recallk.errors import InputError
+from recallk.data.splitting import SPLITS, assign_splits, queries_without_positive, roles, stable_rank_key
 
 DEFAULT = {"train": 0.5, "val": 0.25, "gallery": 0.25}
 
@@ -185,7 +185,7 @@ def test_given_copies_the_split_column():
 
 
 def test_given_without_split_column_is_a_user_error():
-    with pytest.raises(UserError, match=r"`split.strategy: given` needs a `split` column"):
+    with pytest.raises(InputError, match=r"`split.strategy: given` needs a `split` column"):
         assign(toy({"a": 3}), "given")
 
 

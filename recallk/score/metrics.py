@@ -1,7 +1,7 @@
-"""Retrieval metrics from exact ranks: the public API behind ``stages.score``.
+"""Retrieval metrics from exact ranks: ``retrieval_metrics``, ``recall_at_k`` and friends.
 
-Every metric shares the conventions of :mod:`stages.ranking`: cosine similarity
-(:func:`stages.retrieval.cosine_block`), ranking by descending similarity with
+Every metric shares the conventions of :mod:`recallk.score.ranking`: cosine similarity
+(:func:`recallk.score.similarity.cosine_block`), ranking by descending similarity with
 ties broken by gallery index (smaller first), the query's own image (same id)
 and excluded items never retrieved, and queries with no positive left out of
 every mean and counted in ``num_excluded_queries``.
@@ -28,32 +28,15 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from stages.common import did_you_mean
-from stages.params import METRIC_NAMES
-from stages.ranking import Ranking, consecutive_runs, rank_positives
-from stages.retrieval import check_inputs, check_ks, check_memory
+from recallk.checks import (FIRST_ONLY, METRIC_NAMES, check_backend, check_exclude_pairs, check_inputs, check_ks,
+                            check_memory, check_metrics)
+from recallk.errors import InputError
+from recallk.score.ranking import Ranking, consecutive_runs, rank_positives
 
 #: Metric names accepted by ``metrics=`` / ``score.metrics``; recall and precision expand to one key per K.
 METRICS = METRIC_NAMES
-#: Metrics that need only each query's first positive (a cheaper ranking pass).
-_FIRST_ONLY = {"recall", "mrr"}
 #: Positives whose per-positive temporaries (about 40 B each) :func:`per_query` holds at a time.
 _SPAN_PAIRS = 2**20
-
-
-def check_metrics(metrics: Iterable[Any] | None) -> list[str]:
-    """Validate metric names; ``None`` means all of :data:`METRICS`."""
-    if metrics is None:
-        return list(METRICS)
-    try:
-        names = [metrics] if isinstance(metrics, str) else list(metrics)
-    except TypeError:  # a bare number
-        names = [metrics]
-    bad = [m for m in names if m not in METRICS]
-    if not names or bad or len(set(names)) != len(names):
-        hint = did_you_mean(bad[0], METRICS) if bad and isinstance(bad[0], str) else ""
-        raise ValueError(f"`metrics` must be distinct names from {', '.join(METRICS)}. Got {names!r} instead.{hint}")
-    return names
 
 
 def metric_keys(metrics: Sequence[str], ks: Sequence[int]) -> list[str]:
@@ -71,7 +54,7 @@ def per_query(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str]) -> di
     Runs of queries with about ``_SPAN_PAIRS`` positives between them are computed at a time,
     so the per-positive temporaries stay bounded however many positives a label has.
     """
-    needs_all = [m for m in metrics if m not in _FIRST_ONLY]
+    needs_all = [m for m in metrics if m not in FIRST_ONLY]
     if needs_all and not ranking.complete:
         raise ValueError(f"metrics {needs_all} need the complete ranking; rank with complete=True.")
     if ranking.cap is not None and (needs_all or "mrr" in metrics or max(ks, default=0) > ranking.cap):
@@ -142,37 +125,26 @@ def tie_sensitivity(ranking: Ranking, ks: Sequence[int]) -> dict[str, int]:
 
 def rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=None, gallery_ids=None,
          metrics: Sequence[str] = METRICS, exclude: Sequence[tuple[Any, Any]] = (), max_memory_mb: float = 512,
-         backend: str = "numpy", cap: int | None = None) -> Ranking:
+         backend: str = "numpy", cap: int | None = None, same_set: bool | None = None) -> Ranking:
     """Validate the inputs once and rank with the chosen backend (``numpy`` or ``faiss``).
 
     ``cap`` (recall only): first ranks of ``cap`` or more may read ``cap``, so the numpy
     engine stops counting a query once it surely misses every K <= ``cap``.
+    ``same_set``: the queries *are* the gallery, row for row (leave-one-out), as the caller
+    knows it (the score stage from the split protocol); ``None`` detects it from the arrays.
     """
     q, g = check_inputs(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids)
-    max_memory_mb = check_memory(max_memory_mb)
-    if backend not in ("numpy", "faiss"):
-        raise ValueError(f"`backend` must be numpy or faiss. Got {backend!r} instead.")
-    try:
-        pairs = list(exclude)
-    except TypeError:
-        pairs = [None]
-    for pair in pairs:
-        try:
-            qv, gv = pair
-            ok = all(np.ndim(v) == 1 and len(v) == n for v, n in ((qv, q.shape[0]), (gv, g.shape[0])))
-        except (TypeError, ValueError):
-            ok = False
-        if not ok:
-            raise ValueError("each `exclude` entry must be a (query values, gallery values) pair of 1-D sequences, "
-                             "with one value per query and one per gallery item.")
-    complete = any(m not in _FIRST_ONLY for m in metrics)
+    max_memory_mb, backend = check_memory(max_memory_mb), check_backend(backend)
+    pairs = check_exclude_pairs(exclude, q.shape[0], g.shape[0])
+    complete = any(m not in FIRST_ONLY for m in metrics)
     if backend == "faiss":
-        from stages.ranking_faiss import rank_positives_faiss
+        from recallk.score.ranking.faiss_backend import rank_positives_faiss
 
         return rank_positives_faiss(q, g, query_labels, gallery_labels, query_ids, gallery_ids, pairs,
                                     max_memory_mb=max_memory_mb)
     return rank_positives(q, g, query_labels, gallery_labels, query_ids, gallery_ids, pairs,
-                          max_memory_mb=max_memory_mb, complete=complete, cap=None if complete else cap)
+                          max_memory_mb=max_memory_mb, complete=complete, cap=None if complete else cap,
+                          same_set=same_set)
 
 
 def _recall_cap(names: Sequence[str], ks: Sequence[int]) -> int | None:
@@ -185,7 +157,7 @@ def summarize(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str]) -> tu
     values = per_query(ranking, ks, metrics)
     n_in = int(np.count_nonzero(ranking.n_positives > 0))
     if n_in == 0:
-        raise ValueError(f"every one of the {ranking.n_positives.size} queries is excluded: none has a gallery "
+        raise InputError(f"every one of the {ranking.n_positives.size} queries is excluded: none has a gallery "
                          "item of its label that it may retrieve, so the metrics are undefined. "
                          "Put same-label images in the gallery.")
     out: dict[str, Any] = {key: mean(v) for key, v in values.items()}

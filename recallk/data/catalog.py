@@ -3,7 +3,7 @@
 :func:`read_source` gives one row per image (``image_id, path, label`` plus any
 extra CSV columns and the CSV's ``split``), and :func:`probe` adds what the file
 itself says (``sha256, width, height`` and a ``problem`` when it cannot be used).
-Nothing is judged here; :mod:`stages.contract` decides what is acceptable.
+Nothing is judged here; :mod:`recallk.data.contract` decides what is acceptable.
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ import hashlib
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import pandas as pd
 from tqdm import tqdm
 
-from stages.common import UserError
-from stages.images import DECODE_ERRORS, decode, describe_error
+from recallk.data.contract import is_safe_relative
+from recallk.errors import InputError
+from recallk.images import DECODE_ERRORS, decode, describe_error
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +30,9 @@ CATALOG_COLUMNS = ("image_id", "path", "label", "sha256", "width", "height")
 
 def check_root(root: Path) -> None:
     if not root.exists():
-        raise UserError(f"data root {str(root)!r} does not exist; set `split.data_root` in params.yaml to your image folder.")
+        raise InputError(f"data root {str(root)!r} does not exist; set `split.data_root` in params.yaml to your image folder.")
     if not root.is_dir():
-        raise UserError(f"data root {str(root)!r} is not a folder; set `split.data_root` to the folder that holds the images.")
+        raise InputError(f"data root {str(root)!r} is not a folder; set `split.data_root` to the folder that holds the images.")
 
 
 def scan_folder(root: Path) -> pd.DataFrame:
@@ -55,7 +56,7 @@ def scan_folder(root: Path) -> pd.DataFrame:
         log.warning("ignoring %d file(s) directly under %s (images belong in a folder per label): %s",
                     len(loose), root, ", ".join(loose[:5]))
     if not rows:
-        raise UserError(
+        raise InputError(
             f"data root {str(root)!r} holds no images; put each label's images in a sub-folder "
             f"named after the label (e.g. {root}/cat/001.jpg), or set `split.csv` to a manifest."
         )
@@ -73,20 +74,20 @@ def read_manifest(root: Path, csv_name: str) -> pd.DataFrame:
     check_root(root)
     csv_path = root / csv_name
     if not csv_path.is_file():
-        raise UserError(f"manifest {str(csv_path)!r} not found; `split.csv` is a path inside `split.data_root`.")
+        raise InputError(f"manifest {str(csv_path)!r} not found; `split.csv` is a path inside `split.data_root`.")
     try:
         frame = pd.read_csv(csv_path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-        raise UserError(f"manifest {str(csv_path)!r} is not a readable UTF-8 CSV ({exc}); fix the file.") from None
+        raise InputError(f"manifest {str(csv_path)!r} is not a readable UTF-8 CSV ({exc}); fix the file.") from None
     frame.columns = [str(c).strip() for c in frame.columns]
     missing = [c for c in REQUIRED_CSV_COLUMNS if c not in frame.columns]
     if missing:
-        raise UserError(
+        raise InputError(
             f"manifest {str(csv_path)!r} lacks column(s) {', '.join(missing)}; it needs a header with "
             f"path,label (optional: image_id, split, extra columns). Found: {', '.join(frame.columns)}."
         )
     if frame.empty:
-        raise UserError(f"manifest {str(csv_path)!r} has no rows; list one image per row.")
+        raise InputError(f"manifest {str(csv_path)!r} has no rows; list one image per row.")
     frame = frame.astype(object).where(frame != "", None)
     if "image_id" not in frame.columns:
         frame.insert(0, "image_id", frame["path"])
@@ -96,14 +97,6 @@ def read_manifest(root: Path, csv_name: str) -> pd.DataFrame:
 
 def read_source(root: Path, csv_name: str | None) -> pd.DataFrame:
     return scan_folder(root) if csv_name is None else read_manifest(root, csv_name)
-
-
-def is_safe_relative(path: object) -> bool:
-    """True for a relative POSIX path with no ``..`` part (a string, not absolute, no drive)."""
-    if not isinstance(path, str) or not path or "\\" in path:
-        return False
-    p = PurePosixPath(path)
-    return not p.is_absolute() and ".." not in p.parts and ":" not in p.parts[0]
 
 
 #: Problems that make an image unreadable (``split.on_bad_image: skip`` drops these rows).

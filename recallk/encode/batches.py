@@ -1,6 +1,6 @@
 """Encode catalog images with a backbone, never twice: the logic under the encode stage.
 
-Unique files (by sha256) are looked up in the :class:`~stages.embedding_cache.EmbeddingCache`;
+Unique files (by sha256) are looked up in the :class:`~recallk.encode.cache.EmbeddingCache`;
 only the misses are decoded and encoded, in catalog order, in batches. Decoding
 runs in threads a bounded number of batches ahead of the backbone, so loading
 overlaps inference and memory stays bounded. Every finished batch is committed
@@ -20,12 +20,13 @@ import pandas as pd
 from PIL import Image
 from tqdm import tqdm
 
-from stages.backbones import Backbone
-from stages.common import UserError
-from stages.embedding_cache import EmbeddingCache
-from stages.images import DECODE_ERRORS, decode
+from recallk.checks import unusable_rows
+from recallk.encode.base import Backbone
+from recallk.encode.cache import EmbeddingCache
+from recallk.errors import InputError
+from recallk.images import DECODE_ERRORS, decode
 
-log = logging.getLogger("stages.encode")
+log = logging.getLogger(__name__)
 
 
 def read_checked(path: str, sha256: str, min_side: int | None = None) -> Image.Image:
@@ -34,13 +35,14 @@ def read_checked(path: str, sha256: str, min_side: int | None = None) -> Image.I
         with open(path, "rb") as fh:
             data = fh.read()
     except OSError as exc:
-        raise UserError(f"cannot read image {path!r} ({exc.strerror}); run `dvc repro` to rebuild the catalog.") from None
+        raise InputError(f"cannot read image {path!r} ({exc.strerror}); it was moved or deleted since the catalog "
+                         "was built: rebuild the catalog (the split stage).") from None
     if hashlib.sha256(data).hexdigest() != sha256:
-        raise UserError(f"image {path!r} changed since the catalog was built; run `dvc repro` to rebuild it.")
+        raise InputError(f"image {path!r} changed since the catalog was built; rebuild the catalog (the split stage).")
     try:
         return decode(data, min_side=min_side)
     except DECODE_ERRORS as exc:
-        raise UserError(f"image {path!r} no longer decodes ({exc}); run `dvc repro`.") from None
+        raise InputError(f"image {path!r} no longer decodes ({exc}); rebuild the catalog (the split stage).") from None
 
 
 def decoded_batches(paths: Sequence[str], shas: Sequence[str], *, batch_size: int, num_workers: int,
@@ -58,20 +60,15 @@ def decoded_batches(paths: Sequence[str], shas: Sequence[str], *, batch_size: in
             yield start, [f.result() for f in futures]
 
 
-def bad_rows(emb: np.ndarray) -> np.ndarray:
-    """Rows that are not usable embeddings: any NaN or inf, or a zero norm."""
-    return ~np.isfinite(emb).all(axis=1) | ~np.any(emb != 0, axis=1)
-
-
 def _run_backbone(backbone: Backbone, images: list[Image.Image], dim: int | None) -> np.ndarray:
     try:
         emb = np.asarray(backbone.encode(images), dtype=np.float32)
     except (TypeError, ValueError) as exc:
-        raise UserError(f"backbone {backbone.name!r} did not return numbers for a batch of {len(images)} "
+        raise InputError(f"backbone {backbone.name!r} did not return numbers for a batch of {len(images)} "
                         f"({exc}); return an (n, d) array of floats.") from None
     want = (len(images), dim if dim is not None else (emb.shape[1] if emb.ndim == 2 else -1))
     if emb.ndim != 2 or emb.shape != want:
-        raise UserError(f"backbone {backbone.name!r} returned shape {emb.shape} for a batch of {len(images)}; "
+        raise InputError(f"backbone {backbone.name!r} returned shape {emb.shape} for a batch of {len(images)}; "
                         f"expected {want} (one row per image, the same dimension for every batch).")
     return emb
 
@@ -82,7 +79,7 @@ def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int
 
     Returns ``(embeddings, n_encoded, n_cached)``: float32 array (n_images, dim),
     the number of files encoded now and the number served from ``cache``.
-    Raises a UserError naming every image whose embedding is NaN, inf or zero.
+    Raises a InputError naming every image whose embedding is NaN, inf or zero.
     """
     shas = catalog["sha256"].tolist()
     first_row: dict[str, int] = {}  # sha -> first catalog row, in catalog order
@@ -100,7 +97,7 @@ def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int
             emb = _run_backbone(backbone, images, dim)
             dim = emb.shape[1]
             batch = todo[start:start + len(images)]
-            bad = bad_rows(emb)
+            bad = unusable_rows(emb)
             failed_shas.update(sha for sha, b in zip(batch, bad) if b)
             good, good_emb = [sha for sha, b in zip(batch, bad) if not b], emb[~bad]
             known.update(zip(good, good_emb))
@@ -109,14 +106,14 @@ def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int
             bar.update(len(images))
     failed = [name for name, sha in zip(names, shas) if sha in failed_shas]
     if failed:
-        raise UserError(f"backbone {backbone.name!r} gave NaN, inf or all-zero embeddings for {len(failed)} "
+        raise InputError(f"backbone {backbone.name!r} gave NaN, inf or all-zero embeddings for {len(failed)} "
                         f"image(s): {', '.join(failed[:10])}; check those images or the backbone.")
     dim = dim if dim is not None else 0
     out = np.empty((len(catalog), dim), dtype=np.float32)
     for i, sha in enumerate(shas):
         vector = known[sha]
         if vector.size != dim:
-            raise UserError(f"cached embedding of {names[i]!r} has dimension {vector.size}, not {dim}; "
+            raise InputError(f"cached embedding of {names[i]!r} has dimension {vector.size}, not {dim}; "
                             "delete the embedding cache and re-run.")
         out[i] = vector
     return out, len(todo), len(first_row) - len(todo)

@@ -4,8 +4,8 @@ FAISS returns each query's full ranking by its float32 inner products, with its
 own order among equal scores. Neighbouring scores closer than the float32 error
 window may be in the wrong order, so every such run of items that holds a
 positive is re-sorted by the exact similarity and gallery index, which is the
-numpy engine's rule (:mod:`stages.ranking`). The result is the same
-:class:`~stages.ranking.Ranking`, so every metric is identical. FAISS needs the
+numpy engine's rule (:mod:`recallk.score.ranking`). The result is the same
+:class:`~recallk.score.ranking.Ranking`, so every metric is identical. FAISS needs the
 whole ranking (k = gallery size) here, so this backend is a cross-check and a
 reference, not the fast path.
 """
@@ -17,16 +17,23 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stages.ranking import Ranking, _prepare
+from recallk.errors import MissingExtraError
+from recallk.score.ranking.engine import Ranking, _prepare
 
 
 def rank_positives_faiss(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
                          gallery_labels: Sequence[Any], query_ids: Sequence[Any] | None = None,
                          gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
                          max_memory_mb: float = 512) -> Ranking:
-    """:func:`stages.ranking.rank_positives` (complete) computed with FAISS; raises ImportError without faiss."""
+    """:func:`recallk.score.ranking.rank_positives` (complete) computed with FAISS.
+
+    Raises :class:`~recallk.errors.MissingExtraError` when faiss is not installed.
+    """
     logging.getLogger("faiss").setLevel(logging.WARNING)  # its loader's INFO lines are not the user's business
-    import faiss
+    try:
+        import faiss
+    except ImportError as exc:
+        raise MissingExtraError("`backend: faiss`", "faiss", "faiss-cpu", exc) from None
 
     p = _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude)
     n, m = p.q.shape[0], p.gp.shape[0]

@@ -22,7 +22,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from stages.common import UserError
+from recallk.errors import InputError
 
 DEFAULT_DIR = ".cache/recallk"
 _CHUNK = 500  # keys per SELECT, well under SQLite's variable limit
@@ -45,7 +45,7 @@ class EmbeddingCache:
             self._db.execute("CREATE TABLE IF NOT EXISTS embedding (fingerprint TEXT NOT NULL, sha256 TEXT NOT NULL, "
                              "dim INTEGER NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (fingerprint, sha256))")
         except (OSError, sqlite3.Error) as exc:
-            raise UserError(f"cannot open the embedding cache {str(self.path)!r} ({exc}); delete it or set "
+            raise InputError(f"cannot open the embedding cache {str(self.path)!r} ({exc}); delete it or set "
                             "RECALLK_CACHE_DIR to a writable folder.") from None
 
     def get_many(self, shas: Iterable[str]) -> dict[str, np.ndarray]:
@@ -72,7 +72,7 @@ class EmbeddingCache:
                     "INSERT OR REPLACE INTO embedding VALUES (?, ?, ?, ?)",
                     [(self.fingerprint, sha, vectors.shape[1], vectors[i].tobytes()) for i, sha in enumerate(shas)])
         except sqlite3.Error as exc:
-            raise UserError(f"cannot write the embedding cache {str(self.path)!r} ({exc}); free disk space, "
+            raise InputError(f"cannot write the embedding cache {str(self.path)!r} ({exc}); free disk space, "
                             "or delete the cache file and re-run.") from None
 
     def close(self) -> None:

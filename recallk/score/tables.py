@@ -1,54 +1,19 @@
-"""What the score stage reports beyond the headline means: whitening, confidence
-intervals, per-class and per-query tables, and the recall@K curve.
-
-Plain functions over numpy arrays and pandas frames; :mod:`stages.score` wires
-them to files and params.
+"""The tables behind the headline means: bootstrap intervals, per-class and per-query
+tables, and the recall@K curve. Plain functions over numpy arrays and pandas frames.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
-from stages.metrics import mean
-from stages.ranking import Ranking
-from stages.retrieval import l2_normalize
+from recallk.score.metrics import mean
+from recallk.score.ranking import Ranking
 
 #: Resampled query indices drawn at a time (bounds the bootstrap's scratch to ~32 MB).
 _BOOTSTRAP_CELLS = 4_000_000
-
-
-def pca_whitening(train: np.ndarray, *sets: np.ndarray) -> list[np.ndarray]:
-    """Fit PCA whitening on ``train`` only and apply it to each of ``sets``.
-
-    Rows are L2-normalised first; the fit centres them on the train mean and
-    scales each principal axis to unit variance (scikit-learn ``PCA(whiten=True)``,
-    full SVD, so deterministic). Axes with no train variance are dropped. The
-    eval embeddings never enter the fit.
-
-    Parameters
-    ----------
-    train : array of shape (n_train, d), n_train >= 2
-    *sets : arrays of shape (n, d)
-
-    Returns
-    -------
-    list of float32 arrays of shape (n, d') with d' <= min(n_train - 1, d)
-    """
-    from sklearn.decomposition import PCA
-
-    unit = l2_normalize(train).astype(np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):  # no variance at all: reported below, not warned
-        pca = PCA(whiten=True, svd_solver="full").fit(unit)
-    var = pca.explained_variance_
-    keep = int(np.count_nonzero(var > var.max(initial=0.0) * 1e-10)) if var.size else 0
-    if keep == 0:
-        raise ValueError("the train embeddings have no variance (all identical); whitening is undefined.")
-    pca = PCA(n_components=keep, whiten=True, svd_solver="full").fit(unit)
-    return [pca.transform(l2_normalize(x).astype(np.float64)).astype(np.float32) for x in sets]
 
 
 def bootstrap_ci(values: dict[str, np.ndarray], resamples: int, confidence: float, seed: int) -> dict[str, float]:
@@ -126,8 +91,3 @@ def recall_curve(ranking: Ranking, k_max: int) -> pd.DataFrame:
     top = int(min(k_max, ranking.n_retrievable.max(initial=1)))
     hits = np.cumsum(np.bincount(first[first < top], minlength=top))
     return pd.DataFrame({"k": np.arange(1, top + 1), "recall": hits / max(first.size, 1)})
-
-
-def format_float(x: float) -> str:
-    """Fixed 4-decimal rendering for the report; NaN as n/a."""
-    return "n/a" if math.isnan(x) else f"{x:.4f}"

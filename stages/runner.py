@@ -1,14 +1,15 @@
-"""Shared plumbing for the stage scripts: user errors, atomic writes, stage runner.
+"""Shared plumbing of the three stage scripts: arguments, atomic writes, the stage runner.
 
-Nothing here knows about retrieval. Stage modules import it; library modules
-raise :class:`UserError` for problems the user must fix.
+Nothing here knows about retrieval. The library raises
+:class:`~recallk.errors.InputError` for problems the user must fix; :func:`run_stage`
+prints those as one ``error:`` line and exits 2. Any other exception is a bug and
+keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import logging
 import os
 import sqlite3
@@ -19,17 +20,8 @@ from typing import Callable, Sequence
 
 import pandas as pd
 
-log = logging.getLogger("stages")
-
-
-class UserError(Exception):
-    """A problem with the user's data, params or files; reported without a traceback."""
-
-
-def did_you_mean(word: str, choices: Sequence[str]) -> str:
-    """Return ``" Did you mean `x`?"`` for a close match, or an empty string."""
-    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
-    return f" Did you mean `{close[0]}`?" if close else ""
+from recallk.data import contract
+from recallk.errors import InputError
 
 
 def write_all(writers: Sequence[tuple[str | os.PathLike, Callable[[Path], None]]]) -> None:
@@ -37,7 +29,7 @@ def write_all(writers: Sequence[tuple[str | os.PathLike, Callable[[Path], None]]
     target; only when every one succeeded are they fsynced and renamed over the targets.
 
     On any failure every temp file is removed, so no partial or half-updated output
-    remains; an OS error (disk full, file-size limit) becomes a :class:`UserError`
+    remains; an OS error (disk full, file-size limit) becomes an :class:`InputError`
     naming the file.
     """
     temps: list[tuple[Path, Path]] = []
@@ -54,13 +46,13 @@ def write_all(writers: Sequence[tuple[str | os.PathLike, Callable[[Path], None]]
                     os.fsync(fh.fileno())
             except OSError as exc:
                 why = f"{exc.strerror} (errno {exc.errno})" if exc.errno else f"the write was cut short ({exc})"
-                raise UserError(f"could not write {target}: {why}. Free disk space, raise the file-size limit "
+                raise InputError(f"could not write {target}: {why}. Free disk space, raise the file-size limit "
                                 "(`ulimit -f`) or fix permissions, then re-run; no partial output was kept.") from None
         try:
             for tmp, target in temps:
                 os.replace(tmp, target)
         except OSError as exc:
-            raise UserError(f"could not rename the finished outputs into place ({exc}); delete "
+            raise InputError(f"could not rename the finished outputs into place ({exc}); delete "
                             f"{', '.join(str(t) for _, t in temps)} and re-run.") from None
     finally:
         for tmp, _ in temps:
@@ -70,7 +62,7 @@ def write_all(writers: Sequence[tuple[str | os.PathLike, Callable[[Path], None]]
 
 def read_input_csv(path: str | os.PathLike, required: Sequence[str] = (), **kwargs) -> pd.DataFrame:
     """Read a stage input CSV as text; a missing or unparseable file, or one without the
-    ``required`` columns, is a UserError."""
+    ``required`` columns, is an InputError."""
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, **kwargs)
         missing = [c for c in required if c not in frame.columns]
@@ -78,13 +70,31 @@ def read_input_csv(path: str | os.PathLike, required: Sequence[str] = (), **kwar
             raise ValueError(f"no column {', '.join(missing)}")
         return frame
     except FileNotFoundError:
-        raise UserError(f"{path} not found; run the earlier stages first (`dvc repro`).") from None
+        raise InputError(f"{path} not found; run the earlier stages first (`dvc repro`).") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
-        raise UserError(f"{path} is not a readable CSV ({exc}); delete it and run `dvc repro`.") from None
+        raise InputError(f"{path} is not a readable CSV ({exc}); delete it and run `dvc repro`.") from None
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    write_all([(path, lambda tmp: tmp.write_text(text, encoding="utf-8", newline="\n"))])
+def read_table(path: str | os.PathLike, schema, producer: str) -> pd.DataFrame:
+    """Read a CSV written by the ``producer`` stage and check it against its contract ``schema``
+    (the same pandera schema the stage checked when it wrote the file)."""
+    frame = read_input_csv(path)
+    try:
+        contract.validate(frame, schema, source=str(path), csv_lines=True)
+    except InputError as exc:
+        raise InputError(f"{exc}\n{path} is damaged or from an older version: re-run {producer} "
+                         f"(`dvc repro -f {producer}`).") from None
+    return frame
+
+
+def read_catalog(path: str | os.PathLike) -> pd.DataFrame:
+    """The catalog CSV as text, checked by :func:`recallk.data.contract.catalog_schema`."""
+    return read_table(path, contract.catalog_schema(), "split")
+
+
+def read_split(path: str | os.PathLike) -> pd.DataFrame:
+    """The split CSV as text, checked by :func:`recallk.data.contract.split_schema`."""
+    return read_table(path, contract.split_schema(), "split")
 
 
 def remove_outputs(paths: Sequence[str | os.PathLike]) -> None:
@@ -107,11 +117,11 @@ def parse_stage_args(argv: Sequence[str] | None, description: str, paths: dict[s
 
 
 def run_stage(main: Callable[[Sequence[str] | None], None], argv: Sequence[str] | None = None) -> None:
-    """Run a stage ``main``; turn a :class:`UserError` into one message and exit code 2."""
+    """Run a stage ``main``; turn an :class:`InputError` into one message and exit code 2."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
         main(argv)
-    except UserError as exc:
+    except InputError as exc:
         sys.stderr.write(f"error: {exc}\n")
         sys.exit(2)
     except OSError as exc:  # disk full, file-size limit, permissions: nothing half-written stays behind

@@ -1,6 +1,6 @@
 """Write scikit-learn's handwritten digits as PNG files, one folder per label.
 
-``python -m stages.digits data/digits`` recreates the default dataset that ships
+``python -m recallk.digits data/digits`` recreates the default dataset that ships
 in ``data/digits`` (1,797 real 8x8 scans, 10 classes): pixel values 0..16 are
 scaled to 0..255 and stored as 8-bit grayscale PNGs named by their index in
 ``sklearn.datasets.load_digits``.
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-log = logging.getLogger("stages.digits")
+log = logging.getLogger("recallk.digits")
 
 
 def digit_images() -> tuple[np.ndarray, np.ndarray]:

@@ -2,7 +2,7 @@
 
 For each query it finds the 0-based rank of every positive (gallery items of the
 query's label that the query may retrieve) among all the items the query may
-retrieve, by the exact similarities of :func:`stages.retrieval.cosine_block`,
+retrieve, by the exact similarities of :func:`recallk.score.similarity.cosine_block`,
 with ties broken by gallery index (smaller first). It also finds where the first
 positive would rank with ties broken the other way (tie sensitivity).
 
@@ -46,7 +46,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from stages.retrieval import float32_dot_error_bound, is_missing, l2_normalize
+from recallk.checks import is_missing
+from recallk.errors import InputError
+from recallk.score.similarity import float32_dot_error_bound, l2_normalize
 
 #: Exact tiles (every positive), per tile cell and thread: the float64 product, its float32 rounding (sorted
 #: in place), the leave-one-out transposed copy and (with exclusion columns) the exclusion masks' booleans.
@@ -175,10 +177,7 @@ def _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, ga
     lo, hi = np.searchsorted(gp_codes, q_codes, "left"), np.searchsorted(gp_codes, q_codes, "right")
     self_col = np.full(n, -1, dtype=np.int64)
     if query_ids is not None and gallery_ids is not None:
-        where = {str(gid): j for j, gid in enumerate(gallery_ids)}  # compared as text, like the labels
-        if len(where) != m:
-            raise ValueError("`gallery_ids` must be unique (compared as text); a repeated id makes the self-match "
-                             "ambiguous.")
+        where = {str(gid): j for j, gid in enumerate(gallery_ids)}  # compared as text, like the labels (unique)
         own = np.array([where.get(str(qid), -1) for qid in query_ids], dtype=np.int64)
         self_col = np.where(own >= 0, column[np.maximum(own, 0)], -1)
     groups = []
@@ -520,14 +519,20 @@ def _n_workers() -> int:
 def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
                    gallery_labels: Sequence[Any], query_ids: Sequence[Any] | None = None,
                    gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
-                   max_memory_mb: float = 512, complete: bool = True, cap: int | None = None) -> Ranking:
+                   max_memory_mb: float = 512, complete: bool = True, cap: int | None = None,
+                   same_set: bool | None = None) -> Ranking:
     """Exact ranks of every query's positives (or only the first one when ``complete`` is False).
 
     ``cap`` (first positive only, for recall@K with K <= ``cap``): a first rank of
     ``cap`` or more is reported as ``cap``, which lets a query stop counting as soon as
     ``cap`` items surely beat its best positive (much less work when many queries miss).
 
-    Inputs must already be validated (:func:`stages.retrieval.check_inputs`).
+    ``same_set`` (leave-one-out): the queries are the gallery, row for row, with the same ids
+    and exclusion values; only the tiles on and above the diagonal are multiplied. ``None``
+    detects it by comparing the arrays (for API callers); the score stage passes it from
+    the split protocol.
+
+    Inputs must already be validated (:func:`recallk.checks.check_inputs`).
     ``exclude`` holds (query values, gallery values) pairs: a gallery item sharing
     the query's value in any of them is not retrievable (missing values never match).
     Memory: ``max_memory_mb`` first pays for the unit copies of both sets and the
@@ -542,12 +547,18 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
         raise ValueError(f"`cap` must be a positive integer, with complete=False. Got {cap!r} instead.")
     p = _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude)
     n, m = p.q.shape[0], p.gp.shape[0]
-    symmetric = (query_emb is gallery_emb or (np.shape(query_emb) == np.shape(gallery_emb)
-                                              and np.array_equal(query_emb, gallery_emb))) \
-        and np.array_equal(np.asarray(query_labels).astype(str), np.asarray(gallery_labels).astype(str)) \
-        and (query_ids is None) == (gallery_ids is None) \
-        and (query_ids is None or list(query_ids) == list(gallery_ids)) \
-        and all(np.array_equal(q_code[p.gindex], g_code) for q_code, _, g_code in p.groups)  # same exclusions
+    same_ids = (query_ids is None) == (gallery_ids is None) \
+        and (query_ids is None or [str(i) for i in query_ids] == [str(i) for i in gallery_ids])
+    if same_set is None:  # detect it: the same rows, labels, ids and exclusion values
+        symmetric = same_ids and (query_emb is gallery_emb or (np.shape(query_emb) == np.shape(gallery_emb)
+                                                                and np.array_equal(query_emb, gallery_emb))) \
+            and np.array_equal(np.asarray(query_labels).astype(str), np.asarray(gallery_labels).astype(str)) \
+            and all(np.array_equal(q_code[p.gindex], g_code) for q_code, _, g_code in p.groups)
+    elif same_set and not (same_ids and query_ids is not None and np.shape(query_emb) == np.shape(gallery_emb)):
+        raise InputError("`same_set=True` needs the queries to be the gallery row for row: the same ids "
+                         "(`query_ids` equal to `gallery_ids`) and embeddings of the same shape.")
+    else:
+        symmetric = bool(same_set)
     chunks = _query_chunks(p, max_memory_mb) if complete else [np.arange(n)]
     if len(chunks) == 1:
         n_pos, offsets, ranks, opposite = _rank_part(p, p.q.nbytes, max_memory_mb, complete, symmetric, cap)

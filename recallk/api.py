@@ -1,7 +1,4 @@
-"""The Python API for training loops: encode images and score them like the pipeline.
-
-    from stages.score import evaluate, retrieval_metrics, recall_at_k
-"""
+"""Encode images and score them like the pipeline, for training loops: :func:`evaluate`."""
 
 from __future__ import annotations
 
@@ -11,10 +8,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from stages import images
-from stages.metrics import recall_at_k
-from stages.report import format_float
-from stages.retrieval import check_ks
+from recallk import images
+from recallk.checks import check_ks
+from recallk.score.metrics import recall_at_k
 
 
 def encode_all(items: Sequence[Any], encoder_fn: Callable[[list[Image.Image]], Any], batch: int = 32) -> np.ndarray:
@@ -63,39 +59,3 @@ def evaluate(query_images: Sequence[Any], query_labels: Sequence[Any], gallery_i
 
     return recall_at_k(q_emb, g_emb, np.asarray(query_labels), np.asarray(gallery_labels), ks,
                        query_ids=ids(query_images), gallery_ids=ids(gallery_images))
-
-
-def format_report(metrics: dict[str, Any]) -> str:
-    """The seed's report block for a metrics dict, extended with the other metrics.
-
-    Each metric line shows the mean, then its bootstrap interval and class mean
-    when the dict has them; ``tie_sensitive@K`` counts follow the recall lines.
-    """
-    suffixes = ("_ci_low", "_ci_high", "_class_mean")
-    headline = [k for k, v in metrics.items() if isinstance(v, float) and not k.endswith(suffixes)]
-    width = max((len(k) for k in headline), default=0) + 1
-
-    def line(key: str) -> str:
-        text = f"  {(key + ':').ljust(width)}  {format_float(metrics[key])}"
-        if f"{key}_ci_low" in metrics:
-            text += f"  [{format_float(metrics[key + '_ci_low'])}, {format_float(metrics[key + '_ci_high'])}]"
-        if f"{key}_class_mean" in metrics:
-            text += f"  class mean {format_float(metrics[key + '_class_mean'])}"
-        return text
-
-    lines = ["[evaluation]",
-             f"  num queries:   {metrics['num_queries']}",
-             f"  num excluded:  {metrics['num_excluded_queries']}",
-             f"  num gallery:   {metrics['num_gallery']}",
-             f"  embedding_dim: {metrics['embedding_dim']}",
-             "",
-             "[recall]"]
-    lines += [line(k) for k in headline if k.startswith("recall@")]
-    ties = {k: v for k, v in metrics.items() if k.startswith("tie_sensitive@")}
-    if ties:
-        lines.append("  queries whose hit flips under the opposite tie rule: "
-                     + ", ".join(f"@{k.split('@')[1]} {v}" for k, v in ties.items()))
-    others = [k for k in headline if not k.startswith("recall@")]
-    if others:
-        lines += ["", "[metrics]"] + [line(k) for k in others]
-    return "\n".join(lines)

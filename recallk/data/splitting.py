@@ -16,10 +16,8 @@ from typing import Mapping
 
 import pandas as pd
 
-from stages.common import UserError
-
-SPLITS = ("train", "val", "gallery")
-EVAL_SPLITS = ("val", "gallery")
+from recallk.data.contract import EVAL_SPLITS, SPLITS
+from recallk.errors import InputError
 
 
 def stable_rank_key(seed: int, key: str) -> tuple[int, str]:
@@ -68,7 +66,7 @@ def assign_splits(frame: pd.DataFrame, *, strategy: str, protocol: str,
     """
     if strategy == "given":
         if "split" not in frame.columns:
-            raise UserError("`split.strategy: given` needs a `split` column in the manifest CSV "
+            raise InputError("`split.strategy: given` needs a `split` column in the manifest CSV "
                             "(train, val or gallery per row); add it or choose another strategy.")
         return frame["split"].copy()
     train, val, gallery = (float(fractions[k]) for k in SPLITS)
@@ -85,7 +83,7 @@ def assign_splits(frame: pd.DataFrame, *, strategy: str, protocol: str,
     elif strategy == "per_class":  # each label's files to train / val / gallery
         train_labels, within = set(), (train, val, gallery)
     else:  # pragma: no cover - params validation rejects other names
-        raise UserError(f"unknown split strategy {strategy!r}")
+        raise InputError(f"unknown split strategy {strategy!r}")
     for label, idx in labels.groupby(labels, sort=True).groups.items():
         if label in train_labels:
             result[idx] = "train"

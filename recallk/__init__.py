@@ -1,0 +1,50 @@
+"""Recall@K Runner's library: exact, memory-bounded retrieval metrics and the pipeline's parts.
+
+The public API::
+
+    from recallk import recall_at_k, retrieval_metrics, retrieval_summary, evaluate
+
+Attributes are imported lazily (PEP 562), so importing a submodule such as
+``recallk.score.metrics`` runs only this file and that submodule's own imports:
+each DVC stage's import closure stays its own.
+
+Layout: :mod:`recallk.data` (catalog, contracts, splitting), :mod:`recallk.encode`
+(backbones, cache, batches), :mod:`recallk.score` (similarity, the ranking engine,
+metrics, tables), :mod:`recallk.checks` (every input rule) and :mod:`recallk.errors`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.2.0"
+
+#: Public name -> the module that defines it.
+_API = {
+    "recall_at_k": "recallk.score.metrics",
+    "retrieval_metrics": "recallk.score.metrics",
+    "retrieval_summary": "recallk.score.metrics",
+    "first_positive_ranks": "recallk.score.metrics",
+    "METRICS": "recallk.score.metrics",
+    "evaluate": "recallk.api",
+    "encode_all": "recallk.api",
+    "format_report": "recallk.score.report",
+    "rank_positives": "recallk.score.ranking",
+    "Ranking": "recallk.score.ranking",
+    "InputError": "recallk.errors",
+}
+
+__all__ = sorted(_API)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _API:
+        raise AttributeError(f"module 'recallk' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_API[name]), name)
+    globals()[name] = value  # later lookups skip this hook
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_API))

@@ -1,0 +1,271 @@
+"""Every input rule of the library, each in one place.
+
+Two forms per rule: ``*_problem(value) -> str | None`` says what is wrong (the
+params.yaml schema in ``stages/params.py`` prefixes it with the param's dotted
+name), and ``check_*(value)`` raises :class:`~recallk.errors.InputError` prefixed
+with the argument's name, in the style of scikit-learn:
+"`ks` must be positive integers. Got [0, 5] instead."
+
+Validate once, at the edge: the public functions call these, the engine trusts them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from recallk.errors import InputError
+
+#: Largest K: ranks are int64, and a K beyond every gallery means the whole gallery anyway.
+MAX_K = 2**62
+#: Metric names of ``metrics=`` / ``score.metrics``; recall and precision expand to one key per K.
+METRIC_NAMES = ("recall", "precision", "r_precision", "map@r", "map", "mrr")
+#: Metrics that need only each query's first positive (a cheaper ranking pass).
+FIRST_ONLY = frozenset({"recall", "mrr"})
+#: Ranking backends of ``backend=`` / ``score.backend``.
+BACKENDS = ("numpy", "faiss")
+#: Catalog columns that cannot be exclusion columns: the label decides the positives and the
+#: query's own image (image_id) is always excluded.
+RESERVED_COLUMNS = ("label", "image_id")
+
+
+def did_you_mean(word: Any, choices: Sequence[str]) -> str:
+    """``" Did you mean `x`?"`` for a close match among ``choices``, else ``""``."""
+    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    return f" Did you mean `{close[0]}`?" if close else ""
+
+
+def is_int(v: Any) -> bool:
+    """An integer (Python or numpy), not a bool."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _raise(name: str, problem: str | None) -> None:
+    if problem:
+        raise InputError(f"`{name}` {problem}")
+
+
+# ------------------------------------------------------------------------------------------ numbers, choices
+
+
+def positive_number_problem(v: Any) -> str | None:
+    """A finite number above 0 (bools rejected); a YAML string such as ``1e3`` gets a hint."""
+    if not (is_int(v) or isinstance(v, (float, np.floating))) or not v > 0 or math.isinf(v):
+        hint = ""
+        if isinstance(v, str):
+            try:
+                number = float(v)
+                hint = (f" YAML reads {v} as text: write it with a dot, e.g. {number:.1f}."
+                        if math.isfinite(number) and number > 0 else "")
+            except ValueError:
+                pass
+        return f"must be a positive number. Got {v!r} instead.{hint}"
+    return None
+
+
+def choice_problem(v: Any, options: Sequence[str]) -> str | None:
+    """One of ``options``, with a suggestion for a near miss."""
+    if not isinstance(v, str) or v not in options:
+        return f"must be one of {', '.join(options)}. Got {v!r} instead.{did_you_mean(v, options)}"
+    return None
+
+
+def check_memory(max_memory_mb: Any) -> float:
+    """``max_memory_mb``: a finite number above 0, the rule of ``score.max_memory_mb``."""
+    _raise("max_memory_mb", positive_number_problem(max_memory_mb))
+    return float(max_memory_mb)
+
+
+def check_backend(backend: Any) -> str:
+    """``backend``: one of :data:`BACKENDS`, the rule of ``score.backend``."""
+    _raise("backend", choice_problem(backend, BACKENDS))
+    return backend
+
+
+# --------------------------------------------------------------------------------------------- ks, metrics
+
+
+def ks_problem(v: Any) -> str | None:
+    """A non-empty list of distinct positive integers, at most :data:`MAX_K`."""
+    if not isinstance(v, list) or not v or not all(is_int(k) and k > 0 for k in v):
+        return f"must be positive integers. Got {v!r} instead."
+    if max(v) > MAX_K:
+        return f"must be at most 2**62 (any K beyond the gallery size counts the whole gallery). Got {v!r} instead."
+    if len(set(v)) != len(v):
+        return f"must not repeat a value. Got {v!r} instead."
+    return None
+
+
+def check_ks(ks: Iterable[Any]) -> list[int]:
+    """``ks`` (any iterable): :func:`ks_problem`, the rule of ``score.ks``; returns a list of int."""
+    try:
+        given = list(ks) if not isinstance(ks, (str, bytes)) else [ks]
+    except TypeError:  # a bare number or None
+        given = ks
+    _raise("ks", ks_problem(given))
+    return [int(k) for k in given]
+
+
+def metrics_problem(v: Any) -> str | None:
+    """A non-empty list of distinct names from :data:`METRIC_NAMES`."""
+    if not isinstance(v, list) or not v or not all(isinstance(m, str) for m in v) or len(set(v)) != len(v):
+        return f"must be distinct names from {', '.join(METRIC_NAMES)}. Got {v!r} instead."
+    bad = [m for m in v if m not in METRIC_NAMES]
+    if bad:
+        return (f"must be distinct names from {', '.join(METRIC_NAMES)}. Got {v!r} instead."
+                f"{did_you_mean(bad[0], METRIC_NAMES)}")
+    return None
+
+
+def check_metrics(metrics: Iterable[Any] | None) -> list[str]:
+    """``metrics``: :func:`metrics_problem`, the rule of ``score.metrics``; ``None`` means all of them."""
+    if metrics is None:
+        return list(METRIC_NAMES)
+    try:
+        names = [metrics] if isinstance(metrics, str) else list(metrics)
+    except TypeError:  # a bare number
+        names = metrics
+    _raise("metrics", metrics_problem(names))
+    return names
+
+
+# --------------------------------------------------------------------------------------- exclusion columns
+
+
+def columns_problem(v: Any) -> str | None:
+    """A list of distinct non-empty column names (``[]`` for none)."""
+    if not isinstance(v, list) or not all(isinstance(c, str) and c for c in v) or len(set(v)) != len(v):
+        return f"must be a list of distinct catalog column names (e.g. [camera]) or []. Got {v!r} instead."
+    return None
+
+
+def check_exclude_columns(columns: Sequence[str], available: Sequence[str], name: str = "exclude_same") -> None:
+    """Exclusion columns: :func:`columns_problem`, none of :data:`RESERVED_COLUMNS`, each one of ``available``
+    (the catalog's columns, listed in the message)."""
+    _raise(name, columns_problem(list(columns)))
+    choices = [c for c in available if c not in RESERVED_COLUMNS]
+    reserved = [c for c in columns if c in RESERVED_COLUMNS]
+    if reserved:
+        raise InputError(f"`{name}` names {reserved}: the label decides the positives and the query's own image "
+                         "(image_id) is always excluded, so neither is an exclusion column; name another catalog "
+                         f"column ({', '.join(choices)}).")
+    missing = [c for c in columns if c not in available]
+    if missing:
+        raise InputError(f"`{name}` names {missing}, which the catalog does not have."
+                         f"{did_you_mean(missing[0], choices)} Catalog columns: {', '.join(available)}.")
+
+
+def check_exclude_pairs(exclude: Any, n_queries: int, n_gallery: int) -> list[tuple[Any, Any]]:
+    """``exclude``: (query values, gallery values) pairs of 1-D sequences with one value per row."""
+    try:
+        pairs = list(exclude)
+    except TypeError:
+        pairs = [None]
+    for pair in pairs:
+        try:
+            qv, gv = pair
+            ok = all(np.ndim(v) == 1 and len(v) == n for v, n in ((qv, n_queries), (gv, n_gallery)))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise InputError("each `exclude` entry must be a (query values, gallery values) pair of 1-D sequences, "
+                             "with one value per query and one per gallery item.")
+    return pairs
+
+
+# ------------------------------------------------------------------------------------ embeddings, labels, ids
+
+
+def check_matrix(x: Any, name: str) -> np.ndarray:
+    """A 2-D array of real, finite numbers with rows of one length (dimension >= 1)."""
+    try:
+        arr = np.asarray(x)
+    except ValueError:  # ragged rows
+        raise InputError(f"`{name}` must be a 2-D array (n, d) with rows of one length; "
+                         "its rows differ in length.") from None
+    if arr.ndim != 2:
+        raise InputError(f"`{name}` must be a 2-D array (n, d). Got shape {arr.shape} instead.")
+    if arr.shape[1] == 0 and arr.shape[0]:
+        raise InputError(f"`{name}` has dimension 0 (shape {arr.shape}); each row needs at least one value.")
+    if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
+        raise InputError(f"`{name}` must hold real numbers. Got dtype {arr.dtype} instead.")
+    bad = ~np.isfinite(arr).all(axis=1)
+    if bad.any():
+        rows = np.flatnonzero(bad)
+        raise InputError(f"`{name}` has NaN or inf in {rows.size} row(s), first rows {rows[:10].tolist()}; "
+                         "fix the encoder or drop those items.")
+    return arr
+
+
+def unusable_rows(emb: np.ndarray) -> np.ndarray:
+    """Rows that are not usable embeddings: any NaN or inf, or a zero norm (a backbone's or a file's)."""
+    return ~np.isfinite(emb).all(axis=1) | ~np.any(emb != 0, axis=1)
+
+
+def is_missing(v: Any) -> bool:
+    """None, any NaN (Python, numpy float16/32/64), pandas NA or an empty string."""
+    if v is None:
+        return True
+    try:
+        return bool(v != v) or (isinstance(v, str) and v == "")
+    except (TypeError, ValueError):  # pandas NA: its comparisons are NA themselves
+        return True
+
+
+def _unhashable(v: Any) -> bool:
+    try:
+        hash(v)
+    except TypeError:
+        return True
+    return False
+
+
+def check_values(values: Any, name: str, n: int) -> np.ndarray:
+    """Per-row values (labels, ids): a 1-D sequence of ``n`` hashable scalars, none missing
+    (None, NaN or ""); returned as an array."""
+    try:
+        arr = np.asarray(values)
+    except ValueError:  # ragged nesting
+        raise InputError(f"`{name}` must be a 1-D sequence with one value per row; it is nested.") from None
+    if arr.ndim != 1:
+        raise InputError(f"`{name}` must be a 1-D sequence with one value per row. Got shape {arr.shape} instead.")
+    if len(arr) != n:
+        raise InputError(f"`{name}` must have one entry per row of the embeddings ({n}). Got {len(arr)} instead.")
+    if arr.dtype.kind == "f":
+        bad = np.flatnonzero(np.isnan(arr)).tolist()
+    elif arr.dtype.kind in "US":
+        bad = np.flatnonzero(arr == arr.dtype.type()).tolist()
+    elif arr.dtype.kind == "O":
+        bad = [i for i, v in enumerate(arr.tolist()) if _unhashable(v) or is_missing(v)]
+    else:  # integers, booleans, dates: never missing
+        bad = []
+    if bad:
+        raise InputError(f"`{name}` has missing or unhashable values (None, NaN, \"\", lists) at rows {bad[:10]} "
+                         f"({len(bad)} in all); give every row a value or drop those rows.")
+    return arr
+
+
+def check_inputs(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids):
+    """Validate the two embedding sets and their per-row labels and ids; return the two matrices."""
+    q = check_matrix(query_emb, "query_emb")
+    g = check_matrix(gallery_emb, "gallery_emb")
+    if q.shape[0] == 0:
+        raise InputError("`query_emb` is empty; pass at least one query.")
+    if g.shape[0] == 0:
+        raise InputError("`gallery_emb` is empty; a query needs at least one gallery item to retrieve.")
+    if q.shape[1] != g.shape[1]:
+        raise InputError(f"`query_emb` and `gallery_emb` must have the same dimension. "
+                         f"Got {q.shape[1]} and {g.shape[1]} instead.")
+    if (query_ids is None) != (gallery_ids is None):
+        raise InputError("pass both `query_ids` and `gallery_ids` (to exclude each query's own image), or neither.")
+    for name, arr, n in (("query_labels", query_labels, q.shape[0]), ("gallery_labels", gallery_labels, g.shape[0]),
+                         ("query_ids", query_ids, q.shape[0]), ("gallery_ids", gallery_ids, g.shape[0])):
+        if arr is not None:
+            check_values(arr, name, n)
+    if gallery_ids is not None and len({str(i) for i in gallery_ids}) != g.shape[0]:
+        raise InputError("`gallery_ids` must be unique (compared as text); a repeated id makes the self-match "
+                         "ambiguous.")
+    return q, g

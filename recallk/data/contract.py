@@ -1,0 +1,186 @@
+"""The data contracts: declared pandera schemas, validated lazily.
+
+* :func:`image_table_schema`: every rule for the probed, split-assigned image
+  table, checked before the split stage writes anything;
+* :func:`catalog_schema` and :func:`split_schema`: the two files the split stage
+  writes, over the text each CSV cell holds, checked when they are written and
+  again when a later stage reads them.
+
+The column rules are declared once (``_columns``) and shared by the schemas.
+:func:`validate` runs a schema with ``lazy=True``, so every failure is collected,
+then raises one :class:`~recallk.errors.InputError` that names each failing row and file.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+import pandas as pd
+import pandera.pandas as pa
+
+from recallk.errors import InputError
+
+SPLITS = ("train", "val", "gallery")
+EVAL_SPLITS = ("val", "gallery")
+
+#: How many failing rows to list per rule before summarising the rest.
+MAX_ROWS_PER_RULE = 20
+
+IMAGE_ID_RULE = "image_id must not contain line breaks or control characters"
+PATH_RULE = "path must be relative to the data root, with no '..' part, no leading '/' and '/' separators"
+LABEL_RULE = "label must not be empty (fill in the label or drop the row)"
+PATH_ONCE_RULE = ("a path must be listed once: the same file under two image_ids would let a query retrieve "
+                  "itself (drop the extra rows)")
+FILE_RULE = "image file must exist inside the data root and decode with Pillow"
+SPLIT_RULE = f"split must be one of {', '.join(SPLITS)} (fix the manifest's split column)"
+FLAG_RULE = "query and gallery must be True or False"
+COUNT_RULE = "width and height must be positive integers"
+LEAK_RULE = ("the same file (equal sha256) must not be in train and in val/gallery "
+             "(leakage: delete the duplicate or move both copies to one split)")
+DISJOINT_RULE = "class_disjoint: a label must not be in train and in val/gallery"
+
+
+def is_safe_relative(path: object) -> bool:
+    """True for a relative POSIX path with no ``..`` part (a string, not absolute, no drive)."""
+    if not isinstance(path, str) or not path or "\\" in path:
+        return False
+    p = PurePosixPath(path)
+    return not p.is_absolute() and ".." not in p.parts and ":" not in p.parts[0]
+
+
+def _leaking(df: pd.DataFrame) -> pd.Series:
+    """Rows whose file content also appears on the other side of the train/eval border."""
+    is_eval = df["split"].isin(EVAL_SPLITS)
+    known = df["sha256"].notna()
+    train_sha = set(df.loc[known & df["split"].eq("train"), "sha256"])
+    eval_sha = set(df.loc[known & is_eval, "sha256"])
+    return known & df["sha256"].isin(train_sha & eval_sha)
+
+
+def _label_overlap(df: pd.DataFrame) -> pd.Series:
+    train_labels = set(df.loc[df["split"].eq("train"), "label"].dropna())
+    eval_labels = set(df.loc[df["split"].isin(EVAL_SPLITS), "label"].dropna())
+    return df["label"].isin(train_labels & eval_labels)
+
+
+def _columns() -> dict[str, pa.Column]:
+    """Each column's rule, declared once; the schemas below pick theirs."""
+    def flag() -> pa.Column:
+        return pa.Column(str, pa.Check.isin(["True", "False"], error=FLAG_RULE), nullable=False)
+
+    def sha256(nullable: bool) -> pa.Column:
+        return pa.Column(str, pa.Check.str_matches(r"^[0-9a-f]{64}$"), nullable=nullable)
+
+    def count() -> pa.Column:
+        return pa.Column(str, pa.Check.str_matches(r"^[1-9][0-9]*$", error=COUNT_RULE), nullable=False)
+
+    return {
+        "image_id": pa.Column(str, pa.Check(lambda s: ~s.str.contains(r"[\x00-\x1f]", regex=True),
+                                            error=IMAGE_ID_RULE), nullable=False, unique=True),
+        "path": pa.Column(str, [pa.Check(lambda v: is_safe_relative(v), element_wise=True, error=PATH_RULE),
+                                pa.Check(lambda s: ~s.duplicated(keep=False), error=PATH_ONCE_RULE)],
+                          nullable=False),
+        "label": pa.Column(str, pa.Check(lambda s: s.str.strip().str.len() > 0, error=LABEL_RULE), nullable=False),
+        "sha256": sha256(nullable=True),  # none for an unreadable file, which the problem rule reports
+        "sha256_file": sha256(nullable=False),
+        "width": pa.Column("Int64", pa.Check.gt(0), nullable=True),
+        "height": pa.Column("Int64", pa.Check.gt(0), nullable=True),
+        "problem": pa.Column(str, pa.Check(lambda s: s.isna(), error=FILE_RULE), nullable=True),
+        "split": pa.Column(str, pa.Check.isin(SPLITS, error=SPLIT_RULE), nullable=False),
+        "query": flag(),
+        "gallery": flag(),
+        "width_text": count(),
+        "height_text": count(),
+    }
+
+
+def image_table_schema(*, class_disjoint: bool) -> pa.DataFrameSchema:
+    """The contract every image table must meet before the split stage writes anything.
+
+    Columns: ``image_id`` (str, unique, non-null), ``path`` (str, safe relative, listed
+    once), ``label`` (str, non-empty), ``sha256`` (str), ``width``/``height`` (Int64, > 0),
+    ``problem`` (must be empty: the probe found no fault in the file) and
+    ``split`` (train | val | gallery). Frame-wide: no train/eval leakage by file
+    content, and under ``class_disjoint`` no label on both sides.
+    """
+    checks = [pa.Check(lambda df: ~_leaking(df), error=LEAK_RULE)]
+    if class_disjoint:
+        checks.append(pa.Check(lambda df: ~_label_overlap(df), error=DISJOINT_RULE))
+    columns = _columns()
+    return pa.DataFrameSchema({c: columns[c] for c in ("image_id", "path", "label", "sha256", "width", "height",
+                                                       "problem", "split")},
+                              checks=checks, strict=False, name="image table")
+
+
+def catalog_schema() -> pa.DataFrameSchema:
+    """The catalog file as text: ``image_id`` (unique), ``path`` (where the encode stage reads the
+    image: relative to the working directory or absolute), ``label``, ``sha256``, ``width``,
+    ``height``; extra manifest columns are kept as they are."""
+    columns = _columns()
+    return pa.DataFrameSchema({"image_id": columns["image_id"], "path": pa.Column(str, nullable=False),
+                               "label": columns["label"], "sha256": columns["sha256_file"],
+                               "width": columns["width_text"], "height": columns["height_text"]},
+                              strict=False, name="catalog")
+
+
+def split_schema() -> pa.DataFrameSchema:
+    """The split file as text: ``image_id`` (unique), ``split`` (train | val | gallery), and the
+    ``query`` / ``gallery`` roles (``True`` or ``False``)."""
+    columns = _columns()
+    return pa.DataFrameSchema({c: columns[c] for c in ("image_id", "split", "query", "gallery")},
+                              strict=False, name="split")
+
+
+def as_text(frame: pd.DataFrame) -> pd.DataFrame:
+    """The text each CSV cell of ``frame`` will hold (what :func:`catalog_schema` and :func:`split_schema` check)."""
+    return frame.astype(object).where(frame.notna(), None).map(lambda v: v if v is None else str(v))
+
+
+_BUILTIN_RULES = {
+    "field_uniqueness": "must be unique (give every row its own value)",
+    "not_nullable": "must not be missing (fill it in or drop the row)",
+}
+
+
+def _describe_row(frame: pd.DataFrame, index: int, csv_lines: bool) -> str:
+    row = frame.loc[index]
+    parts = [f"CSV line {index + 2}"] if csv_lines else []
+    if "path" in row:
+        parts.append(f"path {row['path']!r}")
+    if "path" not in row or row["image_id"] != row["path"]:
+        parts.append(f"image_id {row['image_id']!r}")
+    if isinstance(row.get("problem"), str):
+        parts.append(row["problem"])
+    return ", ".join(parts)
+
+
+def format_failures(frame: pd.DataFrame, failures: pd.DataFrame, *, source: str, csv_lines: bool) -> str:
+    """Group pandera's failure cases by rule and name every failing row (up to a limit per rule)."""
+    failures = failures.dropna(subset=["index"])
+    per_rule: dict[str, set[int]] = {}
+    for column, check, index in failures[["column", "check", "index"]].itertuples(index=False):
+        rule = check
+        if check in _BUILTIN_RULES or check.startswith(("str_matches", "greater_than", "column_in_dataframe",
+                                                          "dtype")):
+            rule = f"{column} {_BUILTIN_RULES.get(check, f'fails {check}')}"
+        per_rule.setdefault(rule, set()).add(int(index))
+    lines = [f"data contract failed for {source} ({len(per_rule)} rule(s) broken):"]
+    for rule, rows in per_rule.items():
+        ordered = sorted(rows)
+        lines.append(f"  - {rule}: {len(ordered)} row(s)")
+        lines.extend(f"      {_describe_row(frame, i, csv_lines)}" for i in ordered[:MAX_ROWS_PER_RULE])
+        if len(ordered) > MAX_ROWS_PER_RULE:
+            lines.append(f"      ... and {len(ordered) - MAX_ROWS_PER_RULE} more")
+    return "\n".join(lines)
+
+
+def validate(frame: pd.DataFrame, schema: pa.DataFrameSchema, *, source: str, csv_lines: bool) -> None:
+    """Validate ``frame`` against ``schema`` lazily; raise one InputError listing every failure."""
+    missing = [c for c in schema.columns if c not in frame.columns]
+    if missing:
+        raise InputError(f"{source} lacks column(s) {', '.join(missing)} of the {schema.name}; "
+                         f"found: {', '.join(map(repr, map(str, frame.columns)))}.")
+    try:
+        schema.validate(frame, lazy=True)
+    except pa.errors.SchemaErrors as exc:
+        raise InputError(format_failures(frame, exc.failure_cases, source=source, csv_lines=csv_lines)) from None

@@ -1,0 +1,1 @@
+"""Embeddings: the backbone interface and registry, the built-in backbones, batching and the cache."""

@@ -1,0 +1,43 @@
+"""What a backbone is: a pure batch encoder and a fingerprint of everything its output depends on.
+
+A :class:`Backbone` wraps ``encode(images) -> (n, dim) float32``, a pure function
+over a list of upright RGB :class:`PIL.Image.Image`, plus a ``fingerprint`` that
+changes whenever its output could change (code version, weights, preprocessing
+params, the image decoder and the libraries). The embedding cache keys on it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import PIL
+from PIL import Image
+
+from recallk.images import DECODE_VERSION
+
+
+@dataclass(frozen=True)
+class Backbone:
+    """A named batch encoder, its output dimension and its fingerprint."""
+
+    name: str
+    dim: int | None  # None: known after the first batch (a user callable)
+    encode: Callable[[Sequence[Image.Image]], np.ndarray]
+    fingerprint: str
+    input_size: int | None = None  # side the backbone resizes to; loaders may decode JPEGs at reduced size down to it
+
+
+def fingerprint(name: str, version: str, **options: Any) -> str:
+    """A short stable hash of a backbone's name, code version, preprocessing options and image decoder.
+
+    The installed Pillow and numpy versions are part of it too, so upgrading them
+    (which can move pixels by a rounding step) never serves stale cached vectors.
+    """
+    libs = {"pillow": PIL.__version__, "numpy": np.__version__}
+    blob = json.dumps({"name": name, "version": version, "options": options, "decode": DECODE_VERSION,
+                       "libs": libs}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

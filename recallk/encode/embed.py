@@ -1,0 +1,52 @@
+"""The encode stage's computation: the embeddings of every catalog image, in catalog order."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from recallk.encode import precomputed
+from recallk.encode.batches import encode_catalog
+from recallk.encode.cache import EmbeddingCache, default_path
+from recallk.encode.registry import get_backbone
+
+log = logging.getLogger(__name__)
+
+
+def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers: int,
+          **backbone_options: Any) -> np.ndarray:
+    """Embeddings of the catalog's images in catalog order, for the ``encode`` params.
+
+    Parameters
+    ----------
+    catalog : DataFrame
+        ``image_id, path, sha256`` per image (the catalog file).
+    backbone : str
+        A registered backbone, ``precomputed`` or ``callable:package.module:function``.
+    batch_size, num_workers : int
+        Images per backbone call; threads decoding ahead of it.
+    **backbone_options
+        ``{name: options}`` per backbone; the chosen backbone's options are passed to it.
+
+    Returns
+    -------
+    float32 array of shape (n_images, dim)
+        Images already encoded by the same backbone (same fingerprint, same sha256)
+        come from the embedding cache (:mod:`recallk.encode.cache`).
+    """
+    if backbone == precomputed.NAME:
+        opts = backbone_options[precomputed.NAME]
+        ids, emb = precomputed.read_precomputed(opts.get("path"), opts.get("ids"))
+        out = precomputed.align(ids, emb, catalog["image_id"].tolist(), source=str(opts.get("path")))
+        log.info("loaded %d precomputed embeddings (dim %d)", len(out), out.shape[1])
+        return out
+    model = get_backbone(backbone, backbone_options.get(backbone))
+    with EmbeddingCache(default_path(), model.fingerprint) as cache:
+        out, n_encoded, n_cached = encode_catalog(catalog, model, batch_size=batch_size,
+                                                  num_workers=num_workers, cache=cache)
+    log.info("%s (fingerprint %s, dim %d): encoded %d images, served %d from the cache (%s)", model.name,
+             model.fingerprint, out.shape[1], n_encoded, n_cached, cache.path)
+    return out

@@ -1,0 +1,1 @@
+"""Scoring: similarity, the exact ranking engine, metrics, tables, whitening and the report."""

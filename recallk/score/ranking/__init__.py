@@ -1,0 +1,10 @@
+"""The exact ranking engine: where each query's positives rank among what it may retrieve.
+
+``rank_positives`` (numpy, blocked under ``max_memory_mb``) and
+``rank_positives_faiss`` (``faiss.IndexFlatIP``, a cross-check) return the same
+:class:`Ranking`. How the engine works: ``docs/engine.md``.
+"""
+
+from recallk.score.ranking.engine import Ranking, consecutive_runs, rank_positives
+
+__all__ = ["Ranking", "consecutive_runs", "rank_positives"]

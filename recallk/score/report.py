@@ -1,0 +1,47 @@
+"""The report block as text (the score stage prints it: the one report the pipeline prints)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def format_float(x: float) -> str:
+    """Fixed 4-decimal rendering for the report; NaN as n/a."""
+    return "n/a" if math.isnan(x) else f"{x:.4f}"
+
+
+def format_report(metrics: dict[str, Any]) -> str:
+    """The seed's report block for a metrics dict, extended with the other metrics.
+
+    Each metric line shows the mean, then its bootstrap interval and class mean
+    when the dict has them; ``tie_sensitive@K`` counts follow the recall lines.
+    """
+    suffixes = ("_ci_low", "_ci_high", "_class_mean")
+    headline = [k for k, v in metrics.items() if isinstance(v, float) and not k.endswith(suffixes)]
+    width = max((len(k) for k in headline), default=0) + 1
+
+    def line(key: str) -> str:
+        text = f"  {(key + ':').ljust(width)}  {format_float(metrics[key])}"
+        if f"{key}_ci_low" in metrics:
+            text += f"  [{format_float(metrics[key + '_ci_low'])}, {format_float(metrics[key + '_ci_high'])}]"
+        if f"{key}_class_mean" in metrics:
+            text += f"  class mean {format_float(metrics[key + '_class_mean'])}"
+        return text
+
+    lines = ["[evaluation]",
+             f"  num queries:   {metrics['num_queries']}",
+             f"  num excluded:  {metrics['num_excluded_queries']}",
+             f"  num gallery:   {metrics['num_gallery']}",
+             f"  embedding_dim: {metrics['embedding_dim']}",
+             "",
+             "[recall]"]
+    lines += [line(k) for k in headline if k.startswith("recall@")]
+    ties = {k: v for k, v in metrics.items() if k.startswith("tie_sensitive@")}
+    if ties:
+        lines.append("  queries whose hit flips under the opposite tie rule: "
+                     + ", ".join(f"@{k.split('@')[1]} {v}" for k, v in ties.items()))
+    others = [k for k in headline if not k.startswith("recall@")]
+    if others:
+        lines += ["", "[metrics]"] + [line(k) for k in others]
+    return "\n".join(lines)

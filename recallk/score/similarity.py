@@ -1,0 +1,68 @@
+"""Similarity primitives shared by the ranking engine, the metrics and whitening.
+
+* Similarity is the cosine: rows are L2-normalised (a zero vector stays zero and
+  so has similarity 0 to everything); inner products of the float32 unit rows are
+  accumulated in float64 and rounded to float32 (see :func:`cosine_block`).
+* :func:`float32_dot_error_bound` bounds how far a fast float32 product can be
+  from that value, which lets the engine (:mod:`recallk.score.ranking`) use the fast
+  product and re-decide only the comparisons it could get wrong.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+#: Rows normalised at a time (float64 scratch of at most 2 threads x 2 x 512 x d x 8 bytes).
+_NORMALIZE_ROWS = 512
+
+
+def l2_normalize(x: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """Return rows scaled to unit L2 norm, as float32; all-zero rows stay zero.
+
+    Computed in float64 after dividing each row by its largest magnitude, so any
+    finite scale (1e-60 or 1e60) gives the same direction; in chunks of rows, so
+    the float64 scratch stays small whatever the number of rows. With ``rows``,
+    returns ``l2_normalize(x)[rows]`` without the intermediate copy.
+    """
+    x = np.asarray(x)
+    n = x.shape[0] if rows is None else len(rows)
+    out = np.empty((n,) + x.shape[1:], dtype=np.float32)
+
+    def chunk_at(start: int) -> None:  # each chunk is independent: two threads share the work
+        pick = slice(start, start + _NORMALIZE_ROWS) if rows is None else rows[start:start + _NORMALIZE_ROWS]
+        chunk = x[pick].astype(np.float64)  # in place from here: small scratch, no fresh pages per chunk
+        peak = np.abs(chunk).max(axis=1, keepdims=True) if chunk.size else np.ones((chunk.shape[0], 1))
+        chunk /= np.where(peak > 0, peak, 1.0)
+        norms = np.sqrt(np.einsum("ij,ij->i", chunk, chunk))[:, None]
+        chunk /= np.where(norms > 0, norms, 1.0)
+        out[start:start + _NORMALIZE_ROWS] = chunk
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(chunk_at, range(0, n, _NORMALIZE_ROWS)))
+    return out
+
+
+def cosine_block(q_unit: np.ndarray, g_unit_t: np.ndarray) -> np.ndarray:
+    """Similarities of unit rows ``q_unit`` (b, d) to the columns of ``g_unit_t`` (d, m), as float32.
+
+    Products of float32 values are exact in float64, so accumulating in float64
+    and rounding once to float32 makes the result practically independent of the
+    BLAS kernel and so of the block size: exactly cancelling terms give exactly 0,
+    and a float64 summation-order difference (about 1e-16) changes the float32
+    value only when it straddles a rounding boundary, which is vanishingly rare.
+    """
+    return (q_unit.astype(np.float64) @ g_unit_t).astype(np.float32)
+
+
+def float32_dot_error_bound(d: int) -> float:
+    """Bound on |float32 dot - exact similarity| for unit float32 rows of dimension ``d``.
+
+    Any summation order gives at most gamma_d * sum|q_i g_i| with gamma_d = d u / (1 - d u),
+    u = 2**-24 (Higham, Accuracy and Stability, 3.1), and sum|q_i g_i| <= |q| |g|, which is
+    1 up to the rows' own rounding. The extra 2u covers that, the exact value's final
+    rounding to float32 and its float64 accumulation error (for d up to millions).
+    """
+    u = 2.0**-24
+    return d * u / (1 - d * u) + 2 * u

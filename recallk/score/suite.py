@@ -1,0 +1,84 @@
+"""The score stage's computation: the metric suite of a split's queries against its gallery.
+
+:func:`score_split` takes arrays and tables already read and checked (the stage
+reads the files), so it can be called on any embeddings and split, and returns
+the flat metrics and the tables (per-class, recall curve, per-query).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from recallk.checks import check_exclude_columns
+from recallk.errors import InputError
+from recallk.score import tables
+from recallk.score.metrics import metric_keys, rank, summarize
+from recallk.score.whitening import pca_whitening
+
+log = logging.getLogger(__name__)
+
+#: The recall curve runs to K = max(ks, CURVE_K).
+CURVE_K = 20
+
+
+def score_split(emb: np.ndarray, row: pd.Series, catalog: pd.DataFrame, *, queries: np.ndarray, gallery: np.ndarray,
+                train: np.ndarray, same_set: bool, ks: Sequence[int], metrics: Sequence[str], max_memory_mb: float,
+                backend: str, exclude_same: Sequence[str], whiten: str, bootstrap: dict[str, Any]) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
+    """Score ``queries`` against ``gallery``; return the flat metrics and the tables.
+
+    Parameters
+    ----------
+    emb : (n_images, d) array
+        One row per image, finite (checked by the caller, which names the file).
+    row : Series
+        The row of ``emb`` of each image_id (its index).
+    catalog : DataFrame indexed by image_id
+        ``label`` and any ``exclude_same`` columns.
+    queries, gallery, train : arrays of image_id
+        ``train`` is only used by ``whiten: pca`` (the fit never sees the eval images).
+    same_set : bool
+        The queries are the gallery, row for row (leave-one-out), from the split protocol.
+    ks, metrics, max_memory_mb, backend, exclude_same, whiten, bootstrap
+        The ``score`` params (see the README).
+
+    Returns
+    -------
+    (metrics, tables)
+        ``metrics``: each metric key's mean, ``<key>_class_mean``, ``<key>_ci_low`` /
+        ``<key>_ci_high``, the counts and ``tie_sensitive@K``. ``tables``: ``per_class``,
+        ``curve`` and ``per_query`` frames.
+    """
+    check_exclude_columns(exclude_same, list(catalog.columns), name="score.exclude_same")
+    q_emb, g_emb = emb[row[queries].to_numpy()], emb[row[gallery].to_numpy()]
+    if whiten == "pca":
+        if train.size < 2:
+            raise InputError(f"`score.whiten: pca` fits on the train split, which has {train.size} image(s); "
+                             "give it at least 2 (split.fractions.train) or set `score.whiten: none`.")
+        try:
+            q_emb, g_emb = pca_whitening(emb[row[train].to_numpy()], q_emb, g_emb)
+        except InputError as exc:
+            raise InputError(f"`score.whiten: pca`: {exc} Set `score.whiten: none`.") from None
+        log.info("whitening fitted on %d train images (%d dims kept)", train.size, q_emb.shape[1])
+    labels = catalog["label"]
+    q_labels, g_labels = labels[queries].to_numpy(), labels[gallery].to_numpy()
+    exclude = [(catalog.loc[queries, c].to_numpy(), catalog.loc[gallery, c].to_numpy()) for c in exclude_same]
+    ranking = rank(q_emb, g_emb, q_labels, g_labels, queries, gallery, metrics, exclude, max_memory_mb, backend,
+                   same_set=same_set)
+    if exclude_same and not ranking.n_positives.any():
+        raise InputError(f"every query is excluded: with `score.exclude_same: {list(exclude_same)}` no query keeps "
+                         "a same-label gallery item it may retrieve. Remove those columns from score.exclude_same.")
+    summary, values = summarize(ranking, ks, metrics)
+    keys = metric_keys(metrics, ks)
+    table, class_means = tables.per_class({k: values[k] for k in keys}, q_labels)
+    out: dict[str, Any] = {k: summary[k] for k in keys}
+    out.update(class_means)
+    out.update(tables.bootstrap_ci({k: values[k] for k in keys}, **bootstrap))
+    out.update({k: v for k, v in summary.items() if k not in out})
+    out.update(num_gallery=int(g_emb.shape[0]), embedding_dim=int(g_emb.shape[1]))
+    frames = {"per_class": table, "curve": tables.recall_curve(ranking, max(max(ks), CURVE_K)),
+              "per_query": tables.per_query(queries, q_labels, ranking, values)}
+    return out, frames
