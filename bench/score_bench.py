@@ -1,4 +1,4 @@
-"""Score-stage benchmark: exact recall@K of the engine against FAISS, the seed template and the compute floor.
+"""Score-stage benchmark: exact recall@K of the engine against FAISS, a full N x M matrix and the compute floor.
 
 On one seeded data set (random normal float32 vectors, labels from 1,000
 classes, every class present so every query has positives) it times, each in a
@@ -14,8 +14,8 @@ fresh subprocess so peak memory is per method:
 * ``faiss``: ``faiss.IndexFlatIP`` on L2-normalised float32 vectors, ``search``
   with k = max(ks) (+1 for leave-one-out, self dropped), then the same recall
   (hit if any of the top K shares the label; queries without a positive excluded);
-* ``seed template``: the seed skill's ``recall_at_k`` (full N x M similarity
-  matrix, argpartition + argsort), run only when its estimated memory fits;
+* ``full matrix``: a full N x M similarity-matrix implementation of recall@K
+  (argpartition + argsort, ``bench/full_matrix.py``), run only when its estimated memory fits;
 * ``floor``: the bare float32 product ``q_block @ g.T`` over query blocks into a
   reused buffer, nothing else: the compute floor;
 * ``floor float64``: the same product in float64, the floor of the suite (an exact rank
@@ -53,14 +53,16 @@ if str(ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
+from full_matrix import full_matrix_estimate_bytes, full_matrix_recall, unit as _unit  # noqa: E402
+
 KS = (1, 5, 10)
 DIM = 512
 MAX_MEMORY_MB = 512
-SEED_LIMIT_BYTES = 16 * 2**30          # run the seed template only below this estimate ...
-SEED_AVAILABLE_FRACTION = 0.8          # ... and below this share of MemAvailable
+FULL_LIMIT_BYTES = 16 * 2**30          # run the full matrix only below this estimate ...
+FULL_AVAILABLE_FRACTION = 0.8          # ... and below this share of MemAvailable
 TARGETS = {"A": {"faiss": 1.0, "floor": 1.15}, "B": {"faiss": 0.65}, "C": {}}
 SUITE_TARGET = 1.3
-METHODS = ("engine", "engine ranks", "engine suite", "faiss", "seed template", "floor", "floor float64")
+METHODS = ("engine", "engine ranks", "engine suite", "faiss", "full matrix", "floor", "floor float64")
 SCENARIO_METHODS = {"A": METHODS, "B": METHODS, "C": ("engine", "engine ranks", "faiss")}
 CLUSTER_NOISE = 3.6  # per-dimension noise around unit-variance class centres: recall@10 about 0.66
 
@@ -101,11 +103,6 @@ def make_data(scenario: str, quick: bool, seed: int) -> dict:
 
 
 # --------------------------------------------------------------------------- methods
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    n = np.linalg.norm(x, axis=1, keepdims=True)
-    return (x / np.where(n > 0, n, 1)).astype(np.float32, copy=False)
-
 
 def _recall_from_neighbours(nbr: np.ndarray, ql: np.ndarray, gl: np.ndarray, n_pos: np.ndarray, ks) -> dict:
     """recall@K from sorted neighbour indices (n, k); queries with ``n_pos == 0`` are excluded."""
@@ -157,45 +154,8 @@ def run_faiss(d: dict) -> dict:
     return _recall_from_neighbours(nbr, ql, gl, n_pos, KS)
 
 
-def seed_template_recall(query_emb, gallery_emb, q_labels, g_labels, ks=(1, 5, 10), query_ids=None,
-                         gallery_ids=None):
-    """The seed skill's ``recall_at_k``, algorithm unchanged (``normalize`` is sklearn's, written out)."""
-    if len(query_emb) == 0 or len(gallery_emb) == 0:
-        return {f"recall@{k}": 0.0 for k in ks}
-    g_label_set = set(g_labels.tolist())
-    keep = np.array([lbl in g_label_set for lbl in q_labels])
-    if not keep.any():
-        return {f"recall@{k}": 0.0 for k in ks}
-    q_emb_f = query_emb[keep]
-    q_lab_f = q_labels[keep]
-    q_id_f = query_ids[keep] if query_ids is not None else None
-    q = _unit(q_emb_f)
-    g = _unit(gallery_emb)
-    sims = q @ g.T
-    if q_id_f is not None and gallery_ids is not None:
-        self_mask = q_id_f[:, None] == gallery_ids[None, :]
-        sims = np.where(self_mask, -np.inf, sims)
-    top_k_max = min(max(ks), g.shape[0])
-    if top_k_max <= 0:
-        return {f"recall@{k}": 0.0 for k in ks}
-    top = np.argpartition(-sims, top_k_max - 1, axis=1)[:, :top_k_max]
-    sorted_top = np.take_along_axis(top, np.argsort(-sims[np.arange(len(q))[:, None], top], axis=1), axis=1)
-    out = {}
-    for k in ks:
-        k_eff = min(k, top_k_max)
-        hits = np.any(g_labels[sorted_top[:, :k_eff]] == q_lab_f[:, None], axis=1)
-        out[f"recall@{k}"] = float(hits.mean())
-    out["num_queries"] = int(keep.sum())
-    return out
-
-
-def seed_estimate_bytes(n_query: int, n_gallery: int, loo: bool) -> int:
-    """sims float32 + ``-sims`` float32 + argpartition's int64 indices (+ the bool self mask), per pair."""
-    return n_query * n_gallery * (4 + 4 + 8 + (1 if loo else 0))
-
-
-def run_seed(d: dict) -> dict:
-    return seed_template_recall(d["q"], d["g"], d["ql"], d["gl"], KS, d["qid"], d["gid"])
+def run_full_matrix(d: dict) -> dict:
+    return full_matrix_recall(d["q"], d["g"], d["ql"], d["gl"], KS, d["qid"], d["gid"])
 
 
 def run_floor(d: dict, dtype=np.float32) -> tuple[dict, float]:
@@ -241,7 +201,7 @@ def child(method: str, scenario: str, quick: bool, seed: int, repeat: int) -> No
         if method.startswith("floor"):
             info, secs = run_floor(d, np.float64 if method == "floor float64" else np.float32)
         else:
-            fn = {"engine": run_engine, "engine ranks": run_ranks, "engine suite": run_suite, "faiss": run_faiss, "seed template": run_seed}[method]
+            fn = {"engine": run_engine, "engine ranks": run_ranks, "engine suite": run_suite, "faiss": run_faiss, "full matrix": run_full_matrix}[method]
             t0 = time.perf_counter()
             info = fn(d)
             secs = time.perf_counter() - t0
@@ -311,9 +271,9 @@ def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
     print(f"  {'method':14s} {'wall s':>8s} {'peak extra MB':>14s}   recall@{','.join(map(str, KS))}")
     res = {}
     for m in SCENARIO_METHODS[scenario]:
-        if m == "seed template":
-            need = seed_estimate_bytes(nq, ng, loo)
-            limit = min(SEED_LIMIT_BYTES, SEED_AVAILABLE_FRACTION * _mem_available())
+        if m == "full matrix":
+            need = full_matrix_estimate_bytes(nq, ng, loo)
+            limit = min(FULL_LIMIT_BYTES, FULL_AVAILABLE_FRACTION * _mem_available())
             if need >= limit:
                 print(f"  {m:14s} skipped (needs {need / 2**30:.1f} GB, limit {limit / 2**30:.1f} GB)")
                 continue
@@ -325,7 +285,7 @@ def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
         mb = r["extra_bytes"] / 2**20
         mem = f"{'<=' if r['hidden'] else ''}{mb:.0f}"
         rec = _fmt_recall(r["info"]) if not m.startswith("floor") else f"(blocks of {r['info']['block_rows']} queries)"
-        note = f"   est. {seed_estimate_bytes(nq, ng, loo) / 2**30:.2f} GB" if m == "seed template" else ""
+        note = f"   est. {full_matrix_estimate_bytes(nq, ng, loo) / 2**30:.2f} GB" if m == "full matrix" else ""
         print(f"  {m:14s} {r['seconds']:8.2f} {mem:>14s}   {rec}{note}")
 
     eng = res.get("engine", {})
@@ -377,10 +337,10 @@ def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
         print(f"  recall agrees: {'yes' if agree else 'no'} (engine {_fmt_recall(eng['info'])}, "
               f"faiss {_fmt_recall(fa['info'])}, {nq_inc:,} queries in the mean"
               + ("" if fa["info"]["num_queries"] == nq_inc else f" vs faiss {fa['info']['num_queries']:,}") + ")")
-    sd = res.get("seed template", {})
+    sd = res.get("full matrix", {})
     if "info" in sd:
         agree = all(eng["info"][f"recall@{k}"] == sd["info"][f"recall@{k}"] for k in KS)
-        print(f"  seed template recall agrees with engine: {'yes' if agree else 'no'} ({_fmt_recall(sd['info'])})")
+        print(f"  full matrix recall agrees with engine: {'yes' if agree else 'no'} ({_fmt_recall(sd['info'])})")
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-log = logging.getLogger("recallk.digits")
+log = logging.getLogger(__name__)
 
 
 def digit_images() -> tuple[np.ndarray, np.ndarray]:

@@ -15,11 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
-from tqdm import tqdm
 
 from recallk.data.contract import is_safe_relative
 from recallk.errors import InputError
 from recallk.images import DECODE_ERRORS, decode, describe_error
+from recallk.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +138,11 @@ def probe(root: Path, frame: pd.DataFrame, workers: int = 4) -> pd.DataFrame:
     """Add ``sha256, width, height, problem`` columns by reading every image once (threads)."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
         resolved = root.resolve()
-        results = list(tqdm(pool.map(lambda rel: probe_file(root, rel, resolved), frame["path"]),
-                            total=len(frame), desc="hash+decode", unit="img", disable=None))
+        results = []
+        with Progress(len(frame), "hash+decode", "img", log) as bar:
+            for result in pool.map(lambda rel: probe_file(root, rel, resolved), frame["path"]):
+                results.append(result)
+                bar.update(1)
     out = frame.copy()
     probed = pd.DataFrame(results, columns=["sha256", "width", "height", "problem"], index=frame.index)
     out["sha256"] = probed["sha256"].astype(object)

@@ -3,7 +3,8 @@
 The catalog (``image_id, path, label, sha256, width, height`` + extra manifest
 columns) depends only on the images, never on split params, so a split-only
 change leaves it byte-identical and the encode stage is skipped. The split table
-is ``image_id, split, query, gallery``; the skipped table ``path, reason``.
+is ``image_id, split, query, gallery``; the skipped table ``path, reason``; both tables give paths as
+:func:`recallk.data.catalog.location` does (relative to the working directory when inside it).
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ def prepare(*, data_root: str, csv: str | None, on_bad_image: str, strategy: str
     frame = catalog.read_source(root, csv)
     frame = catalog.probe(root, frame)
     bad = catalog.unreadable(frame) if on_bad_image == "skip" else pd.Series(False, index=frame.index)
-    skipped = pd.DataFrame({"path": frame.loc[bad, "path"].astype(str), "reason": frame.loc[bad, "problem"]})
+    # the catalog's path convention (where a stage run from the working directory finds the file)
+    skipped = pd.DataFrame({"path": [catalog.location(root, p) for p in frame.loc[bad, "path"]],
+                            "reason": frame.loc[bad, "problem"].to_numpy()})
     skipped = skipped.sort_values("path", kind="stable").reset_index(drop=True)
     if bad.any():
         log.warning("skipped %d unreadable image(s) (split.on_bad_image: skip), e.g. %s",

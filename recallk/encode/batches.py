@@ -18,13 +18,13 @@ from typing import Iterator, Sequence
 import numpy as np
 import pandas as pd
 from PIL import Image
-from tqdm import tqdm
 
 from recallk.checks import unusable_rows
 from recallk.encode.base import Backbone
 from recallk.encode.cache import EmbeddingCache
 from recallk.errors import InputError
 from recallk.images import DECODE_ERRORS, decode
+from recallk.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int
     dim = backbone.dim or next((v.size for v in known.values()), None)
     names = catalog["image_id"].tolist()
     failed_shas: set[str] = set()
-    with tqdm(total=len(todo), desc=f"encode {backbone.name}", unit="img", disable=None) as bar:
+    with Progress(len(todo), f"encode {backbone.name}", "img", log) as bar:
         todo_paths = [catalog["path"].iat[first_row[sha]] for sha in todo]
         for start, images in decoded_batches(todo_paths, todo, batch_size=batch_size, num_workers=num_workers,
                                              min_side=backbone.input_size):
