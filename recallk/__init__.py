@@ -18,8 +18,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.2.0"
-
 #: Public name -> the module that defines it.
 _API = {
     "recall_at_k": "recallk.score.metrics",

@@ -105,6 +105,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
             "resamples": Param(1000, _int(0, 1_000_000)),
             "confidence": Param(0.95, _open_fraction),
             "seed": Param(0, _int(0)),
+            "unit": Param("query", _choice("query", "label")),
         },
     },
 }

@@ -1,9 +1,9 @@
 """Stage ``score``: the metric suite of the val queries against the gallery.
 
 argv -> the ``score`` section of params.yaml -> :func:`recallk.score.suite.score_split`
--> the metrics JSON, the per-class table, the recall@K curve and the per-query table
-(all or none), then the report block on stdout. ``--show`` prints the report of an
-existing metrics file.
+-> the metrics JSON, the per-class table, the recall@K curve, the per-query table and its
+compact copy kept in git for ``recallk compare`` (all or none), then the report block on
+stdout. ``--show`` prints the report of an existing metrics file.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pandas as pd
 from recallk.errors import InputError
 from recallk.score.report import format_report
 from recallk.score.suite import score_split
+from recallk.score.tables import compact_per_query
 from stages.params import load_section
 from stages.runner import parse_stage_args, read_input_csv, remove_outputs, run_stage, write_all
 from stages.score_inputs import load_inputs
@@ -24,17 +25,18 @@ from stages.score_inputs import load_inputs
 PATHS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.csv",
          "embeddings": "data/embeddings/embeddings.npy", "ids": "data/embeddings/ids.npy",
          "metrics": "metrics/recall.json", "per-class": "metrics/per_class.csv", "curve": "metrics/recall_curve.csv",
-         "per-query": "data/scores/per_query.csv", "skipped": "data/prepared/skipped.csv"}
+         "per-query": "data/scores/per_query.csv", "compact": "metrics/per_query.csv",
+         "skipped": "data/prepared/skipped.csv"}
 
 
 def write_outputs(metrics: dict[str, Any], tables: dict[str, pd.DataFrame], paths: Sequence[str]) -> None:
-    """Write the metrics JSON and the three tables to temp files, then rename all: all or nothing."""
+    """Write the metrics JSON and the tables to temp files, then rename all: all or nothing."""
     def table(name: str) -> Callable[[Path], None]:
         return lambda tmp: tables[name].to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")
 
     write_all([(paths[0], lambda tmp: tmp.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8",
                                                      newline="\n"))]
-              + [(path, table(name)) for path, name in zip(paths[1:], ("per_class", "curve", "per_query"))])
+              + [(path, table(name)) for path, name in zip(paths[1:], ("per_class", "curve", "per_query", "compact"))])
 
 
 def show(metrics_json: str) -> None:
@@ -54,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                             flags={"show": "only print the report of an existing metrics file"})
     if args.show:
         return show(args.metrics)
-    outputs = [args.metrics, args.per_class, args.curve, args.per_query]
+    outputs = [args.metrics, args.per_class, args.curve, args.per_query, args.compact]
     remove_outputs(outputs)
     params = load_section("score", args.params)
     inputs = load_inputs(args.catalog, args.split, args.embeddings, args.ids, train=params["whiten"] == "pca")
@@ -62,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                   gallery=inputs.gallery, train=inputs.train, same_set=inputs.same_set, **params)
     if Path(args.skipped).is_file():  # written by split; absent only when scoring by hand
         metrics["num_skipped_images"] = len(read_input_csv(args.skipped, required=["path", "reason"]))
+    tables["compact"] = compact_per_query(tables["per_query"])
     write_outputs(metrics, tables, outputs)
     print(format_report(metrics))
 

@@ -42,7 +42,8 @@ RES = 4  # encode.pixels.resolution: every embedding is 3 * 4 * 4 = 48 values in
 STAGES = ("stages.split", "stages.encode", "stages.score")
 
 SKIPPED = "data/prepared/skipped.csv"
-SCORE_OUTPUTS = (METRICS, "metrics/per_class.csv", "metrics/recall_curve.csv", "data/scores/per_query.csv")
+SCORE_OUTPUTS = (METRICS, "metrics/per_class.csv", "metrics/recall_curve.csv", "data/scores/per_query.csv",
+                 "metrics/per_query.csv")
 SPLIT_OUTPUTS = (CATALOG, SPLIT, SKIPPED)
 ALL_OUTPUTS = SPLIT_OUTPUTS + (EMB, IDS) + SCORE_OUTPUTS
 

@@ -35,7 +35,7 @@ def test_missing_keys_take_defaults():
     values = validate_section({"score": {"ks": [3]}}, "score")
     assert values == {"ks": [3], "metrics": ["recall", "precision", "r_precision", "map@r", "map", "mrr"],
                       "max_memory_mb": 512, "backend": "numpy", "exclude_same": [], "whiten": "none",
-                      "bootstrap": {"resamples": 1000, "confidence": 0.95, "seed": 0}}
+                      "bootstrap": {"resamples": 1000, "confidence": 0.95, "seed": 0, "unit": "query"}}
 
 
 @pytest.mark.parametrize("path, value, section, match", [

@@ -20,7 +20,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from recallk.score import suite, tables as report
+from recallk.score import suite, tables
+from recallk.score import tables as report
 from recallk.score.suite import score_split
 from stages.score_inputs import load_inputs
 from recallk.errors import InputError
@@ -41,7 +42,7 @@ METRICS = "metrics/recall.json"
 PER_CLASS = "metrics/per_class.csv"
 CURVE = "metrics/recall_curve.csv"
 PER_QUERY = "data/scores/per_query.csv"
-OUTPUTS = (METRICS, PER_CLASS, CURVE, PER_QUERY)
+OUTPUTS = (METRICS, PER_CLASS, CURVE, PER_QUERY, "metrics/per_query.csv")
 CAMERAS = ("cam0", "cam1", "cam2")
 
 
@@ -241,8 +242,12 @@ def test_all_outputs_are_written_with_their_columns(scored_base):
     curve = pd.read_csv(scored_base / CURVE)
     assert list(curve.columns) == ["k", "recall"]
     per_query = read_per_query(scored_base)
+    per_metric = [tables.per_query_column(k) for k in METRIC_KEYS]  # hit@K, precision@K, r_precision, ap@r, ap, rr
     assert list(per_query.columns) == ["image_id", "label", "num_positives", "num_retrievable", "first_positive_rank",
-                                       "first_positive_rank_other_tie_rule", "ap", "ap@r"]
+                                       "first_positive_rank_other_tie_rule", *per_metric]
+    compact = pd.read_csv(scored_base / "metrics/per_query.csv", dtype={"image_id": str, "label": str})  # in git
+    assert list(compact.columns) == ["image_id", "label", "num_positives", "num_retrievable", *per_metric]
+    pd.testing.assert_frame_equal(compact, per_query[compact.columns])
     m = read_metrics(scored_base)
     assert list(m)[:len(METRIC_KEYS)] == METRIC_KEYS
     for key in METRIC_KEYS:
@@ -262,8 +267,9 @@ def test_per_query_table_matches_the_oracle_and_the_api(scored_base):
     assert by_id["num_retrievable"].tolist() == want["n_ret"].tolist()
     assert by_id["first_positive_rank"].tolist() == want["first"].tolist()
     assert by_id["first_positive_rank_other_tie_rule"].tolist() == want["first_opp"].tolist()
-    assert by_id["ap"].tolist() == approx(want["values"]["map"].tolist())
-    assert by_id["ap@r"].tolist() == approx(want["values"]["map@r"].tolist())
+    for key in METRIC_KEYS:  # every metric's per-query value, named hit@K, ap@r, ap, rr where they differ
+        np.testing.assert_allclose(by_id[tables.per_query_column(key)].to_numpy(float), want["values"][key],
+                                   rtol=1e-9, err_msg=key)
 
     first, n_pos = first_positive_ranks(s["q_emb"], s["g_emb"], s["q_lab"], s["g_lab"], s["q"], s["g"])
     assert by_id["first_positive_rank"].tolist() == (first + 1).tolist()
@@ -655,7 +661,8 @@ def test_param_errors_are_reported_at_once(scored):
 def test_dvc_plots_show_the_recall_curve(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
-    shutil.copytree(ROOT / "stages", repo / "stages", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for package in ("stages", "recallk"):
+        shutil.copytree(ROOT / package, repo / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for rel in (".dvc/config", ".dvc/.gitignore", ".dvcignore", ".gitignore", "dvc.yaml", "params.yaml"):
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, repo / rel)

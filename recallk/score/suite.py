@@ -76,7 +76,7 @@ def score_split(emb: np.ndarray, row: pd.Series, catalog: pd.DataFrame, *, queri
     table, class_means = tables.per_class({k: values[k] for k in keys}, q_labels)
     out: dict[str, Any] = {k: summary[k] for k in keys}
     out.update(class_means)
-    out.update(tables.bootstrap_ci({k: values[k] for k in keys}, **bootstrap))
+    out.update(tables.bootstrap_ci({k: values[k] for k in keys}, **bootstrap, labels=q_labels))
     out.update({k: v for k, v in summary.items() if k not in out})
     out.update(num_gallery=int(g_emb.shape[0]), embedding_dim=int(g_emb.shape[1]))
     frames = {"per_class": table, "curve": tables.recall_curve(ranking, max(max(ks), CURVE_K)),

@@ -11,36 +11,27 @@ import pandas as pd
 
 from recallk.score.metrics import mean
 from recallk.score.ranking import Ranking
-
-#: Resampled query indices drawn at a time (bounds the bootstrap's scratch to ~32 MB).
-_BOOTSTRAP_CELLS = 4_000_000
+from recallk.score.resample import bootstrap_means, percentile_interval
 
 
-def bootstrap_ci(values: dict[str, np.ndarray], resamples: int, confidence: float, seed: int) -> dict[str, float]:
-    """Percentile bootstrap intervals of each metric's mean, resampling queries with replacement.
+def bootstrap_ci(values: dict[str, np.ndarray], resamples: int, confidence: float, seed: int,
+                 unit: str = "query", labels: Sequence[str] | None = None) -> dict[str, float]:
+    """Percentile bootstrap intervals of each metric's mean.
 
-    ``values`` maps a metric key to per-query values (NaN = excluded query, dropped
-    first). Every metric uses the same resamples (``numpy.random.default_rng(seed)``).
-    Returns ``{key}_ci_low`` and ``{key}_ci_high`` for each key.
+    ``values`` maps a metric key to per-query values (NaN = excluded query, dropped first).
+    ``unit``: ``query`` resamples queries with replacement; ``label`` resamples labels (each
+    with all its queries, which ``labels`` gives), the honest choice when a label's queries are
+    correlated (leave-one-out). Every metric uses the same resamples
+    (:func:`recallk.score.resample.bootstrap_means`). Returns ``{key}_ci_low`` and ``{key}_ci_high``.
     """
-    out: dict[str, float] = {}
     if resamples <= 0 or not values:
-        return out
-    kept = {key: v[~np.isnan(v)] for key, v in values.items()}
-    n = len(next(iter(kept.values())))
-    rng = np.random.default_rng(seed)
-    means = {key: np.empty(resamples) for key in kept}
-    step = max(1, _BOOTSTRAP_CELLS // max(n, 1))
-    for start in range(0, resamples, step):
-        idx = rng.integers(0, n, size=(min(step, resamples - start), n))
-        for key, v in kept.items():
-            sample = v[idx]  # each resample's mean, kept within its range like the headline's (metrics.mean)
-            np.clip(sample.mean(axis=1), sample.min(axis=1), sample.max(axis=1),
-                    out=means[key][start:start + idx.shape[0]])
-    tail = (1.0 - confidence) / 2.0
-    for key, m in means.items():
-        low, high = np.quantile(m, [tail, 1.0 - tail])
-        out[f"{key}_ci_low"], out[f"{key}_ci_high"] = float(low), float(high)
+        return {}
+    kept_rows = ~np.isnan(next(iter(values.values())))
+    kept = {key: v[kept_rows] for key, v in values.items()}
+    groups = np.asarray(labels, dtype=str)[kept_rows] if unit == "label" else None
+    out: dict[str, float] = {}
+    for key, means in bootstrap_means(kept, resamples, seed, groups).items():
+        out[f"{key}_ci_low"], out[f"{key}_ci_high"] = percentile_interval(means, confidence)
     return out
 
 
@@ -60,12 +51,36 @@ def per_class(values: dict[str, np.ndarray], labels: Sequence[str]) -> tuple[pd.
     return table.reset_index(), means
 
 
+#: Per-query column of a headline metric whose per-query name differs (recall@K -> hit@K, see :func:`per_query_column`).
+_PER_QUERY_NAMES = {"map@r": "ap@r", "map": "ap", "mrr": "rr"}
+#: Columns identifying each query and its task, first in both per-query tables.
+TASK_COLUMNS = ("image_id", "label", "num_positives", "num_retrievable")
+
+
+def per_query_column(key: str) -> str:
+    """The per-query column of headline metric ``key``: ``recall@K`` -> ``hit@K``, ``map@r`` -> ``ap@r``,
+    ``map`` -> ``ap``, ``mrr`` -> ``rr``; ``precision@K`` and ``r_precision`` keep their names."""
+    if key.startswith("recall@"):
+        return "hit@" + key.split("@", 1)[1]
+    return _PER_QUERY_NAMES.get(key, key)
+
+
+def headline_key(column: str) -> str | None:
+    """The inverse of :func:`per_query_column`; None for a column that is not a per-query metric."""
+    name, _, k = column.partition("@")
+    if name in ("hit", "precision") and k.isdigit():
+        return f"{'recall' if name == 'hit' else 'precision'}@{k}"
+    inverse = {v: k for k, v in _PER_QUERY_NAMES.items()}
+    return inverse.get(column, "r_precision" if column == "r_precision" else None)
+
+
 def per_query(image_ids: Sequence[str], labels: Sequence[str], ranking: Ranking,
               values: dict[str, np.ndarray]) -> pd.DataFrame:
-    """One row per query: first positive's 1-based rank, positives, retrievable items, AP and AP@R.
+    """One row per query, sorted by image_id: its task (label, positives, retrievable items), its first
+    positive's 1-based rank under both tie rules, and its value of every scored metric
+    (:func:`per_query_column` names them: ``hit@K``, ``precision@K``, ``r_precision``, ``ap@r``, ``ap``, ``rr``).
 
-    Excluded queries (no positive) have empty ranks and metrics. ``ap`` and
-    ``ap@r`` are filled when ``map`` / ``map@r`` are among the scored metrics.
+    Excluded queries (no positive) have empty ranks and metric values.
     """
     first = ranking.first_rank
     frame = pd.DataFrame({
@@ -79,10 +94,15 @@ def per_query(image_ids: Sequence[str], labels: Sequence[str], ranking: Ranking,
     })
     none = first < 0
     frame.loc[none, ["first_positive_rank", "first_positive_rank_other_tie_rule"]] = pd.NA
-    for key, column in (("map", "ap"), ("map@r", "ap@r")):
-        if key in values:
-            frame[column] = values[key]
+    for key, column in values.items():
+        frame[per_query_column(key)] = column
     return frame.sort_values("image_id", kind="stable").reset_index(drop=True)
+
+
+def compact_per_query(frame: pd.DataFrame) -> pd.DataFrame:
+    """The per-query table kept in git beside the metrics (``metrics/per_query.csv``): each query's task
+    and metric values, what ``recallk compare`` needs, without the rank columns."""
+    return frame[[c for c in frame.columns if c in TASK_COLUMNS or headline_key(c)]]
 
 
 def recall_curve(ranking: Ranking, k_max: int) -> pd.DataFrame:

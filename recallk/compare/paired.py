@@ -1,0 +1,155 @@
+"""Compare two systems query by query: the paired analysis behind ``recallk compare``.
+
+Inputs are two per-query tables (the score stage's ``metrics/per_query.csv``): one row
+per query with ``image_id``, ``label``, ``num_positives``, ``num_retrievable`` and one
+column per metric (``hit@K``, ``precision@K``, ``r_precision``, ``ap@r``, ``ap``, ``rr``;
+empty for a query without positives). Paired means the same queries, retrieving from the
+same gallery under the same rules, so the per-query differences ``delta = B - A`` carry
+the comparison.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from recallk.compare import stats
+from recallk.errors import InputError
+from recallk.score.tables import TASK_COLUMNS as _TASK
+from recallk.score.tables import headline_key
+
+#: Columns that define the retrieval task of a query: they must agree between A and B.
+TASK_COLUMNS = tuple(c for c in _TASK if c != "image_id")
+
+
+def metric_columns(frame: pd.DataFrame) -> list[str]:
+    """The per-query metric columns of a table, in its order."""
+    return [c for c in frame.columns if headline_key(c)]
+
+
+def align(a: pd.DataFrame, b: pd.DataFrame, *, intersect: bool = False, names: tuple[str, str] = ("A", "B")
+          ) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, int]]:
+    """The two tables on the same queries, in image_id order; ``dropped`` counts the queries of each
+    side left out (with ``intersect``). Raises InputError when the query sets or tasks differ."""
+    for frame, name in ((a, names[0]), (b, names[1])):
+        missing = [c for c in ("image_id",) + TASK_COLUMNS if c not in frame.columns]
+        if missing:
+            raise InputError(f"{name}: the per-query table lacks column(s) {', '.join(missing)}; "
+                             "re-run the score stage of this version to write metrics/per_query.csv.")
+        if frame["image_id"].duplicated().any():
+            raise InputError(f"{name}: the per-query table repeats image_id "
+                             f"{frame.loc[frame['image_id'].duplicated(), 'image_id'].iloc[0]!r}.")
+    ids_a, ids_b = set(a["image_id"]), set(b["image_id"])
+    only_a, only_b = sorted(ids_a - ids_b), sorted(ids_b - ids_a)
+    if (only_a or only_b) and not intersect:
+        raise InputError(f"{names[0]} and {names[1]} scored different queries ({len(only_a)} only in {names[0]}, "
+                         f"e.g. {only_a[:3]}; {len(only_b)} only in {names[1]}, e.g. {only_b[:3]}): a paired "
+                         "comparison needs the same split. Pass --intersect to compare the common queries.")
+    common = sorted(ids_a & ids_b)
+    if not common:
+        raise InputError(f"{names[0]} and {names[1]} have no query in common.")
+    a = a.set_index("image_id").loc[common]
+    b = b.set_index("image_id").loc[common]
+    for column in TASK_COLUMNS:
+        differ = a[column].astype(str) != b[column].astype(str)
+        if differ.any():
+            first = differ[differ].index[0]
+            raise InputError(f"{names[0]} and {names[1]} differ in `{column}` for {int(differ.sum())} queries "
+                             f"(e.g. {first!r}: {a.at[first, column]} vs {b.at[first, column]}): the gallery, the "
+                             "protocol or score.exclude_same differ, so the queries are not the same task.")
+    return a, b, {names[0]: len(only_a), names[1]: len(only_b)}
+
+
+def compare(a: pd.DataFrame, b: pd.DataFrame, *, by: str = "query", intersect: bool = False,
+            resamples: int = 10_000, permutations: int = 10_000, confidence: float = 0.95, seed: int = 0,
+            names: tuple[str, str] = ("A", "B")) -> dict[str, Any]:
+    """The paired comparison of B against A on every metric both tables hold.
+
+    Parameters
+    ----------
+    a, b : DataFrame
+        Per-query tables (see the module docstring).
+    by : {"query", "label"}
+        The resampling unit of the bootstrap and of the sign flips: single queries, or every
+        label's queries together (clustered; use it under leave-one-out).
+    intersect : bool
+        Compare the common queries when the query sets differ (else an InputError).
+    resamples, permutations : int
+        Bootstrap resamples (the same resample indices for every metric) and random sign-flip
+        patterns (every pattern is enumerated when there are at most that many).
+    confidence : float
+        Level of the bootstrap interval of the mean difference.
+    seed : int
+        Seed of both the bootstrap and the sign flips.
+
+    Returns
+    -------
+    dict
+        ``queries`` (compared), ``dropped`` (per side), ``by``, and ``metrics``: one entry per
+        headline metric with ``mean_a``, ``mean_b``, ``delta`` (B - A), ``ci_low``/``ci_high``
+        (paired bootstrap), ``p`` (two-sided paired sign-flip randomization) with ``p_exact``,
+        ``p_holm`` (Holm over the metrics), ``p_mcnemar`` with ``discordant`` [A only hits,
+        B only hits] for recall@K, ``dz`` (Cohen's d_z) and ``wins``/``ties``/``losses``;
+        ``flips``: per K the queries whose hit changed; ``per_label``: per label and metric.
+    """
+    if by not in ("query", "label"):
+        raise InputError(f"`by` must be query or label. Got {by!r} instead.")
+    a, b, dropped = align(a, b, intersect=intersect, names=names)
+    columns = [c for c in metric_columns(a.reset_index()) if c in b.columns]
+    if not columns:
+        raise InputError(f"{names[0]} and {names[1]} share no per-query metric column; re-run the score stage of "
+                         "both versions (this version writes every metric per query).")
+    values_a = a[columns].apply(pd.to_numeric, errors="coerce")
+    values_b = b[columns].apply(pd.to_numeric, errors="coerce")
+    included = values_a.notna().all(axis=1) & values_b.notna().all(axis=1)  # queries with positives
+    labels = a.loc[included, "label"].astype(str).to_numpy()
+    groups = labels if by == "label" else None
+    if not included.any():
+        raise InputError("no compared query has a positive: every metric is undefined.")
+    results: dict[str, dict[str, Any]] = {}
+    for column in columns:
+        va, vb = values_a.loc[included, column].to_numpy(), values_b.loc[included, column].to_numpy()
+        delta = vb - va
+        low, high = stats.paired_bootstrap_ci(delta, resamples, seed, confidence, groups)
+        p, exact = stats.sign_flip_pvalue(delta, permutations, seed, groups)
+        wins, ties, losses = stats.win_tie_loss(delta)
+        entry = {"column": column, "mean_a": stats.fsum_mean(va), "mean_b": stats.fsum_mean(vb),
+                 "delta": stats.fsum_mean(vb) - stats.fsum_mean(va), "ci_low": low, "ci_high": high, "p": p,
+                 "p_exact": exact, "dz": stats.cohens_dz(delta), "wins": wins, "ties": ties, "losses": losses}
+        if column.startswith("hit@"):
+            p_mc, only_a, only_b = stats.mcnemar_exact(va > 0, vb > 0)
+            entry.update(p_mcnemar=p_mc, discordant=[only_a, only_b])
+        results[headline_key(column)] = entry
+    for entry, adjusted in zip(results.values(), stats.holm([e["p"] for e in results.values()])):
+        entry["p_holm"] = adjusted
+    return {"names": list(names), "queries": int(included.sum()), "excluded": int((~included).sum()),
+            "dropped": dropped, "by": by, "confidence": confidence, "metrics": results,
+            "flips": _flips(a[included], values_a[included], values_b[included]),
+            "per_label": _per_label(labels, values_a[included], values_b[included])}
+
+
+def _flips(a: pd.DataFrame, values_a: pd.DataFrame, values_b: pd.DataFrame) -> dict[str, dict[str, list]]:
+    """Per recall@K: the queries that went hit -> miss (``lost``) and miss -> hit (``gained``), with labels."""
+    out: dict[str, dict[str, list]] = {}
+    for column in (c for c in values_a.columns if c.startswith("hit@")):
+        hit_a, hit_b = values_a[column] > 0, values_b[column] > 0
+        out[headline_key(column)] = {
+            kind: [{"image_id": str(i), "label": str(a.at[i, "label"])} for i in a.index[mask]]
+            for kind, mask in (("lost", hit_a & ~hit_b), ("gained", ~hit_a & hit_b))}
+    return out
+
+
+def _per_label(labels: np.ndarray, values_a: pd.DataFrame, values_b: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per label: its number of queries and, per metric, the mean of A, of B and the difference."""
+    rows = []
+    for label in sorted(set(labels.tolist())):
+        mask = labels == label
+        row: dict[str, Any] = {"label": label, "queries": int(mask.sum())}
+        for column in values_a.columns:
+            mean_a = stats.fsum_mean(values_a[column].to_numpy()[mask])
+            mean_b = stats.fsum_mean(values_b[column].to_numpy()[mask])
+            row[headline_key(column)] = {"mean_a": mean_a, "mean_b": mean_b, "delta": mean_b - mean_a}
+        rows.append(row)
+    return rows
