@@ -26,7 +26,12 @@ PATHS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.c
          "embeddings": "data/embeddings/embeddings.npy", "ids": "data/embeddings/ids.npy",
          "metrics": "metrics/recall.json", "per-class": "metrics/per_class.csv", "curve": "metrics/recall_curve.csv",
          "per-query": "data/scores/per_query.csv", "compact": "metrics/per_query.csv",
+         "neighbors": "data/scores/neighbors.csv", "confusions": "metrics/confusions.csv",
          "skipped": "data/prepared/skipped.csv"}
+
+
+#: The tables, in the order of their paths after the metrics JSON.
+TABLES = ("per_class", "curve", "per_query", "compact", "neighbors", "confusions")
 
 
 def write_outputs(metrics: dict[str, Any], tables: dict[str, pd.DataFrame], paths: Sequence[str]) -> None:
@@ -36,7 +41,7 @@ def write_outputs(metrics: dict[str, Any], tables: dict[str, pd.DataFrame], path
 
     write_all([(paths[0], lambda tmp: tmp.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8",
                                                      newline="\n"))]
-              + [(path, table(name)) for path, name in zip(paths[1:], ("per_class", "curve", "per_query", "compact"))])
+              + [(path, table(name)) for path, name in zip(paths[1:], TABLES)])
 
 
 def show(metrics_json: str) -> None:
@@ -56,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                             flags={"show": "only print the report of an existing metrics file"})
     if args.show:
         return show(args.metrics)
-    outputs = [args.metrics, args.per_class, args.curve, args.per_query, args.compact]
+    outputs = [args.metrics] + [getattr(args, name) for name in TABLES]
     remove_outputs(outputs)
     params = load_section("score", args.params)
     inputs = load_inputs(args.catalog, args.split, args.embeddings, args.ids, train=params["whiten"] == "pca")
@@ -64,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                   gallery=inputs.gallery, train=inputs.train, same_set=inputs.same_set, **params)
     if Path(args.skipped).is_file():  # written by split; absent only when scoring by hand
         metrics["num_skipped_images"] = len(read_input_csv(args.skipped, required=["path", "reason"]))
-    tables["compact"] = compact_per_query(tables["per_query"])
+    tables["compact"] = compact_per_query(tables["per_query"])  # every metric per query, kept in git
     write_outputs(metrics, tables, outputs)
     print(format_report(metrics))
 

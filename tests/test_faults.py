@@ -22,7 +22,8 @@ from test_pipeline import copy_project, git_init, repro, set_param
 pytestmark = pytest.mark.pipeline
 
 SCORE_OUTS = ("metrics/recall.json", "metrics/per_class.csv", "metrics/recall_curve.csv",
-              "data/scores/per_query.csv", "metrics/per_query.csv")
+              "data/scores/per_query.csv", "metrics/per_query.csv", "metrics/confusions.csv",
+              "data/scores/neighbors.csv")
 ALL_OUTS = ("data/prepared/catalog.csv", "data/prepared/split.csv", "data/prepared/skipped.csv",
             "data/embeddings/embeddings.npy", "data/embeddings/ids.npy") + SCORE_OUTS
 

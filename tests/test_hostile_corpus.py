@@ -43,7 +43,7 @@ STAGES = ("stages.split", "stages.encode", "stages.score")
 
 SKIPPED = "data/prepared/skipped.csv"
 SCORE_OUTPUTS = (METRICS, "metrics/per_class.csv", "metrics/recall_curve.csv", "data/scores/per_query.csv",
-                 "metrics/per_query.csv")
+                 "metrics/per_query.csv", "metrics/confusions.csv", "data/scores/neighbors.csv")
 SPLIT_OUTPUTS = (CATALOG, SPLIT, SKIPPED)
 ALL_OUTPUTS = SPLIT_OUTPUTS + (EMB, IDS) + SCORE_OUTPUTS
 

@@ -42,7 +42,8 @@ METRICS = "metrics/recall.json"
 PER_CLASS = "metrics/per_class.csv"
 CURVE = "metrics/recall_curve.csv"
 PER_QUERY = "data/scores/per_query.csv"
-OUTPUTS = (METRICS, PER_CLASS, CURVE, PER_QUERY, "metrics/per_query.csv")
+OUTPUTS = (METRICS, PER_CLASS, CURVE, PER_QUERY, "metrics/per_query.csv", "metrics/confusions.csv",
+           "data/scores/neighbors.csv")
 CAMERAS = ("cam0", "cam1", "cam2")
 
 
@@ -244,7 +245,7 @@ def test_all_outputs_are_written_with_their_columns(scored_base):
     per_query = read_per_query(scored_base)
     per_metric = [tables.per_query_column(k) for k in METRIC_KEYS]  # hit@K, precision@K, r_precision, ap@r, ap, rr
     assert list(per_query.columns) == ["image_id", "label", "num_positives", "num_retrievable", "first_positive_rank",
-                                       "first_positive_rank_other_tie_rule", *per_metric]
+                                       "first_positive_rank_other_tie_rule", *per_metric, "top1_id", "top1_label"]
     compact = pd.read_csv(scored_base / "metrics/per_query.csv", dtype={"image_id": str, "label": str})  # in git
     assert list(compact.columns) == ["image_id", "label", "num_positives", "num_retrievable", *per_metric]
     pd.testing.assert_frame_equal(compact, per_query[compact.columns])
@@ -283,6 +284,31 @@ def test_per_query_table_matches_the_oracle_and_the_api(scored_base):
     for k in KS:
         assert m[f"tie_sensitive@{k}"] == int(np.count_nonzero((want["first"] <= k) != (want["first_opp"] <= k)))
     assert 0.5 < m["recall@1"] < 1.0, "the digits subset should give a non-trivial recall@1"
+
+
+def test_neighbors_and_confusions_are_the_brute_force_ranking(scored_base):
+    """neighbors.csv: each query's top max(ks) by exact cosine, ties by gallery order, never itself;
+    per_query's top1 columns and confusions.csv follow from it."""
+    s = eval_sets(scored_base)
+    sims = cosine_block(l2_normalize(s["q_emb"]), l2_normalize(s["g_emb"]).T)
+    nb = pd.read_csv(scored_base / "data/scores/neighbors.csv", dtype={"image_id": str, "label": str,
+                                                                       "gallery_id": str, "gallery_label": str})
+    g_ids, k = np.asarray(s["g"]), max(KS)
+    for i, qid in enumerate(s["q"]):
+        allowed = np.flatnonzero(g_ids != qid)
+        order = allowed[np.lexsort((allowed, -sims[i, allowed]))][:k]
+        mine = nb[nb["image_id"] == qid]
+        assert mine["rank"].tolist() == list(range(1, len(order) + 1))
+        assert mine["gallery_id"].tolist() == g_ids[order].tolist(), qid
+        np.testing.assert_array_equal(mine["score"].to_numpy(np.float32), sims[i, order])
+        assert mine["is_positive"].tolist() == (s["g_lab"][order] == s["q_lab"][i]).tolist()
+    pq = read_per_query(scored_base).set_index("image_id")
+    first = nb[nb["rank"] == 1].set_index("image_id")
+    assert pq["top1_id"].astype(str).to_dict() == first["gallery_id"].to_dict()
+    conf = pd.read_csv(scored_base / "metrics/confusions.csv", dtype={"label": str, "retrieved_label": str})
+    want = first.groupby(["label", "gallery_label"]).size()
+    assert dict(zip(zip(conf["label"], conf["retrieved_label"]), conf["queries"])) == want.to_dict()
+    assert conf.groupby("label")["share"].sum().round(9).eq(1.0).all()
 
 
 def test_per_class_table_is_the_per_label_mean_of_per_query_values(scored_base):

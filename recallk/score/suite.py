@@ -17,6 +17,7 @@ from recallk.checks import check_exclude_columns
 from recallk.errors import InputError
 from recallk.score import tables
 from recallk.score.metrics import metric_keys, rank, summarize
+from recallk.score.neighbors import top_k
 from recallk.score.whitening import pca_whitening
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ def score_split(emb: np.ndarray, row: pd.Series, catalog: pd.DataFrame, *, queri
     (metrics, tables)
         ``metrics``: each metric key's mean, ``<key>_class_mean``, ``<key>_ci_low`` /
         ``<key>_ci_high``, the counts and ``tie_sensitive@K``. ``tables``: ``per_class``,
-        ``curve`` and ``per_query`` frames.
+        ``curve``, ``per_query``, ``neighbors`` (each query's top max(ks) items) and ``confusions`` frames.
     """
     check_exclude_columns(exclude_same, list(catalog.columns), name="score.exclude_same")
     q_emb, g_emb = emb[row[queries].to_numpy()], emb[row[gallery].to_numpy()]
@@ -79,6 +80,9 @@ def score_split(emb: np.ndarray, row: pd.Series, catalog: pd.DataFrame, *, queri
     out.update(tables.bootstrap_ci({k: values[k] for k in keys}, **bootstrap, labels=q_labels))
     out.update({k: v for k, v in summary.items() if k not in out})
     out.update(num_gallery=int(g_emb.shape[0]), embedding_dim=int(g_emb.shape[1]))
+    cols, scores = top_k(q_emb, g_emb, max(ks), queries, gallery, exclude, max_memory_mb)
+    neighbors = tables.neighbors(queries, q_labels, gallery, g_labels, cols, scores)
     frames = {"per_class": table, "curve": tables.recall_curve(ranking, max(max(ks), CURVE_K)),
-              "per_query": tables.per_query(queries, q_labels, ranking, values)}
+              "per_query": tables.per_query(queries, q_labels, ranking, values, neighbors),
+              "neighbors": neighbors, "confusions": tables.confusions(neighbors)}
     return out, frames

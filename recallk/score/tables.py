@@ -75,10 +75,11 @@ def headline_key(column: str) -> str | None:
 
 
 def per_query(image_ids: Sequence[str], labels: Sequence[str], ranking: Ranking,
-              values: dict[str, np.ndarray]) -> pd.DataFrame:
+              values: dict[str, np.ndarray], neighbors: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per query, sorted by image_id: its task (label, positives, retrievable items), its first
-    positive's 1-based rank under both tie rules, and its value of every scored metric
-    (:func:`per_query_column` names them: ``hit@K``, ``precision@K``, ``r_precision``, ``ap@r``, ``ap``, ``rr``).
+    positive's 1-based rank under both tie rules, its value of every scored metric
+    (:func:`per_query_column` names them: ``hit@K``, ``precision@K``, ``r_precision``, ``ap@r``, ``ap``, ``rr``)
+    and, with ``neighbors`` (:func:`neighbors`), what it retrieved first (``top1_id``, ``top1_label``).
 
     Excluded queries (no positive) have empty ranks and metric values.
     """
@@ -96,12 +97,45 @@ def per_query(image_ids: Sequence[str], labels: Sequence[str], ranking: Ranking,
     frame.loc[none, ["first_positive_rank", "first_positive_rank_other_tie_rule"]] = pd.NA
     for key, column in values.items():
         frame[per_query_column(key)] = column
+    if neighbors is not None:
+        first_item = neighbors[neighbors["rank"] == 1].set_index("image_id")
+        frame["top1_id"] = frame["image_id"].map(first_item["gallery_id"])
+        frame["top1_label"] = frame["image_id"].map(first_item["gallery_label"])
     return frame.sort_values("image_id", kind="stable").reset_index(drop=True)
+
+
+def neighbors(query_ids: Sequence[str], query_labels: Sequence[str], gallery_ids: Sequence[str],
+              gallery_labels: Sequence[str], cols: np.ndarray, scores: np.ndarray) -> pd.DataFrame:
+    """What each query retrieved (:func:`recallk.score.neighbors.top_k`), one row per (query, rank):
+    ``image_id, label, rank`` (1-based), ``gallery_id, gallery_label, score`` (the exact cosine) and
+    ``is_positive``; sorted by image_id then rank."""
+    used = cols >= 0
+    q_rows, ranks = np.nonzero(used)
+    g_rows = cols[used]
+    q_ids, q_lab = np.asarray(query_ids, dtype=str), np.asarray(query_labels, dtype=str)
+    g_ids, g_lab = np.asarray(gallery_ids, dtype=str), np.asarray(gallery_labels, dtype=str)
+    frame = pd.DataFrame({"image_id": q_ids[q_rows], "label": q_lab[q_rows], "rank": ranks + 1,
+                          "gallery_id": g_ids[g_rows],
+                          "gallery_label": g_lab[g_rows], "score": scores[used].astype(np.float64),
+                          "is_positive": g_lab[g_rows] == q_lab[q_rows]})
+    return frame.sort_values(["image_id", "rank"], kind="stable").reset_index(drop=True)
+
+
+def confusions(neighbors: pd.DataFrame) -> pd.DataFrame:
+    """For each query label, the labels its queries retrieve first: ``label, retrieved_label, queries``
+    and ``share`` (of that label's queries with a retrieved item), most frequent first, ties by label."""
+    first = neighbors[neighbors["rank"] == 1]
+    counts = first.groupby(["label", "gallery_label"]).size().rename("queries").reset_index()
+    counts["share"] = counts["queries"] / counts.groupby("label")["queries"].transform("sum")
+    counts = counts.rename(columns={"gallery_label": "retrieved_label"})
+    counts["order"] = -counts["queries"]
+    counts = counts.sort_values(["label", "order", "retrieved_label"], kind="stable").drop(columns="order")
+    return counts.reset_index(drop=True)
 
 
 def compact_per_query(frame: pd.DataFrame) -> pd.DataFrame:
     """The per-query table kept in git beside the metrics (``metrics/per_query.csv``): each query's task
-    and metric values, what ``recallk compare`` needs, without the rank columns."""
+    and metric values, what ``recallk compare`` needs, without the rank and neighbour columns."""
     return frame[[c for c in frame.columns if c in TASK_COLUMNS or headline_key(c)]]
 
 

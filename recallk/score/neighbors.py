@@ -1,0 +1,102 @@
+"""What each query retrieved: its top K gallery items, exactly, in the ranking's tie order.
+
+For each query, the K most similar gallery items it may retrieve (not its own image,
+not an item sharing an ``exclude`` value), by the exact similarity of
+:func:`recallk.score.similarity.cosine_block`, ties broken by gallery index (smaller
+first): the order every metric is computed on. Blocked under ``max_memory_mb``:
+
+* a float32 product per block of queries gives each row's K-th largest value ``t``;
+* every item within ``2 tol`` of ``t`` (``tol``: the float32 product's proven error bound)
+  is a candidate: the exact top K is among them (each of the K float32 leaders is exactly
+  at least ``t - tol``, so the exact K-th value is too, and a true top-K item's float32
+  score is at least ``t - 2 tol``);
+* the candidates are re-scored exactly and sorted by (-similarity, gallery index).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from recallk.checks import check_exclude_pairs, check_inputs, check_memory, is_int
+from recallk.errors import InputError
+from recallk.score.ranking.engine import _codes, _exact_pairs
+from recallk.score.similarity import float32_dot_error_bound, l2_normalize
+
+#: Scratch per (query, gallery) cell of a block: the float32 product, its copy for the selection,
+#: and the exclusion mask.
+_BYTES_PER_CELL = 9
+
+
+def top_k(query_emb: Any, gallery_emb: Any, k: int, query_ids: Sequence[Any] | None = None,
+          gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
+          max_memory_mb: float = 512) -> tuple[np.ndarray, np.ndarray]:
+    """The top ``k`` gallery items of every query, exactly.
+
+    Parameters
+    ----------
+    query_emb : array-like of shape (n_queries, d)
+    gallery_emb : array-like of shape (n_gallery, d)
+    k : int
+        Items per query; fewer when a query may retrieve fewer items.
+    query_ids, gallery_ids : sequences, optional
+        Both or neither: a gallery item with the query's id (compared as text) is never retrieved.
+    exclude : sequence of (query values, gallery values)
+        A gallery item sharing the query's value in any pair is not retrieved (missing values never match).
+    max_memory_mb : float
+        Bound on the scratch of one block of queries.
+
+    Returns
+    -------
+    (columns, scores)
+        int64 ``(n_queries, k)`` gallery indices in rank order (-1 pads a query that may retrieve
+        fewer than ``k`` items) and their float32 exact similarities (NaN where padded).
+    """
+    q, g = check_inputs(query_emb, gallery_emb, np.zeros(len(query_emb)), np.zeros(len(gallery_emb)),
+                        query_ids, gallery_ids)
+    if not is_int(k) or k < 1:
+        raise InputError(f"`k` must be a positive integer. Got {k!r} instead.")
+    max_memory_mb = check_memory(max_memory_mb)
+    pairs = check_exclude_pairs(exclude, q.shape[0], g.shape[0])
+    qu, gu = l2_normalize(q), l2_normalize(g)
+    n, m = qu.shape[0], gu.shape[0]
+    k_eff = min(int(k), m)
+    own = np.full(n, -1, dtype=np.int64)
+    if query_ids is not None:
+        where = {str(i): j for j, i in enumerate(gallery_ids)}
+        own = np.array([where.get(str(i), -1) for i in query_ids], dtype=np.int64)
+    codes = [_codes(qv, gv, missing=True) for qv, gv in pairs]
+    tol = float32_dot_error_bound(qu.shape[1])
+    cols = np.full((n, k_eff), -1, dtype=np.int64)
+    scores = np.full((n, k_eff), np.nan, dtype=np.float32)
+    rows_per_block = max(1, int(max_memory_mb * 2**20 // (_BYTES_PER_CELL * m)))
+    for r0 in range(0, n, rows_per_block):
+        rows = np.arange(r0, min(r0 + rows_per_block, n))
+        sims = qu[rows] @ gu.T
+        blocked = np.zeros(sims.shape, dtype=bool)
+        inside = own[rows] >= 0
+        blocked[np.flatnonzero(inside), own[rows][inside]] = True
+        for qc, gc in codes:
+            blocked |= (gc[None, :] == qc[rows][:, None]) & (qc[rows][:, None] >= 0)
+        sims[blocked] = -np.inf
+        for i, row in enumerate(rows):
+            cols[row], scores[row] = _row_top(qu, gu, row, sims[i], k_eff, tol)
+    return cols, scores
+
+
+def _row_top(qu: np.ndarray, gu: np.ndarray, row: int, sims: np.ndarray, k: int,
+             tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """One query's exact top ``k`` (padded with -1 / NaN) from its float32 row ``sims`` (-inf: not retrievable)."""
+    allowed = np.isfinite(sims)
+    count = int(allowed.sum())
+    cols, out = np.full(k, -1, dtype=np.int64), np.full(k, np.nan, dtype=np.float32)
+    if count == 0:
+        return cols, out
+    take = min(k, count)
+    threshold = np.partition(sims, sims.size - take)[sims.size - take]  # the take-th largest float32 value
+    candidates = np.flatnonzero(allowed & (sims.astype(np.float64) >= float(threshold) - 2 * tol))  # in float64
+    exact = _exact_pairs(qu, gu, np.full(candidates.size, row), candidates)
+    order = np.lexsort((candidates, -exact))[:take]  # -similarity, then gallery index
+    cols[:take], out[:take] = candidates[order], exact[order]
+    return cols, out
