@@ -107,6 +107,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
             "seed": Param(0, _int(0)),
             "unit": Param("query", _choice("query", "label")),
         },
+        "failures": {"queries": Param(8, _int(0, 1000)), "k": Param(5, _int(0, 100))},
     },
 }
 

@@ -23,6 +23,9 @@ import pandas as pd
 from recallk.data import contract
 from recallk.errors import InputError
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)  # read the process umask once (setting it back at once)
+
 
 def write_all(writers: Sequence[tuple[str | os.PathLike, Callable[[Path], None]]]) -> None:
     """Write several outputs all or nothing: each ``writer(tmp)`` fills a temp file next to its
@@ -40,6 +43,7 @@ def write_all(writers: Sequence[tuple[str | os.PathLike, Callable[[Path], None]]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
                 os.close(fd)
+                os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600: give the output the user's usual mode
                 temps.append((Path(tmp), target))
                 writer(Path(tmp))
                 with open(tmp, "rb+") as fh:  # on disk before the rename: a crash never leaves an empty file

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import pandas as pd
+from PIL import Image
 
+from recallk import images
 from recallk.errors import InputError
 from recallk.score.report import format_report
 from recallk.score.suite import score_split
@@ -27,6 +29,7 @@ PATHS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.c
          "metrics": "metrics/recall.json", "per-class": "metrics/per_class.csv", "curve": "metrics/recall_curve.csv",
          "per-query": "data/scores/per_query.csv", "compact": "metrics/per_query.csv",
          "neighbors": "data/scores/neighbors.csv", "confusions": "metrics/confusions.csv",
+         "failures": "plots/failures.png",
          "skipped": "data/prepared/skipped.csv"}
 
 
@@ -39,9 +42,16 @@ def write_outputs(metrics: dict[str, Any], tables: dict[str, pd.DataFrame], path
     def table(name: str) -> Callable[[Path], None]:
         return lambda tmp: tables[name].to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")
 
+    sheet = tables.get("failures") or off_sheet()
     write_all([(paths[0], lambda tmp: tmp.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8",
                                                      newline="\n"))]
-              + [(path, table(name)) for path, name in zip(paths[1:], TABLES)])
+              + [(path, table(name)) for path, name in zip(paths[1:], TABLES)]
+              + [(paths[-1], lambda tmp: sheet.save(tmp, format="PNG"))])
+
+
+def off_sheet() -> Image.Image:
+    """The failure gallery's placeholder when ``score.failures.queries`` is 0 (DVC needs the file)."""
+    return Image.new("RGB", (1, 1), "white")
 
 
 def show(metrics_json: str) -> None:
@@ -61,12 +71,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                             flags={"show": "only print the report of an existing metrics file"})
     if args.show:
         return show(args.metrics)
-    outputs = [args.metrics] + [getattr(args, name) for name in TABLES]
+    outputs = [args.metrics] + [getattr(args, name) for name in TABLES] + [args.failures]
     remove_outputs(outputs)
     params = load_section("score", args.params)
     inputs = load_inputs(args.catalog, args.split, args.embeddings, args.ids, train=params["whiten"] == "pca")
+    paths = inputs.catalog["path"]
     metrics, tables = score_split(inputs.emb, inputs.row, inputs.catalog, queries=inputs.queries,
-                                  gallery=inputs.gallery, train=inputs.train, same_set=inputs.same_set, **params)
+                                  gallery=inputs.gallery, train=inputs.train, same_set=inputs.same_set,
+                                  load=lambda image_id: images.load(paths[image_id]), **params)
     if Path(args.skipped).is_file():  # written by split; absent only when scoring by hand
         metrics["num_skipped_images"] = len(read_input_csv(args.skipped, required=["path", "reason"]))
     tables["compact"] = compact_per_query(tables["per_query"])  # every metric per query, kept in git

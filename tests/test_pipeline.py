@@ -355,7 +355,6 @@ def test_dvc_yaml_stages_depend_on_their_code_and_params() -> None:
             extra = files - needed
             assert not extra, f"stage {name} lists code it does not import (needless re-runs): {sorted(extra)}"
         assert stage.get("params") == [name], f"stage {name} must depend on exactly its own params section"
-    assert "recallk/images.py" not in spec["stages"]["score"]["deps"], "an image-decoding change must not re-score"
 
     score_outs = spec["stages"]["score"]["outs"]
     assert {METRICS: {"cache": False}} in score_outs

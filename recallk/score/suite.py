@@ -8,16 +8,19 @@ the flat metrics and the tables (per-class, recall curve, per-query).
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
+from PIL import Image
 
 from recallk.checks import check_exclude_columns
 from recallk.errors import InputError
+from recallk.score import gallery as failure_gallery
 from recallk.score import tables
 from recallk.score.metrics import metric_keys, rank, summarize
 from recallk.score.neighbors import top_k
+from recallk.score.similarity import cosine_block, l2_normalize
 from recallk.score.whitening import pca_whitening
 
 log = logging.getLogger(__name__)
@@ -28,7 +31,9 @@ CURVE_K = 20
 
 def score_split(emb: np.ndarray, row: pd.Series, catalog: pd.DataFrame, *, queries: np.ndarray, gallery: np.ndarray,
                 train: np.ndarray, same_set: bool, ks: Sequence[int], metrics: Sequence[str], max_memory_mb: float,
-                backend: str, exclude_same: Sequence[str], whiten: str, bootstrap: dict[str, Any]) -> tuple[dict[str, Any], dict[str, pd.DataFrame]]:
+                backend: str, exclude_same: Sequence[str], whiten: str, bootstrap: dict[str, Any],
+                failures: dict[str, int] | None = None, load: Callable[[str], Image.Image] | None = None,
+                ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Score ``queries`` against ``gallery``; return the flat metrics and the tables.
 
     Parameters
@@ -43,8 +48,10 @@ def score_split(emb: np.ndarray, row: pd.Series, catalog: pd.DataFrame, *, queri
         ``train`` is only used by ``whiten: pca`` (the fit never sees the eval images).
     same_set : bool
         The queries are the gallery, row for row (leave-one-out), from the split protocol.
-    ks, metrics, max_memory_mb, backend, exclude_same, whiten, bootstrap
+    ks, metrics, max_memory_mb, backend, exclude_same, whiten, bootstrap, failures
         The ``score`` params (see the README).
+    load : callable, optional
+        ``load(image_id) -> PIL image``; with ``failures.queries > 0`` the failure gallery is drawn.
 
     Returns
     -------
@@ -80,9 +87,40 @@ def score_split(emb: np.ndarray, row: pd.Series, catalog: pd.DataFrame, *, queri
     out.update(tables.bootstrap_ci({k: values[k] for k in keys}, **bootstrap, labels=q_labels))
     out.update({k: v for k, v in summary.items() if k not in out})
     out.update(num_gallery=int(g_emb.shape[0]), embedding_dim=int(g_emb.shape[1]))
-    cols, scores = top_k(q_emb, g_emb, max(ks), queries, gallery, exclude, max_memory_mb)
+    failures = failures or {"queries": 0, "k": 0}
+    cols, scores = top_k(q_emb, g_emb, max(max(ks), failures["k"]), queries, gallery, exclude, max_memory_mb)
     neighbors = tables.neighbors(queries, q_labels, gallery, g_labels, cols, scores)
     frames = {"per_class": table, "curve": tables.recall_curve(ranking, max(max(ks), CURVE_K)),
               "per_query": tables.per_query(queries, q_labels, ranking, values, neighbors),
-              "neighbors": neighbors, "confusions": tables.confusions(neighbors)}
+              "neighbors": neighbors[neighbors["rank"] <= max(ks)].reset_index(drop=True),
+              "confusions": tables.confusions(neighbors)}
+    if failures["queries"] and load is not None:
+        frames["failures"] = _failure_sheet(frames["per_query"], neighbors, failures, q_emb, g_emb, queries,
+                                            gallery, g_labels, exclude, load)
     return out, frames
+
+
+def _failure_sheet(per_query: pd.DataFrame, neighbors: pd.DataFrame, failures: dict[str, int], q_emb: np.ndarray,
+                   g_emb: np.ndarray, queries: np.ndarray, gallery: np.ndarray, g_labels: np.ndarray,
+                   exclude: list, load: Callable[[str], Image.Image]) -> Image.Image:
+    """The failure gallery (:mod:`recallk.score.gallery`) of the ``failures["queries"]`` worst queries."""
+    row_of = {qid: i for i, qid in enumerate(queries)}
+    g_unit, g_labels = l2_normalize(g_emb), np.asarray(g_labels, dtype=str)
+    rows = []
+    for _, query in failure_gallery.worst_queries(per_query, failures["queries"]).iterrows():
+        qid, i = query["image_id"], row_of[query["image_id"]]
+        mine = neighbors[neighbors["image_id"] == qid].head(failures["k"])
+        # the first positive, by the ranking's rule: exact cosine, ties by gallery index
+        sims = cosine_block(l2_normalize(q_emb[i:i + 1]), g_unit.T)[0]
+        allowed = (gallery != qid) & (g_labels == str(query["label"]))
+        for q_values, g_values in exclude:
+            value = q_values[i]
+            if value is not None and value == value and value != "":
+                allowed &= np.asarray(g_values, dtype=object) != value
+        positives = np.flatnonzero(allowed)
+        best = positives[np.lexsort((positives, -sims[positives]))[0]]
+        rows.append({"query": (qid, query["label"]),
+                     "retrieved": list(zip(mine["gallery_id"], mine["gallery_label"], mine["score"],
+                                           mine["is_positive"])),
+                     "first": (gallery[best], int(query["first_positive_rank"]), float(sims[best]))})
+    return failure_gallery.draw(rows, load)

@@ -1,0 +1,67 @@
+"""The failure gallery: which queries, what each tile shows, byte-identical on re-run, and the stage's PNG."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pandas as pd
+import pytest
+import yaml
+from PIL import Image
+
+from recallk.score import gallery
+from conftest import run_module
+
+
+@pytest.mark.parametrize("rows, want", [
+    # lowest ap@r first; equal ap@r: the deeper first positive first; then image_id
+    ({"a": (0.5, 1), "b": (0.2, 1), "c": (0.2, 4), "d": (0.9, 1)}, ["c", "b", "a"]),
+    # a query without a positive (no rank) never appears
+    ({"a": (None, None), "b": (0.1, 2), "c": (0.1, 2)}, ["b", "c"]),
+])
+def test_worst_queries(rows, want):
+    frame = pd.DataFrame({"image_id": list(rows), "label": "x",
+                          "ap@r": [v[0] for v in rows.values()],
+                          "first_positive_rank": pd.array([v[1] for v in rows.values()], dtype="Int64")})
+    assert gallery.worst_queries(frame, 3)["image_id"].tolist() == want
+
+
+def _solid(colour):
+    return lambda image_id: Image.new("RGB", (10, 20), colour)
+
+
+def test_tiles_are_framed_by_what_they_are_and_drawing_is_deterministic():
+    rows = [{"query": ("q1", "cat"), "retrieved": [("g1", "cat", 0.9, True), ("g2", "dog", 0.8, False)],
+             "first": ("g1", 1, 0.9)}]
+    sheet = gallery.draw(rows, _solid((200, 200, 200)))
+    step = gallery.THUMB + 2 * gallery.FRAME + gallery.GAP
+    top = gallery.GAP + 1  # inside each tile's frame, above the thumbnail
+    frames = [sheet.getpixel((gallery.GAP + x * step + 1, top)) for x in range(4)]
+    assert frames == [gallery.COLOURS[k] for k in ("query", "hit", "miss", "first")]
+    assert sheet.size == (4 * step + gallery.GAP, step + gallery.CAPTION + gallery.GAP)
+    again = gallery.draw(rows, _solid((200, 200, 200)))
+    assert again.tobytes() == sheet.tobytes()
+
+
+def _stage(project, **failures):
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["score"]["failures"].update(failures)
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    for stage in ("split", "encode", "score"):
+        proc = run_module(f"stages.{stage}", cwd=project)
+        assert proc.returncode == 0, proc.stderr
+    return Image.open(project / "plots/failures.png"), (project / "plots/failures.png").read_bytes()
+
+
+def test_the_score_stage_draws_the_worst_queries_byte_identically(project):
+    image, first = _stage(project, queries=3, k=4)
+    step = gallery.THUMB + 2 * gallery.FRAME + gallery.GAP
+    assert image.size == (6 * step + gallery.GAP, 3 * (step + gallery.CAPTION) + gallery.GAP)  # 3 rows of 1+4+1
+    proc = run_module("stages.score", cwd=project)
+    assert proc.returncode == 0
+    assert hashlib.sha256((project / "plots/failures.png").read_bytes()).digest() == hashlib.sha256(first).digest()
+
+
+def test_zero_queries_turns_the_gallery_off(project):
+    image, _ = _stage(project, queries=0)
+    assert image.size == (1, 1)
