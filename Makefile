@@ -24,9 +24,9 @@ $(VENV)/.installed-test: $(VENV)/.installed
 
 venv: $(VENV)/.installed
 
+# The report block is printed once, by --show, whether score ran now or was up to date.
 repro: $(VENV)/.installed
-	$(BIN)/dvc repro
-	@echo
+	RECALLK_NO_REPORT=1 $(BIN)/dvc repro --quiet
 	@$(BIN)/python -m stages.score --show
 
 test: $(VENV)/.installed-test

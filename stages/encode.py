@@ -1,8 +1,9 @@
 """Stage ``encode``: embed every catalog image once with the chosen backbone.
 
 argv -> the ``encode`` section of params.yaml -> :func:`recallk.encode.embed.embed`
--> float32 embeddings (``.npy``, one row per catalog row, in catalog order) and the
-aligned image ids (``.npy`` of strings), both or neither.
+-> float32 embeddings (``.npy``, one row per catalog row, in catalog order), the aligned
+image ids (``.npy`` of strings) and what made them (``provenance.json``: backbone and
+fingerprint), all or none.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import numpy as np
 
 from recallk.encode.embed import embed
 from stages.params import load_section
-from stages.runner import parse_stage_args, read_catalog, remove_outputs, run_stage, write_all
+from stages.runner import json_file, parse_stage_args, read_catalog, remove_outputs, run_stage, write_all
 
 PATHS = {"catalog": "data/prepared/catalog.csv", "embeddings": "data/embeddings/embeddings.npy",
-         "ids": "data/embeddings/ids.npy"}
+         "ids": "data/embeddings/ids.npy", "provenance": "data/embeddings/provenance.json"}
 
 
 def npy(array: np.ndarray) -> Callable[[Path], None]:
@@ -30,12 +31,12 @@ def npy(array: np.ndarray) -> Callable[[Path], None]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_stage_args(argv, "Embed every catalog image.", PATHS)
-    remove_outputs([args.embeddings, args.ids])
+    remove_outputs([args.embeddings, args.ids, args.provenance])
     params = load_section("encode", args.params)
     catalog = read_catalog(args.catalog)
-    emb = embed(catalog, **params)
+    emb, provenance = embed(catalog, **params)
     ids = np.asarray(catalog["image_id"].tolist(), dtype=str)
-    write_all([(args.embeddings, npy(emb)), (args.ids, npy(ids))])
+    write_all([(args.embeddings, npy(emb)), (args.ids, npy(ids)), (args.provenance, json_file(provenance))])
 
 
 if __name__ == "__main__":

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import sqlite3
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
@@ -62,6 +63,11 @@ def write_all(writers: Sequence[tuple[str | os.PathLike, Callable[[Path], None]]
         for tmp, _ in temps:
             if tmp.exists():
                 tmp.unlink()
+
+
+def json_file(data: Any) -> Callable[[Path], None]:
+    """A writer of ``data`` as indented UTF-8 JSON (a trailing newline) for :func:`write_all`."""
+    return lambda tmp: tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8", newline="\n")
 
 
 def read_input_csv(path: str | os.PathLike, required: Sequence[str] = (), **kwargs) -> pd.DataFrame:

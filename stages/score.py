@@ -9,6 +9,7 @@ stdout. ``--show`` prints the report of an existing metrics file.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -17,11 +18,13 @@ from PIL import Image
 
 from recallk import images
 from recallk.errors import InputError
-from recallk.score.report import format_report
+from recallk.score import html
+from recallk.score.metrics import metric_keys
+from recallk.score.report import format_report, provenance
 from recallk.score.suite import score_split
 from recallk.score.tables import compact_per_query
 from stages.params import load_section
-from stages.runner import parse_stage_args, read_input_csv, remove_outputs, run_stage, write_all
+from stages.runner import json_file, parse_stage_args, read_input_csv, remove_outputs, run_stage, write_all
 from stages.score_inputs import load_inputs
 
 PATHS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.csv",
@@ -29,24 +32,17 @@ PATHS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.c
          "metrics": "metrics/recall.json", "per-class": "metrics/per_class.csv", "curve": "metrics/recall_curve.csv",
          "per-query": "data/scores/per_query.csv", "compact": "metrics/per_query.csv",
          "neighbors": "data/scores/neighbors.csv", "confusions": "metrics/confusions.csv",
-         "failures": "plots/failures.png",
+         "failures": "plots/failures.png", "report": "reports/index.html",
+         "split-provenance": "data/prepared/provenance.json", "encode-provenance": "data/embeddings/provenance.json",
          "skipped": "data/prepared/skipped.csv"}
 
 
-#: The tables, in the order of their paths after the metrics JSON.
+#: The tables written as CSV, by their argument name.
 TABLES = ("per_class", "curve", "per_query", "compact", "neighbors", "confusions")
 
 
-def write_outputs(metrics: dict[str, Any], tables: dict[str, pd.DataFrame], paths: Sequence[str]) -> None:
-    """Write the metrics JSON and the tables to temp files, then rename all: all or nothing."""
-    def table(name: str) -> Callable[[Path], None]:
-        return lambda tmp: tables[name].to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")
-
-    sheet = tables.get("failures") or off_sheet()
-    write_all([(paths[0], lambda tmp: tmp.write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8",
-                                                     newline="\n"))]
-              + [(path, table(name)) for path, name in zip(paths[1:], TABLES)]
-              + [(paths[-1], lambda tmp: sheet.save(tmp, format="PNG"))])
+def csv_file(frame: pd.DataFrame) -> Callable[[Path], None]:
+    return lambda tmp: frame.to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")
 
 
 def off_sheet() -> Image.Image:
@@ -54,12 +50,23 @@ def off_sheet() -> Image.Image:
     return Image.new("RGB", (1, 1), "white")
 
 
-def show(metrics_json: str) -> None:
+def read_provenance(path: str) -> dict | None:
+    """An earlier stage's provenance.json, or None when it is absent (stages run by hand)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path} is not readable JSON ({exc}); re-run the stage that writes it "
+                         "(`dvc repro -f`).") from None
+
+
+def show(metrics_json: str, evaluated: dict) -> None:
     """Print the report block of an existing metrics file."""
     if not Path(metrics_json).is_file():
         raise InputError(f"{metrics_json} not found; run `make repro` first.")
     try:
-        text = format_report(json.loads(Path(metrics_json).read_text(encoding="utf-8")))
+        text = format_report(json.loads(Path(metrics_json).read_text(encoding="utf-8")), evaluated)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not JSON, or not this stage's metrics
         raise InputError(f"{metrics_json} is not a metrics file written by this stage ({type(exc).__name__}: "
                          f"{exc}); re-create it with `dvc repro score`.") from None
@@ -69,11 +76,12 @@ def show(metrics_json: str) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_stage_args(argv, "Score the metric suite and write the metrics, tables and curve.", PATHS,
                             flags={"show": "only print the report of an existing metrics file"})
-    if args.show:
-        return show(args.metrics)
-    outputs = [args.metrics] + [getattr(args, name) for name in TABLES] + [args.failures]
-    remove_outputs(outputs)
     params = load_section("score", args.params)
+    evaluated = provenance(read_provenance(args.split_provenance), read_provenance(args.encode_provenance), params)
+    if args.show:
+        return show(args.metrics, evaluated)
+    outputs = [args.metrics] + [getattr(args, name) for name in TABLES] + [args.failures, args.report]
+    remove_outputs(outputs)
     inputs = load_inputs(args.catalog, args.split, args.embeddings, args.ids, train=params["whiten"] == "pca")
     paths = inputs.catalog["path"]
     metrics, tables = score_split(inputs.emb, inputs.row, inputs.catalog, queries=inputs.queries,
@@ -82,8 +90,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     if Path(args.skipped).is_file():  # written by split; absent only when scoring by hand
         metrics["num_skipped_images"] = len(read_input_csv(args.skipped, required=["path", "reason"]))
     tables["compact"] = compact_per_query(tables["per_query"])  # every metric per query, kept in git
-    write_outputs(metrics, tables, outputs)
-    print(format_report(metrics))
+    sheet = tables.get("failures")
+    page = html.page(metrics, metric_keys(params["metrics"], params["ks"]), evaluated, tables["curve_band"],
+                     tables["per_class"], sheet)
+    write_all([(args.metrics, json_file(metrics))] + [(getattr(args, name), csv_file(tables[name])) for name in TABLES]
+              + [(args.failures, lambda tmp: (sheet or off_sheet()).save(tmp, format="PNG")),
+                 (args.report, lambda tmp: tmp.write_text(page, encoding="utf-8", newline="\n"))])
+    if not os.environ.get("RECALLK_NO_REPORT"):  # `make repro` prints it once, with --show
+        print(format_report(metrics, evaluated))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Stage ``split``: the image catalog and the split assignment, checked by the data contracts.
 
 argv -> the ``split`` section of params.yaml -> :func:`recallk.data.prepare.prepare`
--> the catalog, the split and the skipped-images CSVs (all or none).
+-> the catalog, the split and the skipped-images CSVs, and what they describe
+(``provenance.json``: data root, strategy, protocol, counts), all or none.
 """
 
 from __future__ import annotations
@@ -14,27 +15,32 @@ import pandas as pd
 from recallk.data.prepare import prepare
 from recallk.data.splitting import SPLITS
 from stages.params import load_section
-from stages.runner import parse_stage_args, remove_outputs, run_stage, write_all
+from stages.runner import json_file, parse_stage_args, remove_outputs, run_stage, write_all
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("stages.split" if __name__ == "__main__" else __name__)
 
 PATHS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.csv",
-         "skipped": "data/prepared/skipped.csv"}
+         "skipped": "data/prepared/skipped.csv", "provenance": "data/prepared/provenance.json"}
 
 
-def write_outputs(frames: Sequence[pd.DataFrame], paths: Sequence[str]) -> None:
-    """Write the CSVs to temp files, then rename them all: never one without the others."""
+def write_outputs(frames: Sequence[pd.DataFrame], paths: Sequence[str], provenance: dict | None = None) -> None:
+    """Write the CSVs (and the provenance JSON, after them) to temp files, then rename them all:
+    never one without the others."""
     write_all([(path, lambda tmp, f=frame: f.to_csv(tmp, index=False, lineterminator="\n"))
-               for frame, path in zip(frames, paths)])
+               for frame, path in zip(frames, paths)]
+              + ([(paths[len(frames)], json_file(provenance))] if provenance is not None else []))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_stage_args(argv, "Build the image catalog and the split assignment.", PATHS)
-    outputs = [args.catalog, args.split, args.skipped]
+    outputs = [args.catalog, args.split, args.skipped, args.provenance]
     remove_outputs(outputs)
     params = load_section("split", args.params)
     cat, split, skipped = prepare(**params)
-    write_outputs([cat, split, skipped], outputs)
+    provenance = {"data_root": params["data_root"], "manifest": params["csv"], "strategy": params["strategy"],
+                  "protocol": params["protocol"], "seed": params["seed"], "num_images": len(cat),
+                  "num_labels": int(cat["label"].nunique()), "num_skipped_images": len(skipped)}
+    write_outputs([cat, split, skipped], outputs, provenance)
     if len(skipped):
         log.warning("the %d skipped images and their reasons are listed in %s", len(skipped), args.skipped)
     counts = split["split"].value_counts()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Any
 
@@ -17,7 +18,7 @@ log = logging.getLogger(__name__)
 
 
 def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers: int,
-          **backbone_options: Any) -> np.ndarray:
+          **backbone_options: Any) -> tuple[np.ndarray, dict[str, Any]]:
     """Embeddings of the catalog's images in catalog order, for the ``encode`` params.
 
     Parameters
@@ -33,20 +34,35 @@ def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers:
 
     Returns
     -------
-    float32 array of shape (n_images, dim)
-        Images already encoded by the same backbone (same fingerprint, same sha256)
-        come from the embedding cache (:mod:`recallk.encode.cache`).
+    (embeddings, provenance)
+        float32 array of shape (n_images, dim): images already encoded by the same backbone
+        (same fingerprint, same sha256) come from the embedding cache (:mod:`recallk.encode.cache`);
+        and what made them: ``backbone``, ``fingerprint`` (for ``precomputed``: the file and its
+        sha256), ``embedding_dim``, ``num_images``.
     """
     if backbone == precomputed.NAME:
         opts = backbone_options[precomputed.NAME]
         ids, emb = precomputed.read_precomputed(opts.get("path"), opts.get("ids"))
         out = precomputed.align(ids, emb, catalog["image_id"].tolist(), source=str(opts.get("path")))
         log.info("loaded %d precomputed embeddings (dim %d)", len(out), out.shape[1])
-        return out
+        return out, _provenance(backbone, f"{opts.get('path')} sha256 {_sha256(opts.get('path'))[:16]}", out)
     model = get_backbone(backbone, backbone_options.get(backbone))
     with EmbeddingCache(default_path(), model.fingerprint) as cache:
         out, n_encoded, n_cached = encode_catalog(catalog, model, batch_size=batch_size,
                                                   num_workers=num_workers, cache=cache)
     log.info("%s (fingerprint %s, dim %d): encoded %d images, served %d from the cache (%s)", model.name,
              model.fingerprint, out.shape[1], n_encoded, n_cached, cache.path)
-    return out
+    return out, _provenance(model.name, model.fingerprint, out)
+
+
+def _provenance(backbone: str, fingerprint: str, emb: np.ndarray) -> dict[str, Any]:
+    return {"backbone": backbone, "fingerprint": fingerprint, "embedding_dim": int(emb.shape[1]),
+            "num_images": int(emb.shape[0])}
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -11,8 +11,28 @@ def format_float(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{x:.4f}"
 
 
-def format_report(metrics: dict[str, Any]) -> str:
-    """The seed's report block for a metrics dict, extended with the other metrics.
+def provenance(split: dict[str, Any] | None, encode: dict[str, Any] | None, score: dict[str, Any]) -> dict[str, str]:
+    """What was evaluated, one line each: the backbone and its fingerprint, the data, the split and
+    the score settings; ``split`` / ``encode`` are those stages' ``provenance.json`` (None: unknown)."""
+    out: dict[str, str] = {}
+    if encode:
+        out["backbone"] = f"{encode['backbone']} (fingerprint {encode['fingerprint']}, dim {encode['embedding_dim']})"
+    if split:
+        manifest = f", manifest {split['manifest']}" if split.get("manifest") else ""
+        out["data"] = (f"{split['data_root']}{manifest}: {split['num_images']} images, {split['num_labels']} labels, "
+                       f"{split['num_skipped_images']} skipped")
+        out["split"] = f"{split['strategy']}, {split['protocol']}, seed {split['seed']}"
+    boot = score["bootstrap"]
+    intervals = (f"{boot['resamples']} bootstrap resamples by {boot['unit']}, {boot['confidence']:.0%}"
+                 if boot["resamples"] else "off")
+    out["scoring"] = (f"exclude_same {list(score['exclude_same'])}, whiten {score['whiten']}, "
+                      f"backend {score['backend']}, intervals {intervals}")
+    return out
+
+
+def format_report(metrics: dict[str, Any], evaluated: dict[str, str] | None = None) -> str:
+    """The report block for a metrics dict: what was evaluated (``evaluated``, from :func:`provenance`),
+    the counts, then each metric.
 
     Each metric line shows the mean, then its bootstrap interval and class mean
     when the dict has them; ``tie_sensitive@K`` counts follow the recall lines.
@@ -29,7 +49,10 @@ def format_report(metrics: dict[str, Any]) -> str:
             text += f"  class mean {format_float(metrics[key + '_class_mean'])}"
         return text
 
-    lines = ["[evaluation]",
+    lines = []
+    if evaluated:
+        lines += ["[evaluated]"] + [f"  {(k + ':').ljust(14)} {v}" for k, v in evaluated.items()] + [""]
+    lines += ["[evaluation]",
              f"  num queries:   {metrics['num_queries']}",
              f"  num excluded:  {metrics['num_excluded_queries']}",
              f"  num gallery:   {metrics['num_gallery']}",

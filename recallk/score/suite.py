@@ -90,7 +90,9 @@ def score_split(emb: np.ndarray, row: pd.Series, catalog: pd.DataFrame, *, queri
     failures = failures or {"queries": 0, "k": 0}
     cols, scores = top_k(q_emb, g_emb, max(max(ks), failures["k"]), queries, gallery, exclude, max_memory_mb)
     neighbors = tables.neighbors(queries, q_labels, gallery, g_labels, cols, scores)
-    frames = {"per_class": table, "curve": tables.recall_curve(ranking, max(max(ks), CURVE_K)),
+    curve = tables.recall_curve(ranking, max(max(ks), CURVE_K))
+    frames = {"per_class": table, "curve": curve,
+              "curve_band": tables.curve_band(ranking, curve, **bootstrap, labels=q_labels),
               "per_query": tables.per_query(queries, q_labels, ranking, values, neighbors),
               "neighbors": neighbors[neighbors["rank"] <= max(ks)].reset_index(drop=True),
               "confusions": tables.confusions(neighbors)}

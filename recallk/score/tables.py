@@ -145,3 +145,17 @@ def recall_curve(ranking: Ranking, k_max: int) -> pd.DataFrame:
     top = int(min(k_max, ranking.n_retrievable.max(initial=1)))
     hits = np.cumsum(np.bincount(first[first < top], minlength=top))
     return pd.DataFrame({"k": np.arange(1, top + 1), "recall": hits / max(first.size, 1)})
+
+
+def curve_band(ranking: Ranking, curve: pd.DataFrame, resamples: int, confidence: float, seed: int,
+               unit: str = "query", labels: Sequence[str] | None = None) -> pd.DataFrame:
+    """The recall@K curve with a bootstrap interval per k (``k, recall, ci_low, ci_high``), the same
+    resamples as :func:`bootstrap_ci`; without resamples the band is the curve itself."""
+    first = ranking.first_rank.astype(np.float64)
+    first[ranking.n_positives == 0] = np.nan
+    values = {int(k): np.where(np.isnan(first), np.nan, (first < k).astype(np.float64)) for k in curve["k"]}
+    ci = bootstrap_ci(values, resamples, confidence, seed, unit, labels)
+    band = curve.copy()
+    band["ci_low"] = [ci.get(f"{k}_ci_low", r) for k, r in zip(curve["k"], curve["recall"])]
+    band["ci_high"] = [ci.get(f"{k}_ci_high", r) for k, r in zip(curve["k"], curve["recall"])]
+    return band

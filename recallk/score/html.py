@@ -1,0 +1,84 @@
+"""``reports/index.html``: one self-contained page of a score run (no CDN, nothing fetched).
+
+It shows what was evaluated (the provenance), the headline metrics with their intervals and
+class means, the recall@K curve as inline SVG with its interval band and the y axis from 0,
+the per-class table and the failure gallery as an embedded PNG. Same inputs, same bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+from typing import Any
+
+import pandas as pd
+from PIL import Image
+
+STYLE = ("body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;"
+         "margin:1em 0}td,th{padding:2px 10px;text-align:right;border-bottom:1px solid #ddd}td:first-child,"
+         "th:first-child{text-align:left}h1{font-size:20px}h2{font-size:16px;margin-top:2em}"
+         "dt{font-weight:600;float:left;width:11em}dd{margin-left:12em}")
+
+
+def _number(x: Any) -> str:
+    return "n/a" if isinstance(x, float) and math.isnan(x) else (f"{x:.4f}" if isinstance(x, float) else str(x))
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_number(c))}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def curve_svg(curve: pd.DataFrame, width: int = 560, height: int = 300) -> str:
+    """The recall@K curve (``k, recall, ci_low, ci_high``) as SVG: a line, its interval band, y from 0 to 1."""
+    left, right, top, bottom = 48, 16, 12, 36
+    ks = curve["k"].tolist()
+    k_max = max(max(ks), 2)
+
+    def x(k: float) -> float:
+        return left + (k - 1) / (k_max - 1) * (width - left - right)
+
+    def y(v: float) -> float:
+        return top + (1.0 - v) * (height - top - bottom)
+
+    line = " ".join(f"{x(k):.1f},{y(v):.1f}" for k, v in zip(ks, curve["recall"]))
+    band = (" ".join(f"{x(k):.1f},{y(v):.1f}" for k, v in zip(ks, curve["ci_high"]))
+            + " " + " ".join(f"{x(k):.1f},{y(v):.1f}" for k, v in zip(ks[::-1], curve["ci_low"][::-1])))
+    ticks = "".join(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.1f}</text>'
+                    f'<line x1="{left}" x2="{width - right}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#eee"/>'
+                    for v in (0.0, 0.25, 0.5, 0.75, 1.0))
+    kticks = "".join(f'<text x="{x(k):.1f}" y="{height - bottom + 16}" text-anchor="middle">{k}</text>'
+                     for k in ks if k in (1, k_max) or k % 5 == 0)
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-size="11" '
+            f'role="img" aria-label="recall@K curve">{ticks}{kticks}'
+            f'<polygon points="{band}" fill="#1f77b4" fill-opacity="0.2"/>'
+            f'<polyline points="{line}" fill="none" stroke="#1f77b4" stroke-width="2"/>'
+            f'<text x="{(left + width - right) / 2:.0f}" y="{height - 4}" text-anchor="middle">K</text></svg>')
+
+
+def png_data_uri(image: Image.Image) -> str:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def page(metrics: dict[str, Any], keys: list[str], provenance: dict[str, Any], curve: pd.DataFrame,
+         per_class: pd.DataFrame, failures: Image.Image | None) -> str:
+    """The whole page as one string."""
+    facts = "".join(f"<dt>{html.escape(str(k))}</dt><dd>{html.escape(str(v))}</dd>" for k, v in provenance.items())
+    headline = _table(["metric", "value", "interval", "class mean"],
+                      [[k, metrics[k], (f"[{metrics[k + '_ci_low']:.4f}, {metrics[k + '_ci_high']:.4f}]"
+                                        if k + "_ci_low" in metrics else ""), metrics.get(k + "_class_mean", "")]
+                       for k in keys])
+    counts = _table(["count", "value"], [[k, metrics[k]] for k in ("num_queries", "num_excluded_queries",
+                                                                   "num_gallery", "embedding_dim") if k in metrics])
+    classes = _table(list(per_class.columns), per_class.values.tolist())
+    gallery = (f'<img alt="failure gallery" src="{png_data_uri(failures)}">' if failures is not None
+               else "<p>off (score.failures.queries: 0)</p>")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Recall@K report</title>"
+            f"<style>{STYLE}</style></head><body><h1>Recall@K report</h1><h2>What was evaluated</h2>"
+            f"<dl>{facts}</dl><h2>Metrics</h2>{headline}{counts}<h2>recall@K</h2>{curve_svg(curve)}"
+            f"<h2>Per class</h2>{classes}<h2>Failure gallery</h2>{gallery}</body></html>\n")
