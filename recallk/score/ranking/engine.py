@@ -41,14 +41,12 @@ import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
-from recallk.checks import is_missing
-from recallk.errors import InputError
-from recallk.score.similarity import float32_dot_error_bound, l2_normalize
+from recallk.score.ranking.problem import Problem
 
 #: Exact tiles (every positive), per tile cell and thread: the float64 product, its float32 rounding (sorted
 #: in place), the leave-one-out transposed copy and (with exclusion columns) the exclusion masks' booleans.
@@ -111,88 +109,7 @@ class Ranking:
         return np.where(has, self.ranks[np.minimum(self.offsets[:-1], self.ranks.size - 1)], -1)
 
 
-def _codes(*columns: Any, missing: bool = False) -> list[np.ndarray]:
-    """Joint integer codes of label-like columns compared as strings; with ``missing``, None/NaN/"" is -1."""
-    arrays = [np.asarray(c, dtype=object).reshape(-1) for c in columns]
-    text = np.concatenate([a.astype(str) for a in arrays])
-    _, codes = np.unique(text, return_inverse=True)
-    if missing:
-        gone = np.concatenate([np.array([is_missing(v) for v in a], dtype=bool) for a in arrays])
-        codes = np.where(gone, -1, codes)
-    out, start = [], 0
-    for a in arrays:
-        out.append(codes[start:start + len(a)].astype(np.int64))
-        start += len(a)
-    return out
-
-
-@dataclass
-class _Problem:
-    q: np.ndarray            # (n, d) unit float32 queries
-    gp: np.ndarray           # (m, d) unit float32 gallery, sorted by label
-    gindex: np.ndarray       # (m,) gallery index of each sorted column (tie rule)
-    lo: np.ndarray           # (n,) query i's label occupies columns lo[i]:hi[i]
-    hi: np.ndarray
-    self_col: np.ndarray     # (n,) sorted column of the query's own image or -1
-    groups: list[tuple[np.ndarray, list[np.ndarray], np.ndarray]]  # query codes, columns per code, column codes
-    tol: float               # |fast float32 product - exact similarity| <= tol
-
-    def excluded(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
-        """Boolean (len(rows), c1 - c0): the cells of columns [c0, c1) each query may not retrieve
-        (its own image, and items sharing a value of an exclusion column)."""
-        out = np.zeros((len(rows), c1 - c0), dtype=bool)
-        out[self._own(rows, c0, c1)] = True
-        for q_code, _, g_code in self.groups:
-            qc = q_code[rows][:, None]
-            out |= (g_code[c0:c1][None, :] == qc) & (qc >= 0)
-        return out
-
-    def _own(self, rows: np.ndarray, c0: int, c1: int) -> tuple[np.ndarray, np.ndarray]:
-        """(row, column) cells of each query's own image among columns [c0, c1)."""
-        own = self.self_col[rows]
-        inside = (own >= c0) & (own < c1)
-        return np.flatnonzero(inside), own[inside] - c0
-
-    def mask(self, block: np.ndarray, rows: np.ndarray, c0: int, c1: int) -> None:
-        """Set the positive and excluded cells of ``block`` (rows x [c0, c1)) to -inf."""
-        lo, hi = np.maximum(self.lo[rows], c0) - c0, np.minimum(self.hi[rows], c1) - c0
-        starts = np.flatnonzero(np.r_[True, (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])]) if rows.size else []
-        for k0, k1 in zip(starts, np.r_[starts[1:], rows.size]):  # runs of rows of one label (rows come sorted)
-            if lo[k0] < hi[k0]:
-                block[k0:k1, lo[k0]:hi[k0]] = -np.inf
-        if self.groups:
-            block[self.excluded(rows, c0, c1)] = -np.inf
-        else:  # only the own images: no block-sized boolean mask
-            block[self._own(rows, c0, c1)] = -np.inf
-
-
-def _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude):
-    q_codes, g_codes = _codes(query_labels, gallery_labels)
-    order = np.argsort(g_codes, kind="stable")
-    q, gp = l2_normalize(query_emb), l2_normalize(gallery_emb, rows=order)  # gallery sorted by label
-    n, m = q.shape[0], gp.shape[0]
-    column = np.empty(m, dtype=np.int64)
-    column[order] = np.arange(m)
-    gp_codes = g_codes[order]
-    lo, hi = np.searchsorted(gp_codes, q_codes, "left"), np.searchsorted(gp_codes, q_codes, "right")
-    self_col = np.full(n, -1, dtype=np.int64)
-    if query_ids is not None and gallery_ids is not None:
-        where = {str(gid): j for j, gid in enumerate(gallery_ids)}  # compared as text, like the labels (unique)
-        own = np.array([where.get(str(qid), -1) for qid in query_ids], dtype=np.int64)
-        self_col = np.where(own >= 0, column[np.maximum(own, 0)], -1)
-    groups = []
-    for q_group, g_group in exclude:
-        qc, gc = _codes(q_group, g_group, missing=True)
-        gcs = gc[order]
-        by_code = np.argsort(gcs, kind="stable")
-        bounds = np.searchsorted(gcs[by_code], np.arange(int(max(qc.max(initial=-1), gc.max(initial=-1))) + 2))
-        cols = [np.sort(by_code[bounds[c]:bounds[c + 1]]) for c in range(len(bounds) - 1)]
-        groups.append((qc, cols, gcs))
-    problem = _Problem(q, gp, order, lo, hi, self_col, groups, float32_dot_error_bound(q.shape[1]))
-    return problem
-
-
-def _positives(p: _Problem, max_memory_mb: float, first_only: bool = False):
+def _positives(p: Problem, max_memory_mb: float, first_only: bool = False):
     """Exact similarities of every query's positives, sorted by (-similarity, gallery index), as CSR
     (offsets, values, columns), plus each query's number of positives and of positives tied
     exactly with its best one, minus one.
@@ -239,7 +156,7 @@ def _positives(p: _Problem, max_memory_mb: float, first_only: bool = False):
     return offsets, vals, cols, n_pos, top_tie
 
 
-def _best_positives(p: _Problem, rows: np.ndarray, a: int, keep: np.ndarray, n_pos: np.ndarray,
+def _best_positives(p: Problem, rows: np.ndarray, a: int, keep: np.ndarray, n_pos: np.ndarray,
                     top_tie: np.ndarray) -> tuple:
     """:func:`_positives` with ``first_only`` for one run: each row's best positive among the ``keep``
     cells of columns from ``a``, and the last one tied with it; sets ``top_tie[rows]``.
@@ -268,7 +185,7 @@ def _best_positives(p: _Problem, rows: np.ndarray, a: int, keep: np.ndarray, n_p
     return rows, n_entries, np.repeat(best, n_entries), ends[used]
 
 
-def _label_runs(p: _Problem, by_label: np.ndarray, max_memory_mb: float):
+def _label_runs(p: Problem, by_label: np.ndarray, max_memory_mb: float):
     """Runs of ``by_label`` (queries sorted by their label's gallery slice [lo, hi)) for :func:`_positives`:
     consecutive labels together while run rows x slice width stays within ``_POSITIVE_CELLS``; a label
     wider than that alone, in chunks of rows of 24 bytes per cell under the budget."""
@@ -298,7 +215,7 @@ def _label_runs(p: _Problem, by_label: np.ndarray, max_memory_mb: float):
 class _Counter:
     """Per-threshold counts of retrievable non-positives beating it: strictly, and tied below/above in index."""
 
-    def __init__(self, p: _Problem, t_off: np.ndarray, t_val: np.ndarray, t_col: np.ndarray):
+    def __init__(self, p: Problem, t_off: np.ndarray, t_val: np.ndarray, t_col: np.ndarray):
         self.p, self.off, self.val, self.col = p, t_off, t_val, t_col
         v64 = t_val.astype(np.float64)
         self.hi = _round(v64 + p.tol, up=True)
@@ -545,20 +462,10 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     """
     if cap is not None and (complete or isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1):
         raise ValueError(f"`cap` must be a positive integer, with complete=False. Got {cap!r} instead.")
-    p = _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude)
+    p = Problem.build(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude,
+                      same_set)
     n, m = p.q.shape[0], p.gp.shape[0]
-    same_ids = (query_ids is None) == (gallery_ids is None) \
-        and (query_ids is None or [str(i) for i in query_ids] == [str(i) for i in gallery_ids])
-    if same_set is None:  # detect it: the same rows, labels, ids and exclusion values
-        symmetric = same_ids and (query_emb is gallery_emb or (np.shape(query_emb) == np.shape(gallery_emb)
-                                                                and np.array_equal(query_emb, gallery_emb))) \
-            and np.array_equal(np.asarray(query_labels).astype(str), np.asarray(gallery_labels).astype(str)) \
-            and all(np.array_equal(q_code[p.gindex], g_code) for q_code, _, g_code in p.groups)
-    elif same_set and not (same_ids and query_ids is not None and np.shape(query_emb) == np.shape(gallery_emb)):
-        raise InputError("`same_set=True` needs the queries to be the gallery row for row: the same ids "
-                         "(`query_ids` equal to `gallery_ids`) and embeddings of the same shape.")
-    else:
-        symmetric = bool(same_set)
+    symmetric = p.same_set
     chunks = _query_chunks(p, max_memory_mb) if complete else [np.arange(n)]
     if len(chunks) == 1:
         n_pos, offsets, ranks, opposite = _rank_part(p, p.q.nbytes, max_memory_mb, complete, symmetric, cap)
@@ -566,16 +473,15 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
         n_pos, opposite = np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)
         ranks, filled = np.empty(int((p.hi - p.lo).sum()), dtype=np.int64), 0  # room for every possible positive
         for rows in chunks:
-            sub = replace(p, q=p.q[rows], lo=p.lo[rows], hi=p.hi[rows], self_col=p.self_col[rows],
-                          groups=[(q_code[rows], cols, g_code) for q_code, cols, g_code in p.groups])
+            sub = p.queries(rows)
             n_pos[rows], _, part, opposite[rows] = _rank_part(sub, p.q.nbytes, max_memory_mb, True, False, None)
             ranks[filled:filled + part.size] = part
             filled += part.size
         ranks, offsets = ranks[:filled], np.r_[0, np.cumsum(n_pos)]
-    return Ranking(n_pos, m - _n_excluded(p), offsets, ranks, opposite, complete, cap)
+    return Ranking(n_pos, m - p.n_excluded(), offsets, ranks, opposite, complete, cap)
 
 
-def _query_chunks(p: _Problem, max_memory_mb: float) -> list[np.ndarray]:
+def _query_chunks(p: Problem, max_memory_mb: float) -> list[np.ndarray]:
     """Consecutive runs of queries whose positive lists and counters take about a quarter of the budget
     at most each; one run when all of them fit."""
     share = max(1, int(max_memory_mb * 2**20 / 4 // _POSITIVE_BYTES))
@@ -594,7 +500,7 @@ def consecutive_runs(counts: np.ndarray, most: int) -> list[tuple[int, int]]:
     return list(zip(starts.tolist(), np.r_[starts[1:], counts.size].tolist()))
 
 
-def _rank_part(p: _Problem, query_bytes: int, max_memory_mb: float, complete: bool, symmetric: bool,
+def _rank_part(p: Problem, query_bytes: int, max_memory_mb: float, complete: bool, symmetric: bool,
                cap: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`rank_positives` for the queries of ``p``: (positives per query, offsets, ranks, opposite first ranks).
     ``query_bytes``: the unit copy of every query, held by the caller."""
@@ -622,7 +528,7 @@ def _rank_part(p: _Problem, query_bytes: int, max_memory_mb: float, complete: bo
     return n_pos, offsets, ranks, opposite
 
 
-def _fast_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric: bool,
+def _fast_tiles(p: Problem, counter: _Counter, max_memory_mb: float, symmetric: bool,
                 cap: int | None = None) -> None:
     """First-positive counts (recall@K, MRR): each thread takes jobs from a shared list, multiplies
     each tile with single-threaded BLAS, masks it and scans it while it is in the cache.
@@ -699,7 +605,7 @@ def _fast_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric:
     _each_core(jobs, start)
 
 
-def _exact_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric: bool) -> None:
+def _exact_tiles(p: Problem, counter: _Counter, max_memory_mb: float, symmetric: bool) -> None:
     """Every positive (precision@K, R-precision, MAP@R, MAP): the jobs of :func:`_fast_tiles`, but
     each tile is the exact product (float64, rounded once to float32: :func:`_exact_product`) and
     its rows are sorted, so that each threshold's count is one binary search
@@ -748,7 +654,7 @@ def _exact_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric
     _each_core(jobs, start)
 
 
-def _tiling(p: _Problem, cells: int, symmetric: bool, most: int | None = None) -> tuple[list, int]:
+def _tiling(p: Problem, cells: int, symmetric: bool, most: int | None = None) -> tuple[list, int]:
     """Jobs of about ``cells`` cells per tile for :func:`_each_core`, and their tiles' side (leave-one-out:
     square tiles (r0, c0) on and above the diagonal) or gallery width (query x gallery: runs of query
     rows sorted by label, so that a tile's masked positives are a few runs, each over every gallery
@@ -786,21 +692,3 @@ def _each_core(jobs: list, start) -> None:
         for future in [pool.submit(work) for _ in range(threads)]:
             future.result()
 
-
-def _n_excluded(p: _Problem) -> np.ndarray:
-    """Gallery items each query may not retrieve (its own image and its exclusion groups, counted once)."""
-    n, m = p.q.shape[0], p.gp.shape[0]
-    if not p.groups:  # only the own images
-        return (p.self_col >= 0).astype(np.int64)
-    out = np.zeros(n, dtype=np.int64)
-    union: dict[tuple, np.ndarray] = {}
-    for i in range(n):
-        key = tuple(int(qc[i]) for qc, _, _ in p.groups)
-        if key not in union:
-            parts = [cols[c] for (_, cols, _), c in zip(p.groups, key) if c >= 0]
-            union[key] = np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
-        cols = union[key]
-        s = p.self_col[i]
-        inside = s >= 0 and cols.size > 0 and cols[min(np.searchsorted(cols, s), cols.size - 1)] == s
-        out[i] = cols.size + (s >= 0 and not inside)
-    return out
