@@ -26,6 +26,7 @@ from hypothesis.extra import numpy as hnp
 
 from recallk.score.metrics import (METRICS, mean, metric_keys, per_query, rank, retrieval_metrics, retrieval_summary)
 from recallk.score import metrics as metrics_module
+from recallk.score.ranking import Budget
 from recallk.score.ranking import engine as ranking
 from recallk.score.similarity import cosine_block, l2_normalize
 
@@ -453,7 +454,7 @@ def test_queries_in_chunks_never_change_a_number(kind, monkeypatch):
     # not symmetric, so they take the query x gallery path. Counts are integers: results are identical.
     case = make_big_case(kind, 2) if kind in BIG_KINDS else make_case(kind, 2)
     expected = _rank(case)
-    monkeypatch.setattr(ranking, "_POSITIVE_BYTES", 2**40)
+    monkeypatch.setattr(Budget, "POSITIVE_BYTES", 2**40)
     _assert_same_ranking(_rank(case), expected)
 
 

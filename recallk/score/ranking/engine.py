@@ -46,13 +46,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.problem import Problem
 
-#: Exact tiles (every positive), per tile cell and thread: the float64 product, its float32 rounding (sorted
-#: in place), the leave-one-out transposed copy and (with exclusion columns) the exclusion masks' booleans.
-_EXACT_BYTES_PER_PAIR = 20
-#: Fast path, per tile cell and thread: the float32 tile and (at most) two boolean compare scratches.
-_TILE_BYTES_PER_PAIR = 6
 #: Fast path: cells of one thread's tile (4 MiB of float32). Each thread multiplies its own tiles with
 #: single-threaded BLAS and scans each tile while it is still in the cache: as fast a product as big
 #: blocks, without writing and re-reading every block through memory (or BLAS threads spinning meanwhile).
@@ -72,13 +68,8 @@ _FEW_LINES = 4
 #: Undecided cells a scan holds before it hands them on to be re-decided (about 60 B each, 4 MiB in all):
 #: bounds memory when most cells tie with the best positive (e.g. many all-zero query vectors).
 _WINDOW_CELLS = 2**16
-#: Positive lists and counters, per (query, positive) pair of the complete ranking: similarity (4 B), column (8 B)
-#: and five int64 counters.
-_POSITIVE_BYTES = 52
 #: Positive cells per product of several small labels' queries x their gallery slices.
 _POSITIVE_CELLS = 2**14
-#: Smallest block or tile, whatever the budget (48 KiB of scratch): below it Python overhead dominates.
-_MIN_PAIRS = 4096
 
 
 @dataclass(frozen=True)
@@ -109,7 +100,7 @@ class Ranking:
         return np.where(has, self.ranks[np.minimum(self.offsets[:-1], self.ranks.size - 1)], -1)
 
 
-def _positives(p: Problem, max_memory_mb: float, first_only: bool = False):
+def _positives(p: Problem, budget: Budget, first_only: bool = False):
     """Exact similarities of every query's positives, sorted by (-similarity, gallery index), as CSR
     (offsets, values, columns), plus each query's number of positives and of positives tied
     exactly with its best one, minus one.
@@ -128,7 +119,7 @@ def _positives(p: Problem, max_memory_mb: float, first_only: bool = False):
     by_label = by_label[p.lo[by_label] < p.hi[by_label]]  # queries whose label has gallery items
     parts = []
     n_pos, top_tie = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    for rows in _label_runs(p, by_label, max_memory_mb):
+    for rows in _label_runs(p, by_label, budget):
         a, b = p.lo[rows[0]], p.hi[rows[-1]]
         columns = np.arange(a, b)
         keep = (columns >= p.lo[rows][:, None]) & (columns < p.hi[rows][:, None]) & ~p.excluded(rows, a, b)
@@ -185,10 +176,10 @@ def _best_positives(p: Problem, rows: np.ndarray, a: int, keep: np.ndarray, n_po
     return rows, n_entries, np.repeat(best, n_entries), ends[used]
 
 
-def _label_runs(p: Problem, by_label: np.ndarray, max_memory_mb: float):
+def _label_runs(p: Problem, by_label: np.ndarray, budget: Budget):
     """Runs of ``by_label`` (queries sorted by their label's gallery slice [lo, hi)) for :func:`_positives`:
     consecutive labels together while run rows x slice width stays within ``_POSITIVE_CELLS``; a label
-    wider than that alone, in chunks of rows of 24 bytes per cell under the budget."""
+    wider than that alone, in chunks of rows under the budget (:meth:`Budget.label_rows`)."""
     if not by_label.size:
         return
     lo, hi = p.lo[by_label], p.hi[by_label]
@@ -204,7 +195,7 @@ def _label_runs(p: Problem, by_label: np.ndarray, max_memory_mb: float):
         s, e = k0, k1
         width = hi[k0] - lo[k0]
         if (k1 - k0) * width > _POSITIVE_CELLS:  # a large label: alone, in chunks under the budget
-            step = max(1, int(max_memory_mb * 2**20 // (24 * width)))
+            step = budget.label_rows(width)
             for c in range(k0, k1, step):
                 yield by_label[c:min(c + step, k1)]
             s = None
@@ -466,26 +457,26 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
                       same_set)
     n, m = p.q.shape[0], p.gp.shape[0]
     symmetric = p.same_set
-    chunks = _query_chunks(p, max_memory_mb) if complete else [np.arange(n)]
+    budget = Budget(max_memory_mb)
+    chunks = _query_chunks(p, budget) if complete else [np.arange(n)]
     if len(chunks) == 1:
-        n_pos, offsets, ranks, opposite = _rank_part(p, p.q.nbytes, max_memory_mb, complete, symmetric, cap)
+        n_pos, offsets, ranks, opposite = _rank_part(p, p.q.nbytes, budget, complete, symmetric, cap)
     else:  # every positive's lists, a chunk of queries at a time; their ranks follow one another
         n_pos, opposite = np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)
         ranks, filled = np.empty(int((p.hi - p.lo).sum()), dtype=np.int64), 0  # room for every possible positive
         for rows in chunks:
             sub = p.queries(rows)
-            n_pos[rows], _, part, opposite[rows] = _rank_part(sub, p.q.nbytes, max_memory_mb, True, False, None)
+            n_pos[rows], _, part, opposite[rows] = _rank_part(sub, p.q.nbytes, budget, True, False, None)
             ranks[filled:filled + part.size] = part
             filled += part.size
         ranks, offsets = ranks[:filled], np.r_[0, np.cumsum(n_pos)]
     return Ranking(n_pos, m - p.n_excluded(), offsets, ranks, opposite, complete, cap)
 
 
-def _query_chunks(p: Problem, max_memory_mb: float) -> list[np.ndarray]:
+def _query_chunks(p: Problem, budget: Budget) -> list[np.ndarray]:
     """Consecutive runs of queries whose positive lists and counters take about a quarter of the budget
     at most each; one run when all of them fit."""
-    share = max(1, int(max_memory_mb * 2**20 / 4 // _POSITIVE_BYTES))
-    return [np.arange(a, b) for a, b in consecutive_runs(p.hi - p.lo, share)]  # hi - lo: positives, at most
+    return [np.arange(a, b) for a, b in consecutive_runs(p.hi - p.lo, budget.chunk_positives())]  # hi - lo: positives, at most
 
 
 def consecutive_runs(counts: np.ndarray, most: int) -> list[tuple[int, int]]:
@@ -500,19 +491,17 @@ def consecutive_runs(counts: np.ndarray, most: int) -> list[tuple[int, int]]:
     return list(zip(starts.tolist(), np.r_[starts[1:], counts.size].tolist()))
 
 
-def _rank_part(p: Problem, query_bytes: int, max_memory_mb: float, complete: bool, symmetric: bool,
+def _rank_part(p: Problem, query_bytes: int, budget: Budget, complete: bool, symmetric: bool,
                cap: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`rank_positives` for the queries of ``p``: (positives per query, offsets, ranks, opposite first ranks).
     ``query_bytes``: the unit copy of every query, held by the caller."""
     n = p.q.shape[0]
     # complete: every positive; else the best one and the last one tied with it (opposite tie rule)
-    pos_off, pos_val, pos_col, n_pos, top_tie = _positives(p, max_memory_mb, first_only=not complete)
+    pos_off, pos_val, pos_col, n_pos, top_tie = _positives(p, budget, first_only=not complete)
     counter = _Counter(p, pos_off, pos_val, pos_col)
     # the budget covers everything this call holds: unit copies, positive lists, counters, then the tiles
-    held = query_bytes + p.gp.nbytes + _POSITIVE_BYTES * pos_val.size
-    max_memory_mb = max(max_memory_mb / 4, 0.8 * (max_memory_mb - held / 2**20))  # 20%: BLAS, temporaries
-    (_fast_tiles(p, counter, max_memory_mb, symmetric, cap) if not complete
-     else _exact_tiles(p, counter, max_memory_mb, symmetric))
+    tiles = budget.tiles(query_bytes + p.gp.nbytes, pos_val.size)
+    (_fast_tiles(p, counter, tiles, symmetric, cap) if not complete else _exact_tiles(p, counter, tiles, symmetric))
     base = counter.gt + counter.eq_lt
     has = n_pos > 0
     if complete:
@@ -528,7 +517,7 @@ def _rank_part(p: Problem, query_bytes: int, max_memory_mb: float, complete: boo
     return n_pos, offsets, ranks, opposite
 
 
-def _fast_tiles(p: Problem, counter: _Counter, max_memory_mb: float, symmetric: bool,
+def _fast_tiles(p: Problem, counter: _Counter, budget: Budget, symmetric: bool,
                 cap: int | None = None) -> None:
     """First-positive counts (recall@K, MRR): each thread takes jobs from a shared list, multiplies
     each tile with single-threaded BLAS, masks it and scans it while it is in the cache.
@@ -542,7 +531,7 @@ def _fast_tiles(p: Problem, counter: _Counter, max_memory_mb: float, symmetric: 
     stopped is multiplied only for the queries still counting (rows x its columns, columns x its rows).
     """
     m = p.gp.shape[0]
-    cells = max(_MIN_PAIRS, min(_TILE_CELLS, int(max_memory_mb * 2**20 // (_n_workers() * _TILE_BYTES_PER_PAIR))))
+    cells = budget.fast_tile_cells(_n_workers(), _TILE_CELLS)
     jobs, width = _tiling(p, cells, symmetric)
     side = width
 
@@ -605,7 +594,7 @@ def _fast_tiles(p: Problem, counter: _Counter, max_memory_mb: float, symmetric: 
     _each_core(jobs, start)
 
 
-def _exact_tiles(p: Problem, counter: _Counter, max_memory_mb: float, symmetric: bool) -> None:
+def _exact_tiles(p: Problem, counter: _Counter, budget: Budget, symmetric: bool) -> None:
     """Every positive (precision@K, R-precision, MAP@R, MAP): the jobs of :func:`_fast_tiles`, but
     each tile is the exact product (float64, rounded once to float32: :func:`_exact_product`) and
     its rows are sorted, so that each threshold's count is one binary search
@@ -613,10 +602,9 @@ def _exact_tiles(p: Problem, counter: _Counter, max_memory_mb: float, symmetric:
     made before masking. Queries without positives are never multiplied (query x gallery).
     """
     m, d = p.gp.shape
-    per_core = max_memory_mb * 2**20 / _n_workers()
-    # a quarter of each core's share for the float64 copies of its tile's rows and columns, the rest for cells
-    most = max(math.isqrt(_MIN_PAIRS), int(per_core / 4 // (2 * 8 * d)))
-    cells = max(_MIN_PAIRS, min(_EXACT_TILE_CELLS, int(per_core * 3 / 4 // _EXACT_BYTES_PER_PAIR)))
+    workers = _n_workers()
+    # a share of each core's budget for the float64 copies of its tile's rows and columns, the rest for cells
+    most, cells = budget.exact_tile_side(workers, d), budget.exact_tile_cells(workers, _EXACT_TILE_CELLS)
     jobs, width = _tiling(p, cells, symmetric, most)
     if not symmetric:
         n_thr = counter.off[1:] - counter.off[:-1]

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from recallk.errors import MissingExtraError
+from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.engine import Ranking
 from recallk.score.ranking.problem import Problem
 
@@ -40,7 +41,7 @@ def rank_positives_faiss(query_emb: np.ndarray, gallery_emb: np.ndarray, query_l
     n, m = p.q.shape[0], p.gp.shape[0]
     index = faiss.IndexFlatIP(p.gp.shape[1])
     index.add(np.ascontiguousarray(p.gp))
-    per_block = max(1, int(max_memory_mb * 2**20 // (12 * m)))
+    per_block = Budget(max_memory_mb).search_rows(m)
     ranks: list[np.ndarray] = []
     n_pos = np.zeros(n, dtype=np.int64)
     n_ret = np.zeros(n, dtype=np.int64)
