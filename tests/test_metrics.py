@@ -28,6 +28,7 @@ from recallk.score.metrics import (METRICS, mean, metric_keys, per_query, rank, 
 from recallk.score import metrics as metrics_module
 from recallk.score.ranking import Budget
 from recallk.score.ranking import engine as ranking
+from recallk.score.ranking import scan as scan_module
 from recallk.score.similarity import cosine_block, l2_normalize
 
 KS = (1, 2, 3, 5, 10, 40)
@@ -390,7 +391,7 @@ def test_handing_on_undecided_cells_never_changes_a_number(kind, window_cells, m
     # threads at once on leave-one-out mirror blocks): the counts must be those of one final hand-over.
     case = make_big_case(kind, 3) if kind in BIG_KINDS else make_case(kind, 3)
     expected = _rank(case, ["recall"], max_memory_mb=0.02)
-    monkeypatch.setattr(ranking, "_CHUNK_CELLS", 7)
+    monkeypatch.setattr(scan_module, "_CHUNK_CELLS", 7)
     monkeypatch.setattr(ranking, "_WINDOW_CELLS", window_cells)
     _assert_same_ranking(_rank(case, ["recall"], max_memory_mb=0.02), expected)
 
@@ -402,8 +403,8 @@ def test_comparing_only_lines_that_reach_their_window_never_changes_a_number(kin
     # copy of those lines only (rows, or leave-one-out columns): counts and cells must map back exactly.
     case = make_big_case(kind, 5) if kind in BIG_KINDS else make_case(kind, 5)
     expected = _rank(case, ["recall", "mrr"], max_memory_mb=0.02)
-    monkeypatch.setattr(ranking, "_FEW_LINES", few_lines)
-    monkeypatch.setattr(ranking, "_CHUNK_CELLS", 64)
+    monkeypatch.setattr(scan_module, "_FEW_LINES", few_lines)
+    monkeypatch.setattr(scan_module, "_CHUNK_CELLS", 64)
     _assert_same_ranking(_rank(case, ["recall", "mrr"], max_memory_mb=0.02), expected)
 
 
@@ -547,7 +548,7 @@ def test_byte_sums_never_overflow(shape, axis):
     rng = np.random.default_rng(0)
     mask = rng.random(shape) < 0.9
     mask[:, :1] = True  # a full line on each side: the largest possible count
-    np.testing.assert_array_equal(ranking._byte_sums(mask, axis), mask.sum(axis=axis))
+    np.testing.assert_array_equal(scan_module._byte_sums(mask, axis), mask.sum(axis=axis))
 
 
 @pytest.mark.parametrize("chunk_cells", [1, 7, 64])  # one row per compare chunk; a few rows; a whole block
@@ -557,7 +558,7 @@ def test_compare_chunk_size_never_changes_a_number(kind, chunk_cells, monkeypatc
     # (query x gallery) and in the mirror's columns (leave-one-out), must not change a count.
     case = make_big_case(kind, 2) if kind in BIG_KINDS else make_case(kind, 2)
     expected = _rank(case, ["recall"], max_memory_mb=0.02)
-    monkeypatch.setattr(ranking, "_CHUNK_CELLS", chunk_cells)
+    monkeypatch.setattr(scan_module, "_CHUNK_CELLS", chunk_cells)
     _assert_same_ranking(_rank(case, ["recall"], max_memory_mb=0.02), expected)
 
 
