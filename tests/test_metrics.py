@@ -27,6 +27,7 @@ from hypothesis.extra import numpy as hnp
 from recallk.score.metrics import (METRICS, mean, metric_keys, per_query, rank, retrieval_metrics, retrieval_summary)
 from recallk.score import metrics as metrics_module
 from recallk.score.ranking import Budget
+from recallk.score.ranking import counting as counting_module
 from recallk.score.ranking import engine as ranking
 from recallk.score.ranking import scan as scan_module
 from recallk.score.similarity import cosine_block, l2_normalize
@@ -392,7 +393,7 @@ def test_handing_on_undecided_cells_never_changes_a_number(kind, window_cells, m
     case = make_big_case(kind, 3) if kind in BIG_KINDS else make_case(kind, 3)
     expected = _rank(case, ["recall"], max_memory_mb=0.02)
     monkeypatch.setattr(scan_module, "_CHUNK_CELLS", 7)
-    monkeypatch.setattr(ranking, "_WINDOW_CELLS", window_cells)
+    monkeypatch.setattr(counting_module, "_WINDOW_CELLS", window_cells)
     _assert_same_ranking(_rank(case, ["recall"], max_memory_mb=0.02), expected)
 
 

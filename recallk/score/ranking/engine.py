@@ -47,8 +47,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from recallk.score.ranking.budget import Budget
+from recallk.score.ranking.counting import _Counter, _Undecided
+from recallk.score.ranking.positives import _positives
 from recallk.score.ranking.problem import Problem
-from recallk.score.ranking.scan import _Buffers, _exact_pairs, _exact_product, _round, _scan
+from recallk.score.ranking.scan import _Buffers, _exact_product, _scan
 
 #: Fast path: cells of one thread's tile (4 MiB of float32). Each thread multiplies its own tiles with
 #: single-threaded BLAS and scans each tile while it is still in the cache: as fast a product as big
@@ -59,11 +61,6 @@ _TILE_CELLS = 2**20
 _EXACT_TILE_CELLS = 2**21
 #: Fast tiles' gallery width (query x gallery); leave-one-out tiles are square.
 _TILE_WIDTH = 2048
-#: Undecided cells a scan holds before it hands them on to be re-decided (about 60 B each, 4 MiB in all):
-#: bounds memory when most cells tie with the best positive (e.g. many all-zero query vectors).
-_WINDOW_CELLS = 2**16
-#: Positive cells per product of several small labels' queries x their gallery slices.
-_POSITIVE_CELLS = 2**14
 
 
 @dataclass(frozen=True)
@@ -92,213 +89,6 @@ class Ranking:
         if not self.ranks.size:
             return np.full(has.size, -1, dtype=np.int64)
         return np.where(has, self.ranks[np.minimum(self.offsets[:-1], self.ranks.size - 1)], -1)
-
-
-def _positives(p: Problem, budget: Budget, first_only: bool = False):
-    """Exact similarities of every query's positives, sorted by (-similarity, gallery index), as CSR
-    (offsets, values, columns), plus each query's number of positives and of positives tied
-    exactly with its best one, minus one.
-
-    One float64 product per run of queries sorted by label, against the gallery slice of
-    their labels: several small labels share one product (up to ``_POSITIVE_CELLS`` cells,
-    each row keeping only its own label's columns), a large label is split into chunks of
-    rows under the budget. Within a slice, columns are in gallery-index order, so a stable
-    sort on -similarity breaks ties by gallery index. With ``first_only`` the lists hold
-    only the best positive and, if others tie with it, the last of them (the first under
-    the opposite tie rule): memory in queries, not in (query, positive) pairs.
-    """
-    n = p.q.shape[0]
-    key = p.lo * (p.gp.shape[0] + 1) + p.hi  # absent labels share lo with the next label, never hi
-    by_label = np.argsort(key, kind="stable")
-    by_label = by_label[p.lo[by_label] < p.hi[by_label]]  # queries whose label has gallery items
-    parts = []
-    n_pos, top_tie = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    for rows in _label_runs(p, by_label, budget):
-        a, b = p.lo[rows[0]], p.hi[rows[-1]]
-        columns = np.arange(a, b)
-        keep = (columns >= p.lo[rows][:, None]) & (columns < p.hi[rows][:, None]) & ~p.excluded(rows, a, b)
-        n_pos[rows] = keep.sum(axis=1)
-        if first_only:
-            parts.append(_best_positives(p, rows, a, keep, n_pos, top_tie))
-            continue
-        sims = (p.q[rows].astype(np.float64) @ p.gp[a:b].astype(np.float64).T).astype(np.float32)
-        best = np.where(keep, sims, -np.inf).max(axis=1)
-        top_tie[rows] = np.maximum((keep & (sims == best[:, None])).sum(axis=1) - 1, 0)
-        order = np.argsort(np.where(keep, -sims, np.inf), axis=1, kind="stable")
-        used = np.arange(b - a)[None, :] < n_pos[rows][:, None]
-        parts.append((rows, n_pos[rows], np.take_along_axis(sims, order, axis=1)[used], (order + a)[used]))
-    counts = np.zeros(n, dtype=np.int64)
-    for rows, n_entries, _, _ in parts:
-        counts[rows] = n_entries
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    vals = np.empty(offsets[-1], dtype=np.float32)
-    cols = np.empty(offsets[-1], dtype=np.int64)
-    for rows, n_entries, v, c in parts:
-        starts_in = np.repeat(np.cumsum(n_entries) - n_entries, n_entries)
-        dest = np.repeat(offsets[rows], n_entries) + np.arange(v.size) - starts_in
-        vals[dest], cols[dest] = v, c
-    return offsets, vals, cols, n_pos, top_tie
-
-
-def _best_positives(p: Problem, rows: np.ndarray, a: int, keep: np.ndarray, n_pos: np.ndarray,
-                    top_tie: np.ndarray) -> tuple:
-    """:func:`_positives` with ``first_only`` for one run: each row's best positive among the ``keep``
-    cells of columns from ``a``, and the last one tied with it; sets ``top_tie[rows]``.
-
-    A float32 product finds them: only cells within ``2 tol`` of a row's float32 best can be
-    exactly best, and those few are re-scored by :func:`_exact_pairs`, the kernel that re-scores
-    the fast path's undecided cells, so exact ties with them are seen as ties.
-    """
-    sims = p.q[rows] @ p.gp[a:a + keep.shape[1]].T
-    top = np.where(keep, sims, -np.inf).max(axis=1)
-    near = keep & (sims >= _round(top.astype(np.float64) - 2 * p.tol, up=False)[:, None])
-    line, col = np.nonzero(near)  # by row, then column (gallery-index order within a label)
-    exact = _exact_pairs(p.q, p.gp, rows[line], col + a)
-    best = np.full(rows.size, -np.inf, dtype=np.float32)
-    np.maximum.at(best, line, exact)
-    at = exact == best[line]
-    line, col = line[at], col[at]
-    ties = np.bincount(line, minlength=rows.size)
-    top_tie[rows] = np.maximum(ties - 1, 0)
-    n_entries = np.where(n_pos[rows] > 0, 1 + (top_tie[rows] > 0), 0)
-    first = np.searchsorted(line, np.arange(rows.size))  # each row's first tied cell; the last is before the next row's
-    ends = np.zeros((rows.size, 2), dtype=np.int64)
-    if col.size:  # none when every positive of the run is excluded
-        ends = np.stack([col[np.minimum(first, col.size - 1)], col[np.maximum(first + ties - 1, 0)]], axis=1) + a
-    used = np.arange(2)[None, :] < n_entries[:, None]
-    return rows, n_entries, np.repeat(best, n_entries), ends[used]
-
-
-def _label_runs(p: Problem, by_label: np.ndarray, budget: Budget):
-    """Runs of ``by_label`` (queries sorted by their label's gallery slice [lo, hi)) for :func:`_positives`:
-    consecutive labels together while run rows x slice width stays within ``_POSITIVE_CELLS``; a label
-    wider than that alone, in chunks of rows under the budget (:meth:`Budget.label_rows`)."""
-    if not by_label.size:
-        return
-    lo, hi = p.lo[by_label], p.hi[by_label]
-    starts = np.flatnonzero(np.r_[True, lo[1:] != lo[:-1]])
-    ends = np.r_[starts[1:], by_label.size]
-    s = None  # the run being gathered: by_label[s:e] over columns [lo[s], hi[e - 1])
-    for k0, k1 in zip(starts, ends):
-        if s is not None and (k1 - s) * (hi[k1 - 1] - lo[s]) <= _POSITIVE_CELLS:
-            e = k1
-            continue
-        if s is not None:
-            yield by_label[s:e]
-        s, e = k0, k1
-        width = hi[k0] - lo[k0]
-        if (k1 - k0) * width > _POSITIVE_CELLS:  # a large label: alone, in chunks under the budget
-            step = budget.label_rows(width)
-            for c in range(k0, k1, step):
-                yield by_label[c:min(c + step, k1)]
-            s = None
-    if s is not None:
-        yield by_label[s:e]
-
-
-class _Counter:
-    """Per-threshold counts of retrievable non-positives beating it: strictly, and tied below/above in index."""
-
-    def __init__(self, p: Problem, t_off: np.ndarray, t_val: np.ndarray, t_col: np.ndarray):
-        self.p, self.off, self.val, self.col = p, t_off, t_val, t_col
-        v64 = t_val.astype(np.float64)
-        self.hi = _round(v64 + p.tol, up=True)
-        self.lo = _round(v64 - p.tol, up=False)
-        self.gt = np.zeros(t_val.size, dtype=np.int64)
-        self.eq_lt = np.zeros(t_val.size, dtype=np.int64)
-        self.eq_gt = np.zeros(t_val.size, dtype=np.int64)
-        self.lock = threading.Lock()  # threads' tiles may hold the same queries (leave-one-out mirror tiles)
-
-    def exact_tile(self, sims: np.ndarray, rows: np.ndarray, c0: int, c1: int, exact_row) -> None:
-        """Count exact tile ``sims`` (rows x gallery columns [c0, c1); the float64 product rounded to
-        float32) against every threshold of its rows. The tile is masked and its rows sorted in place;
-        ``exact_row(k)`` gives row ``k`` again (unmasked, in column order) for the rare exact ties."""
-        self.p.mask(sims, rows, c0, c1)
-        sims.sort(axis=1)  # each threshold's count is now one binary search in its row
-        off = self.off
-        n_thr, start = off[rows + 1] - off[rows], off[rows]
-        line = np.repeat(np.arange(rows.size), n_thr)  # tile row of each threshold
-        t = np.repeat(start, n_thr) + (np.arange(line.size) - np.repeat(np.cumsum(n_thr) - n_thr, n_thr))
-        below = np.empty(line.size, dtype=np.int64)  # cells at or below each threshold in its row
-        done = 0
-        for k in np.flatnonzero(n_thr):
-            below[done:done + n_thr[k]] = sims[k].searchsorted(self.val[start[k]:start[k] + n_thr[k]], "right")
-            done += n_thr[k]
-        # exact ties with non-positives (positives are -inf here) sit just below: split them by gallery index
-        tied = np.flatnonzero((below > 0) & (sims[line, np.maximum(below - 1, 0)] == self.val[t]))
-        eq_lt, eq_gt = np.zeros(tied.size, dtype=np.int64), np.zeros(tied.size, dtype=np.int64)
-        for k, j in enumerate(tied):
-            row = exact_row(line[j])[None, :]
-            self.p.mask(row, rows[line[j]:line[j] + 1], c0, c1)
-            index = self.p.gindex[np.flatnonzero(row[0] == self.val[t[j]]) + c0]
-            own = self.p.gindex[self.col[t[j]]]
-            eq_lt[k], eq_gt[k] = np.count_nonzero(index < own), np.count_nonzero(index > own)
-        with self.lock:  # leave-one-out: another thread's tile may hold the same queries as columns
-            self.gt[t] += (c1 - c0) - below
-            self.eq_lt[t[tied]] += eq_lt
-            self.eq_gt[t[tied]] += eq_gt
-
-    def first_window(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per query: its number of thresholds, and the float32 window [lo, hi] around its first
-        one (the first positive's; its tie twin has the same value); [inf, inf] when it has none."""
-        n_thr = self.off[queries + 1] - self.off[queries]
-        first = self.off[queries[n_thr > 0]]
-        lo, hi = np.full(queries.size, np.inf, dtype=np.float32), np.full(queries.size, np.inf, dtype=np.float32)
-        lo[n_thr > 0], hi[n_thr > 0] = self.lo[first], self.hi[first]
-        return n_thr, lo, hi
-
-    def add_above(self, queries: np.ndarray, n_thr: np.ndarray, above: np.ndarray) -> None:
-        """Add ``above[k]``, cells surely above query ``queries[k]``'s first threshold, to it and its tie twin."""
-        with self.lock:  # two threads' tiles may hold the same queries (leave-one-out rows and columns)
-            for slot in (0, 1):  # the first positive, and its tie twin (same value, larger index)
-                use = n_thr > slot
-                self.gt[self.off[queries[use]] + slot] += above[use]
-
-    def decide(self, queries: np.ndarray, cols: np.ndarray, n_thr: np.ndarray, exact: np.ndarray) -> None:
-        """Count undecided (query, column) cells, with exact similarities ``exact``, against the query's
-        first threshold(s), exactly; ties are counted by gallery index. Fast path only: its thresholds
-        come from :func:`_exact_pairs` too (:func:`_best_positives`), so exact ties are seen as ties."""
-        p, first = self.p, self.off[queries]
-        mine = self.val[first]
-        index, tied = p.gindex[cols], exact == mine
-        for slot in (0, 1):
-            use = n_thr > slot
-            t = first[use] + slot
-            own = p.gindex[self.col[t]]
-            with self.lock:
-                np.add.at(self.gt, t, exact[use] > mine[use])
-                np.add.at(self.eq_lt, t, tied[use] & (index[use] < own))
-                np.add.at(self.eq_gt, t, tied[use] & (index[use] > own))
-
-
-class _Undecided:
-    """One thread's undecided cells: each tile's are re-scored at once (while its rows are in the cache),
-    then counted (:meth:`_Counter.decide`) once more than ``_WINDOW_CELLS`` have gathered, and at the
-    end (:meth:`flush`): few calls, bounded memory (28 B per cell held)."""
-
-    def __init__(self, counter: _Counter) -> None:
-        self.counter, self.parts, self.size = counter, [], 0
-
-    def sink(self, queries: np.ndarray, n_thr: np.ndarray, c0: int):
-        """``take(wk, wc)`` for one tile: the cells (query ``queries[wk]``, column ``wc + c0``)."""
-        p = self.counter.p
-
-        def take(wk: np.ndarray, wc: np.ndarray) -> None:
-            piece = max(1, _WINDOW_CELLS)
-            for s in range(0, wk.size, piece):  # a degenerate tile (every cell undecided) in pieces
-                q, c = queries[wk[s:s + piece]], wc[s:s + piece] + c0
-                self.parts.append((q, c, n_thr[wk[s:s + piece]], _exact_pairs(p.q, p.gp, q, c)))
-                self.size += q.size
-                if self.size > _WINDOW_CELLS:
-                    self.flush()
-        return take
-
-    def flush(self) -> None:
-        if self.parts:
-            merged = [np.concatenate(x) for x in zip(*self.parts)]
-            self.parts, self.size = [], 0
-            self.counter.decide(*merged)
 
 
 def _n_workers() -> int:
