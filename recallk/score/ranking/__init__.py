@@ -6,7 +6,8 @@
 """
 
 from recallk.score.ranking.budget import Budget
-from recallk.score.ranking.engine import Ranking, consecutive_runs, rank_positives
+from recallk.score.ranking.engine import Ranking, rank_positives
 from recallk.score.ranking.problem import Problem
+from recallk.score.ranking.schedule import consecutive_runs
 
 __all__ = ["Budget", "Problem", "Ranking", "consecutive_runs", "rank_positives"]
