@@ -6,28 +6,35 @@ retrieve, by the exact similarities of :func:`recallk.score.similarity.cosine_bl
 with ties broken by gallery index (smaller first). It also finds where the first
 positive would rank with ties broken the other way (tie sensitivity).
 
-How (FAISS-contrib style, flat numpy, blocked under a memory bound):
+How (FAISS-contrib style, flat numpy, blocked under a memory bound), module by module:
 
-* The exact similarity of every (query, positive) pair comes from one float64
-  product per label; a query's positives sorted by (-similarity, gallery index)
-  are its *thresholds*.
-* Positive and excluded cells are set to -inf; then each threshold counts the
-  cells above it. Each core takes tiles from a shared list and multiplies each
-  with single-threaded BLAS. Only the first threshold is needed for recall@K and
-  MRR: float32 tiles (4 MiB) are scanned while still in the cache, one compare
-  for the cells surely above and one for the error window. Every metric that
-  needs all positives takes exact tiles instead (float64 product rounded to
-  float32), sorts their rows and reads every threshold's count with a binary
-  search.
-* A float32 score differs from the exact one by at most ``tol`` (Higham's
-  gamma_d bound), so only cells within ``tol`` of a threshold are undecided;
-  those cells are re-scored and re-decided exactly, including exact ties, which
-  are counted by gallery index on both sides (tie sensitivity).
-* With ``cap`` (recall@K alone: ranks beyond the largest K change nothing) a
-  query stops counting once ``cap`` cells surely beat its first positive.
+* :mod:`~recallk.score.ranking.problem`: the inputs prepared once (unit vectors,
+  the gallery sorted by label, exclusions, the leave-one-out flag).
+* :mod:`~recallk.score.ranking.positives`: the exact similarity of every
+  (query, positive) pair comes from one float64 product per label; a query's
+  positives sorted by (-similarity, gallery index) are its *thresholds*.
+* :mod:`~recallk.score.ranking.schedule`: positive and excluded cells are set to
+  -inf; then each threshold counts the cells above it. Each core takes tiles from
+  a shared list and multiplies each with single-threaded BLAS.
+* :mod:`~recallk.score.ranking.fast`: only the first threshold is needed for
+  recall@K and MRR: float32 tiles (4 MiB) are scanned while still in the cache,
+  one compare for the cells surely above and one for the error window
+  (:mod:`~recallk.score.ranking.scan`). With ``cap`` (recall@K alone: ranks beyond
+  the largest K change nothing) a query stops counting once ``cap`` cells surely
+  beat its first positive.
+* :mod:`~recallk.score.ranking.exact`: every metric that needs all positives takes
+  exact tiles instead (float64 product rounded to float32), sorts their rows and
+  reads every threshold's count with a binary search.
+* :mod:`~recallk.score.ranking.counting`: a float32 score differs from the exact
+  one by at most ``tol`` (Higham's gamma_d bound), so only cells within ``tol`` of a
+  threshold are undecided; those cells are re-scored and re-decided exactly,
+  including exact ties, which are counted by gallery index on both sides (tie
+  sensitivity).
 * Leave-one-out (the gallery *is* the query set) multiplies only the tiles on
   and above the diagonal: each serves its rows and its columns, counted in one
   read (fast path) or through a transposed copy (sorting).
+* :mod:`~recallk.score.ranking.budget`: every size above follows from
+  ``max_memory_mb`` by the rules of one :class:`~recallk.score.ranking.budget.Budget`.
 
 The counts are integers, so the result does not depend on tile sizes or thread
 counts. The one caveat is the similarity itself: two float64 products of different
@@ -66,6 +73,19 @@ class Ranking:
     With ``complete=False`` each query with positives has one entry, its first
     positive's rank (``first_rank``); ``n_positives`` still counts all of them.
     With ``cap``, first ranks (and ``first_rank_opposite``) of ``cap`` or more read ``cap``.
+
+    Attributes
+    ----------
+    n_positives, n_retrievable : ndarray
+        (n,) positives, and items it may retrieve, per query.
+    offsets, ranks : ndarray
+        CSR layout of the ranks, as above.
+    first_rank_opposite : ndarray
+        (n,) first positive's rank with ties broken the other way; -1 without positives.
+    complete : bool
+        Every positive's rank, or only the first.
+    cap : int or None
+        The cap on first ranks, if any.
     """
 
     n_positives: np.ndarray
