@@ -169,8 +169,7 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     budget = Budget(max_memory_mb)
     chunks = _query_chunks(p, budget) if complete else [np.arange(n)]
     if len(chunks) == 1:
-        part = _rank_part(p, p.q.nbytes, budget, complete, cap)
-        n_pos, offsets, ranks, opposite, jobs, tiles = part
+        n_pos, offsets, ranks, opposite, jobs, tiles = _rank_part(p, p.q.nbytes, budget, complete, cap)
     else:  # every positive's lists, a chunk of queries at a time; their ranks follow one another
         n_pos, opposite = np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)
         ranks, filled = np.empty(int((p.hi - p.lo).sum()), dtype=np.int64), 0  # room for every possible positive
@@ -183,11 +182,11 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
             jobs, tiles = jobs + part.jobs, tiles + part.tiles
         ranks, offsets = ranks[:filled], np.r_[0, np.cumsum(n_pos)]
     result = Ranking(n_pos, m - p.n_excluded(), offsets, ranks, opposite, complete, cap)
-    log.debug("ranked %d queries x %d gallery items: %s pass (%s), %s, %d chunk(s), %d jobs, %d tiles, %.3f s",
-              n, m, "exact" if complete else "fast", "every positive" if complete else
-              "first positive" + ("" if cap is None else f", cap {cap}"),
-              "leave-one-out" if p.same_set and len(chunks) == 1 else "query x gallery", len(chunks), jobs, tiles,
-              time.perf_counter() - started)
+    kind = ("exact pass (every positive)" if complete else "fast pass (first positive)" if cap is None
+            else f"fast pass (first positive, cap {cap})")
+    path = "leave-one-out" if p.same_set and len(chunks) == 1 else "query x gallery"
+    log.debug("ranked %d queries x %d gallery items: %s, %s, %d chunk(s), %d jobs, %d tiles, %.3f s", n, m, kind,
+              path, len(chunks), jobs, tiles, time.perf_counter() - started)
     return result
 
 
