@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import tracemalloc
@@ -24,9 +25,14 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from recallk.errors import InputError
 from recallk.score.metrics import (METRICS, mean, metric_keys, per_query, rank, retrieval_metrics, retrieval_summary)
 from recallk.score import metrics as metrics_module
+from recallk.score.ranking import Budget, Problem
+from recallk.score.ranking import counting as counting_module
 from recallk.score.ranking import engine as ranking
+from recallk.score.ranking import fast as fast_module
+from recallk.score.ranking import scan as scan_module
 from recallk.score.similarity import cosine_block, l2_normalize
 
 KS = (1, 2, 3, 5, 10, 40)
@@ -330,8 +336,8 @@ def test_queries_that_surely_miss_stop_counting(leave_one_out, monkeypatch):
     ql = gl if leave_one_out else rng.integers(0, n_g // 50, len(q))
     ids = np.arange(len(g)) if leave_one_out else None
     scanned = []
-    scan = ranking._scan
-    monkeypatch.setattr(ranking, "_scan", lambda sims, *a: scanned.append(sims.size) or scan(sims, *a))
+    scan = fast_module._scan
+    monkeypatch.setattr(fast_module, "_scan", lambda sims, *a: scanned.append(sims.size) or scan(sims, *a))
     kw = dict(query_ids=ids, gallery_ids=ids, max_memory_mb=1)  # small tiles: many chances to stop
     got = retrieval_summary(q, g, ql, gl, ks=(1, 5), metrics=["recall"], **kw)
     capped, scanned[:] = sum(scanned), []
@@ -389,8 +395,8 @@ def test_handing_on_undecided_cells_never_changes_a_number(kind, window_cells, m
     # threads at once on leave-one-out mirror blocks): the counts must be those of one final hand-over.
     case = make_big_case(kind, 3) if kind in BIG_KINDS else make_case(kind, 3)
     expected = _rank(case, ["recall"], max_memory_mb=0.02)
-    monkeypatch.setattr(ranking, "_CHUNK_CELLS", 7)
-    monkeypatch.setattr(ranking, "_WINDOW_CELLS", window_cells)
+    monkeypatch.setattr(scan_module, "_CHUNK_CELLS", 7)
+    monkeypatch.setattr(counting_module, "_WINDOW_CELLS", window_cells)
     _assert_same_ranking(_rank(case, ["recall"], max_memory_mb=0.02), expected)
 
 
@@ -401,8 +407,8 @@ def test_comparing_only_lines_that_reach_their_window_never_changes_a_number(kin
     # copy of those lines only (rows, or leave-one-out columns): counts and cells must map back exactly.
     case = make_big_case(kind, 5) if kind in BIG_KINDS else make_case(kind, 5)
     expected = _rank(case, ["recall", "mrr"], max_memory_mb=0.02)
-    monkeypatch.setattr(ranking, "_FEW_LINES", few_lines)
-    monkeypatch.setattr(ranking, "_CHUNK_CELLS", 64)
+    monkeypatch.setattr(scan_module, "_FEW_LINES", few_lines)
+    monkeypatch.setattr(scan_module, "_CHUNK_CELLS", 64)
     _assert_same_ranking(_rank(case, ["recall", "mrr"], max_memory_mb=0.02), expected)
 
 
@@ -453,7 +459,7 @@ def test_queries_in_chunks_never_change_a_number(kind, monkeypatch):
     # not symmetric, so they take the query x gallery path. Counts are integers: results are identical.
     case = make_big_case(kind, 2) if kind in BIG_KINDS else make_case(kind, 2)
     expected = _rank(case)
-    monkeypatch.setattr(ranking, "_POSITIVE_BYTES", 2**40)
+    monkeypatch.setattr(Budget, "POSITIVE_BYTES", 2**40)
     _assert_same_ranking(_rank(case), expected)
 
 
@@ -546,7 +552,7 @@ def test_byte_sums_never_overflow(shape, axis):
     rng = np.random.default_rng(0)
     mask = rng.random(shape) < 0.9
     mask[:, :1] = True  # a full line on each side: the largest possible count
-    np.testing.assert_array_equal(ranking._byte_sums(mask, axis), mask.sum(axis=axis))
+    np.testing.assert_array_equal(scan_module._byte_sums(mask, axis), mask.sum(axis=axis))
 
 
 @pytest.mark.parametrize("chunk_cells", [1, 7, 64])  # one row per compare chunk; a few rows; a whole block
@@ -556,7 +562,7 @@ def test_compare_chunk_size_never_changes_a_number(kind, chunk_cells, monkeypatc
     # (query x gallery) and in the mirror's columns (leave-one-out), must not change a count.
     case = make_big_case(kind, 2) if kind in BIG_KINDS else make_case(kind, 2)
     expected = _rank(case, ["recall"], max_memory_mb=0.02)
-    monkeypatch.setattr(ranking, "_CHUNK_CELLS", chunk_cells)
+    monkeypatch.setattr(scan_module, "_CHUNK_CELLS", chunk_cells)
     _assert_same_ranking(_rank(case, ["recall"], max_memory_mb=0.02), expected)
 
 
@@ -1034,3 +1040,95 @@ def test_tie_sensitivity_counts_only_included_queries_on_the_symmetric_path():
     assert (got["recall@1"], got["recall@2"], got["tie_sensitive@1"], got["tie_sensitive@2"]) == (0.5, 1.0, 1, 0)
     assert got == retrieval_summary(g, g.copy() + 0.0, labels, labels, ks=[1, 2], query_ids=ids, gallery_ids=ids,
                                     metrics=None, max_memory_mb=1e-6)
+
+
+# --------------------------------------------------------------------------- 8. engine parts
+
+MIB = 2**20
+
+
+@pytest.mark.parametrize("mb, rule, args, expected", [
+    (1, "label_rows", (1024,), 42),                # 2**20 B at 24 B per cell of a 1,024-column label
+    (1e-6, "label_rows", (1024,), 1),              # never below one row
+    (1, "chunk_positives", (), 5041),              # a quarter of 2**20 B at 52 B per positive
+    (1e-9, "chunk_positives", (), 1),              # never below one positive
+    (3, "tiles", (MIB, 0), 1.6),                   # 80% of the 2 MiB left after 1 MiB of unit copies
+    (4, "tiles", (0, 2**16), 1.0),                 # 3.25 MiB of lists leave 0.75 MiB: the floor, a quarter
+    (1, "fast_tile_cells", (2, 2**20), 87381),     # 2**20 B over 2 cores at 6 B per cell
+    (64, "fast_tile_cells", (2, 2**20), 2**20),    # at most the cache-sized tile
+    (1e-6, "fast_tile_cells", (2, 2**20), 4096),   # at least MIN_PAIRS
+    (1, "exact_tile_cells", (2, 2**21), 19660),    # 3/4 of each core's 2**19 B at 20 B per cell
+    (1e-6, "exact_tile_cells", (2, 2**21), 4096),  # at least MIN_PAIRS
+    (1, "exact_tile_side", (2, 16), 512),          # 1/4 of each core's 2**19 B for two float64 sides of d = 16
+    (1, "exact_tile_side", (2, 512), 64),          # 16 would fit at d = 512: at least the side of MIN_PAIRS
+    (1, "search_rows", (1000,), 87),               # 2**20 B at 12 B per searched cell of a 1,000-item gallery
+    (1e-6, "search_rows", (1000,), 1),             # never below one query
+])
+def test_budget_rules(mb, rule, args, expected):
+    got = getattr(Budget(mb), rule)(*args)
+    assert (got.max_memory_mb if rule == "tiles" else got) == expected
+
+
+def _ranking_logs(caplog) -> list[str]:
+    """The engine's debug lines, one per ranking."""
+    return [r.getMessage() for r in caplog.records if r.name == "recallk.score.ranking.engine"]
+
+
+def _tiles(line: str) -> int:
+    return int(re.search(r"(\d+) tiles", line).group(1))
+
+
+@pytest.mark.parametrize("kind", ["exclude_two_pairs", "leave_one_out_exclude", "grid"])
+def test_smaller_budget_tiles_never_change_a_number(kind, monkeypatch, caplog):
+    # Without the MIN_PAIRS floor the smallest budget makes one-cell tiles: the drivers ask the Budget.
+    case = make_case(kind, 0)
+    for names in (METRICS, ["recall"]):
+        with caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
+            caplog.clear()
+            expected = _rank(case, names, max_memory_mb=1e-6)
+            monkeypatch.setattr(Budget, "MIN_PAIRS", 1)
+            got = _rank(case, names, max_memory_mb=1e-6)
+            monkeypatch.undo()
+        before, after = _ranking_logs(caplog)
+        assert _tiles(after) > _tiles(before), (before, after)
+        _assert_same_ranking(got, expected)
+
+
+@pytest.mark.parametrize("kind, same_set", [("leave_one_out", True),         # same vectors, labels and ids
+                                            ("leave_one_out_exclude", True),  # and the same exclusion values
+                                            ("same_set_no_ids", True),        # no ids on either side
+                                            ("same_set_other_exclusions", False),  # other exclusion values
+                                            ("partial_overlap", False)])      # some queries are gallery items
+def test_problem_detects_the_same_set(kind, same_set):
+    problem = Problem.build(**make_case(kind, 0))
+    assert problem.same_set is same_set
+    assert problem.queries(np.arange(3)).same_set is False  # a chunk of queries is never the gallery
+
+
+LOO_KINDS = ["leave_one_out", "leave_one_out_grid", "leave_one_out_exclude"]
+
+
+@pytest.mark.parametrize("kind, same_set", [(k, True) for k in LOO_KINDS]      # the score stage's leave_one_out
+                         + [(k, False) for k in LOO_KINDS + ["same_set_no_ids"]])  # a symmetric case as query x gallery
+def test_explicit_same_set_gives_the_ranks_of_detection(kind, same_set, caplog):
+    # same_set=True takes the path detection takes; False multiplies every tile: the same ranks either way.
+    case = make_case(kind, 0)
+    for names in (METRICS, ["recall"]):
+        with caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
+            caplog.clear()
+            detected = _rank(case, names)
+            explicit = _rank(case, names, same_set=same_set)
+        assert ["leave-one-out" in line for line in _ranking_logs(caplog)] == [True, same_set]
+        _assert_same_ranking(explicit, detected)
+
+
+@pytest.mark.parametrize("change", [
+    {"query_ids": [f"q{j}" for j in range(29)]},                # other ids
+    {"query_ids": [f"img{j:03d}" for j in range(29)][::-1]},    # the same ids in another order
+    {"query_ids": None, "gallery_ids": None},                   # no ids to match the rows by
+    {"gallery_ids": None},                                      # ids on one side only
+])
+def test_same_set_true_needs_the_gallery_row_for_row(change):
+    case = dict(make_case("leave_one_out", 0), **change)
+    with pytest.raises(InputError, match=re.escape("`same_set=True` needs the queries to be the gallery row for row")):
+        ranking.rank_positives(**case, same_set=True)

@@ -5,6 +5,9 @@
 :class:`Ranking`. How the engine works: ``docs/engine.md``.
 """
 
-from recallk.score.ranking.engine import Ranking, consecutive_runs, rank_positives
+from recallk.score.ranking.budget import Budget
+from recallk.score.ranking.engine import Ranking, rank_positives
+from recallk.score.ranking.problem import Problem
+from recallk.score.ranking.schedule import consecutive_runs
 
-__all__ = ["Ranking", "consecutive_runs", "rank_positives"]
+__all__ = ["Budget", "Problem", "Ranking", "consecutive_runs", "rank_positives"]

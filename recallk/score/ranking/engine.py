@@ -6,28 +6,35 @@ retrieve, by the exact similarities of :func:`recallk.score.similarity.cosine_bl
 with ties broken by gallery index (smaller first). It also finds where the first
 positive would rank with ties broken the other way (tie sensitivity).
 
-How (FAISS-contrib style, flat numpy, blocked under a memory bound):
+How (FAISS-contrib style, flat numpy, blocked under a memory bound), module by module:
 
-* The exact similarity of every (query, positive) pair comes from one float64
-  product per label; a query's positives sorted by (-similarity, gallery index)
-  are its *thresholds*.
-* Positive and excluded cells are set to -inf; then each threshold counts the
-  cells above it. Each core takes tiles from a shared list and multiplies each
-  with single-threaded BLAS. Only the first threshold is needed for recall@K and
-  MRR: float32 tiles (4 MiB) are scanned while still in the cache, one compare
-  for the cells surely above and one for the error window. Every metric that
-  needs all positives takes exact tiles instead (float64 product rounded to
-  float32), sorts their rows and reads every threshold's count with a binary
-  search.
-* A float32 score differs from the exact one by at most ``tol`` (Higham's
-  gamma_d bound), so only cells within ``tol`` of a threshold are undecided;
-  those cells are re-scored and re-decided exactly, including exact ties, which
-  are counted by gallery index on both sides (tie sensitivity).
-* With ``cap`` (recall@K alone: ranks beyond the largest K change nothing) a
-  query stops counting once ``cap`` cells surely beat its first positive.
+* :mod:`~recallk.score.ranking.problem`: the inputs prepared once (unit vectors,
+  the gallery sorted by label, exclusions, the leave-one-out flag).
+* :mod:`~recallk.score.ranking.positives`: the exact similarity of every
+  (query, positive) pair comes from one float64 product per label; a query's
+  positives sorted by (-similarity, gallery index) are its *thresholds*.
+* :mod:`~recallk.score.ranking.schedule`: positive and excluded cells are set to
+  -inf; then each threshold counts the cells above it. Each core takes tiles from
+  a shared list and multiplies each with single-threaded BLAS.
+* :mod:`~recallk.score.ranking.fast`: only the first threshold is needed for
+  recall@K and MRR: float32 tiles (4 MiB) are scanned while still in the cache,
+  one compare for the cells surely above and one for the error window
+  (:mod:`~recallk.score.ranking.scan`). With ``cap`` (recall@K alone: ranks beyond
+  the largest K change nothing) a query stops counting once ``cap`` cells surely
+  beat its first positive.
+* :mod:`~recallk.score.ranking.exact`: every metric that needs all positives takes
+  exact tiles instead (float64 product rounded to float32), sorts their rows and
+  reads every threshold's count with a binary search.
+* :mod:`~recallk.score.ranking.counting`: a float32 score differs from the exact
+  one by at most ``tol`` (Higham's gamma_d bound), so only cells within ``tol`` of a
+  threshold are undecided; those cells are re-scored and re-decided exactly,
+  including exact ties, which are counted by gallery index on both sides (tie
+  sensitivity).
 * Leave-one-out (the gallery *is* the query set) multiplies only the tiles on
   and above the diagonal: each serves its rows and its columns, counted in one
   read (fast path) or through a transposed copy (sorting).
+* :mod:`~recallk.score.ranking.budget`: every size above follows from
+  ``max_memory_mb`` by the rules of one :class:`~recallk.score.ranking.budget.Budget`.
 
 The counts are integers, so the result does not depend on tile sizes or thread
 counts. The one caveat is the similarity itself: two float64 products of different
@@ -37,50 +44,24 @@ a rounding boundary (about 2**-29 of values), so an exact tie may, that rarely, 
 
 from __future__ import annotations
 
-import math
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
-from typing import Any, Sequence
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from recallk.checks import is_missing
-from recallk.errors import InputError
-from recallk.score.similarity import float32_dot_error_bound, l2_normalize
+from recallk.score.ranking.budget import Budget
+from recallk.score.ranking.counting import _Counter
+from recallk.score.ranking.exact import _exact_tiles
+from recallk.score.ranking.fast import _fast_tiles
+from recallk.score.ranking.positives import _positives
+from recallk.score.ranking.problem import Problem
+from recallk.score.ranking.schedule import _query_chunks, consecutive_runs
 
-#: Exact tiles (every positive), per tile cell and thread: the float64 product, its float32 rounding (sorted
-#: in place), the leave-one-out transposed copy and (with exclusion columns) the exclusion masks' booleans.
-_EXACT_BYTES_PER_PAIR = 20
-#: Fast path, per tile cell and thread: the float32 tile and (at most) two boolean compare scratches.
-_TILE_BYTES_PER_PAIR = 6
-#: Fast path: cells of one thread's tile (4 MiB of float32). Each thread multiplies its own tiles with
-#: single-threaded BLAS and scans each tile while it is still in the cache: as fast a product as big
-#: blocks, without writing and re-reading every block through memory (or BLAS threads spinning meanwhile).
-_TILE_CELLS = 2**20
-#: Exact tiles' cells: the float64 product needs no cache residence (the sort reads one row at a time),
-#: and taller tiles multiply faster.
-_EXACT_TILE_CELLS = 2**21
-#: Fast tiles' gallery width (query x gallery); leave-one-out tiles are square.
-_TILE_WIDTH = 2048
-#: Undecided pairs re-scored at a time (float64 scratch of 2 x 256 x d x 8 bytes, 2 MiB at d = 512).
-_EXACT_CHUNK = 256
-#: Cells compared at a time (two boolean scratches of this many bytes, 0.5 MiB each, that stay in
-#: the cache; one row at least, so more for galleries wider than this).
-_CHUNK_CELLS = 2**19
-#: A scan compares only the lines that reach their window when they are fewer than 1 in this many.
-_FEW_LINES = 4
-#: Undecided cells a scan holds before it hands them on to be re-decided (about 60 B each, 4 MiB in all):
-#: bounds memory when most cells tie with the best positive (e.g. many all-zero query vectors).
-_WINDOW_CELLS = 2**16
-#: Positive lists and counters, per (query, positive) pair of the complete ranking: similarity (4 B), column (8 B)
-#: and five int64 counters.
-_POSITIVE_BYTES = 52
-#: Positive cells per product of several small labels' queries x their gallery slices.
-_POSITIVE_CELLS = 2**14
-#: Smallest block or tile, whatever the budget (48 KiB of scratch): below it Python overhead dominates.
-_MIN_PAIRS = 4096
+__all__ = ["Ranking", "consecutive_runs", "rank_positives"]  # consecutive_runs: from schedule, as before
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -92,6 +73,19 @@ class Ranking:
     With ``complete=False`` each query with positives has one entry, its first
     positive's rank (``first_rank``); ``n_positives`` still counts all of them.
     With ``cap``, first ranks (and ``first_rank_opposite``) of ``cap`` or more read ``cap``.
+
+    Attributes
+    ----------
+    n_positives, n_retrievable : ndarray
+        (n,) positives, and items it may retrieve, per query.
+    offsets, ranks : ndarray
+        CSR layout of the ranks, as above.
+    first_rank_opposite : ndarray
+        (n,) first positive's rank with ties broken the other way; -1 without positives.
+    complete : bool
+        Every positive's rank, or only the first.
+    cap : int or None
+        The cap on first ranks, if any.
     """
 
     n_positives: np.ndarray
@@ -111,411 +105,6 @@ class Ranking:
         return np.where(has, self.ranks[np.minimum(self.offsets[:-1], self.ranks.size - 1)], -1)
 
 
-def _codes(*columns: Any, missing: bool = False) -> list[np.ndarray]:
-    """Joint integer codes of label-like columns compared as strings; with ``missing``, None/NaN/"" is -1."""
-    arrays = [np.asarray(c, dtype=object).reshape(-1) for c in columns]
-    text = np.concatenate([a.astype(str) for a in arrays])
-    _, codes = np.unique(text, return_inverse=True)
-    if missing:
-        gone = np.concatenate([np.array([is_missing(v) for v in a], dtype=bool) for a in arrays])
-        codes = np.where(gone, -1, codes)
-    out, start = [], 0
-    for a in arrays:
-        out.append(codes[start:start + len(a)].astype(np.int64))
-        start += len(a)
-    return out
-
-
-@dataclass
-class _Problem:
-    q: np.ndarray            # (n, d) unit float32 queries
-    gp: np.ndarray           # (m, d) unit float32 gallery, sorted by label
-    gindex: np.ndarray       # (m,) gallery index of each sorted column (tie rule)
-    lo: np.ndarray           # (n,) query i's label occupies columns lo[i]:hi[i]
-    hi: np.ndarray
-    self_col: np.ndarray     # (n,) sorted column of the query's own image or -1
-    groups: list[tuple[np.ndarray, list[np.ndarray], np.ndarray]]  # query codes, columns per code, column codes
-    tol: float               # |fast float32 product - exact similarity| <= tol
-
-    def excluded(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
-        """Boolean (len(rows), c1 - c0): the cells of columns [c0, c1) each query may not retrieve
-        (its own image, and items sharing a value of an exclusion column)."""
-        out = np.zeros((len(rows), c1 - c0), dtype=bool)
-        out[self._own(rows, c0, c1)] = True
-        for q_code, _, g_code in self.groups:
-            qc = q_code[rows][:, None]
-            out |= (g_code[c0:c1][None, :] == qc) & (qc >= 0)
-        return out
-
-    def _own(self, rows: np.ndarray, c0: int, c1: int) -> tuple[np.ndarray, np.ndarray]:
-        """(row, column) cells of each query's own image among columns [c0, c1)."""
-        own = self.self_col[rows]
-        inside = (own >= c0) & (own < c1)
-        return np.flatnonzero(inside), own[inside] - c0
-
-    def mask(self, block: np.ndarray, rows: np.ndarray, c0: int, c1: int) -> None:
-        """Set the positive and excluded cells of ``block`` (rows x [c0, c1)) to -inf."""
-        lo, hi = np.maximum(self.lo[rows], c0) - c0, np.minimum(self.hi[rows], c1) - c0
-        starts = np.flatnonzero(np.r_[True, (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])]) if rows.size else []
-        for k0, k1 in zip(starts, np.r_[starts[1:], rows.size]):  # runs of rows of one label (rows come sorted)
-            if lo[k0] < hi[k0]:
-                block[k0:k1, lo[k0]:hi[k0]] = -np.inf
-        if self.groups:
-            block[self.excluded(rows, c0, c1)] = -np.inf
-        else:  # only the own images: no block-sized boolean mask
-            block[self._own(rows, c0, c1)] = -np.inf
-
-
-def _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude):
-    q_codes, g_codes = _codes(query_labels, gallery_labels)
-    order = np.argsort(g_codes, kind="stable")
-    q, gp = l2_normalize(query_emb), l2_normalize(gallery_emb, rows=order)  # gallery sorted by label
-    n, m = q.shape[0], gp.shape[0]
-    column = np.empty(m, dtype=np.int64)
-    column[order] = np.arange(m)
-    gp_codes = g_codes[order]
-    lo, hi = np.searchsorted(gp_codes, q_codes, "left"), np.searchsorted(gp_codes, q_codes, "right")
-    self_col = np.full(n, -1, dtype=np.int64)
-    if query_ids is not None and gallery_ids is not None:
-        where = {str(gid): j for j, gid in enumerate(gallery_ids)}  # compared as text, like the labels (unique)
-        own = np.array([where.get(str(qid), -1) for qid in query_ids], dtype=np.int64)
-        self_col = np.where(own >= 0, column[np.maximum(own, 0)], -1)
-    groups = []
-    for q_group, g_group in exclude:
-        qc, gc = _codes(q_group, g_group, missing=True)
-        gcs = gc[order]
-        by_code = np.argsort(gcs, kind="stable")
-        bounds = np.searchsorted(gcs[by_code], np.arange(int(max(qc.max(initial=-1), gc.max(initial=-1))) + 2))
-        cols = [np.sort(by_code[bounds[c]:bounds[c + 1]]) for c in range(len(bounds) - 1)]
-        groups.append((qc, cols, gcs))
-    problem = _Problem(q, gp, order, lo, hi, self_col, groups, float32_dot_error_bound(q.shape[1]))
-    return problem
-
-
-def _positives(p: _Problem, max_memory_mb: float, first_only: bool = False):
-    """Exact similarities of every query's positives, sorted by (-similarity, gallery index), as CSR
-    (offsets, values, columns), plus each query's number of positives and of positives tied
-    exactly with its best one, minus one.
-
-    One float64 product per run of queries sorted by label, against the gallery slice of
-    their labels: several small labels share one product (up to ``_POSITIVE_CELLS`` cells,
-    each row keeping only its own label's columns), a large label is split into chunks of
-    rows under the budget. Within a slice, columns are in gallery-index order, so a stable
-    sort on -similarity breaks ties by gallery index. With ``first_only`` the lists hold
-    only the best positive and, if others tie with it, the last of them (the first under
-    the opposite tie rule): memory in queries, not in (query, positive) pairs.
-    """
-    n = p.q.shape[0]
-    key = p.lo * (p.gp.shape[0] + 1) + p.hi  # absent labels share lo with the next label, never hi
-    by_label = np.argsort(key, kind="stable")
-    by_label = by_label[p.lo[by_label] < p.hi[by_label]]  # queries whose label has gallery items
-    parts = []
-    n_pos, top_tie = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    for rows in _label_runs(p, by_label, max_memory_mb):
-        a, b = p.lo[rows[0]], p.hi[rows[-1]]
-        columns = np.arange(a, b)
-        keep = (columns >= p.lo[rows][:, None]) & (columns < p.hi[rows][:, None]) & ~p.excluded(rows, a, b)
-        n_pos[rows] = keep.sum(axis=1)
-        if first_only:
-            parts.append(_best_positives(p, rows, a, keep, n_pos, top_tie))
-            continue
-        sims = (p.q[rows].astype(np.float64) @ p.gp[a:b].astype(np.float64).T).astype(np.float32)
-        best = np.where(keep, sims, -np.inf).max(axis=1)
-        top_tie[rows] = np.maximum((keep & (sims == best[:, None])).sum(axis=1) - 1, 0)
-        order = np.argsort(np.where(keep, -sims, np.inf), axis=1, kind="stable")
-        used = np.arange(b - a)[None, :] < n_pos[rows][:, None]
-        parts.append((rows, n_pos[rows], np.take_along_axis(sims, order, axis=1)[used], (order + a)[used]))
-    counts = np.zeros(n, dtype=np.int64)
-    for rows, n_entries, _, _ in parts:
-        counts[rows] = n_entries
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    vals = np.empty(offsets[-1], dtype=np.float32)
-    cols = np.empty(offsets[-1], dtype=np.int64)
-    for rows, n_entries, v, c in parts:
-        starts_in = np.repeat(np.cumsum(n_entries) - n_entries, n_entries)
-        dest = np.repeat(offsets[rows], n_entries) + np.arange(v.size) - starts_in
-        vals[dest], cols[dest] = v, c
-    return offsets, vals, cols, n_pos, top_tie
-
-
-def _best_positives(p: _Problem, rows: np.ndarray, a: int, keep: np.ndarray, n_pos: np.ndarray,
-                    top_tie: np.ndarray) -> tuple:
-    """:func:`_positives` with ``first_only`` for one run: each row's best positive among the ``keep``
-    cells of columns from ``a``, and the last one tied with it; sets ``top_tie[rows]``.
-
-    A float32 product finds them: only cells within ``2 tol`` of a row's float32 best can be
-    exactly best, and those few are re-scored by :func:`_exact_pairs`, the kernel that re-scores
-    the fast path's undecided cells, so exact ties with them are seen as ties.
-    """
-    sims = p.q[rows] @ p.gp[a:a + keep.shape[1]].T
-    top = np.where(keep, sims, -np.inf).max(axis=1)
-    near = keep & (sims >= _round(top.astype(np.float64) - 2 * p.tol, up=False)[:, None])
-    line, col = np.nonzero(near)  # by row, then column (gallery-index order within a label)
-    exact = _exact_pairs(p.q, p.gp, rows[line], col + a)
-    best = np.full(rows.size, -np.inf, dtype=np.float32)
-    np.maximum.at(best, line, exact)
-    at = exact == best[line]
-    line, col = line[at], col[at]
-    ties = np.bincount(line, minlength=rows.size)
-    top_tie[rows] = np.maximum(ties - 1, 0)
-    n_entries = np.where(n_pos[rows] > 0, 1 + (top_tie[rows] > 0), 0)
-    first = np.searchsorted(line, np.arange(rows.size))  # each row's first tied cell; the last is before the next row's
-    ends = np.zeros((rows.size, 2), dtype=np.int64)
-    if col.size:  # none when every positive of the run is excluded
-        ends = np.stack([col[np.minimum(first, col.size - 1)], col[np.maximum(first + ties - 1, 0)]], axis=1) + a
-    used = np.arange(2)[None, :] < n_entries[:, None]
-    return rows, n_entries, np.repeat(best, n_entries), ends[used]
-
-
-def _label_runs(p: _Problem, by_label: np.ndarray, max_memory_mb: float):
-    """Runs of ``by_label`` (queries sorted by their label's gallery slice [lo, hi)) for :func:`_positives`:
-    consecutive labels together while run rows x slice width stays within ``_POSITIVE_CELLS``; a label
-    wider than that alone, in chunks of rows of 24 bytes per cell under the budget."""
-    if not by_label.size:
-        return
-    lo, hi = p.lo[by_label], p.hi[by_label]
-    starts = np.flatnonzero(np.r_[True, lo[1:] != lo[:-1]])
-    ends = np.r_[starts[1:], by_label.size]
-    s = None  # the run being gathered: by_label[s:e] over columns [lo[s], hi[e - 1])
-    for k0, k1 in zip(starts, ends):
-        if s is not None and (k1 - s) * (hi[k1 - 1] - lo[s]) <= _POSITIVE_CELLS:
-            e = k1
-            continue
-        if s is not None:
-            yield by_label[s:e]
-        s, e = k0, k1
-        width = hi[k0] - lo[k0]
-        if (k1 - k0) * width > _POSITIVE_CELLS:  # a large label: alone, in chunks under the budget
-            step = max(1, int(max_memory_mb * 2**20 // (24 * width)))
-            for c in range(k0, k1, step):
-                yield by_label[c:min(c + step, k1)]
-            s = None
-    if s is not None:
-        yield by_label[s:e]
-
-
-class _Counter:
-    """Per-threshold counts of retrievable non-positives beating it: strictly, and tied below/above in index."""
-
-    def __init__(self, p: _Problem, t_off: np.ndarray, t_val: np.ndarray, t_col: np.ndarray):
-        self.p, self.off, self.val, self.col = p, t_off, t_val, t_col
-        v64 = t_val.astype(np.float64)
-        self.hi = _round(v64 + p.tol, up=True)
-        self.lo = _round(v64 - p.tol, up=False)
-        self.gt = np.zeros(t_val.size, dtype=np.int64)
-        self.eq_lt = np.zeros(t_val.size, dtype=np.int64)
-        self.eq_gt = np.zeros(t_val.size, dtype=np.int64)
-        self.lock = threading.Lock()  # threads' tiles may hold the same queries (leave-one-out mirror tiles)
-
-    def exact_tile(self, sims: np.ndarray, rows: np.ndarray, c0: int, c1: int, exact_row) -> None:
-        """Count exact tile ``sims`` (rows x gallery columns [c0, c1); the float64 product rounded to
-        float32) against every threshold of its rows. The tile is masked and its rows sorted in place;
-        ``exact_row(k)`` gives row ``k`` again (unmasked, in column order) for the rare exact ties."""
-        self.p.mask(sims, rows, c0, c1)
-        sims.sort(axis=1)  # each threshold's count is now one binary search in its row
-        off = self.off
-        n_thr, start = off[rows + 1] - off[rows], off[rows]
-        line = np.repeat(np.arange(rows.size), n_thr)  # tile row of each threshold
-        t = np.repeat(start, n_thr) + (np.arange(line.size) - np.repeat(np.cumsum(n_thr) - n_thr, n_thr))
-        below = np.empty(line.size, dtype=np.int64)  # cells at or below each threshold in its row
-        done = 0
-        for k in np.flatnonzero(n_thr):
-            below[done:done + n_thr[k]] = sims[k].searchsorted(self.val[start[k]:start[k] + n_thr[k]], "right")
-            done += n_thr[k]
-        # exact ties with non-positives (positives are -inf here) sit just below: split them by gallery index
-        tied = np.flatnonzero((below > 0) & (sims[line, np.maximum(below - 1, 0)] == self.val[t]))
-        eq_lt, eq_gt = np.zeros(tied.size, dtype=np.int64), np.zeros(tied.size, dtype=np.int64)
-        for k, j in enumerate(tied):
-            row = exact_row(line[j])[None, :]
-            self.p.mask(row, rows[line[j]:line[j] + 1], c0, c1)
-            index = self.p.gindex[np.flatnonzero(row[0] == self.val[t[j]]) + c0]
-            own = self.p.gindex[self.col[t[j]]]
-            eq_lt[k], eq_gt[k] = np.count_nonzero(index < own), np.count_nonzero(index > own)
-        with self.lock:  # leave-one-out: another thread's tile may hold the same queries as columns
-            self.gt[t] += (c1 - c0) - below
-            self.eq_lt[t[tied]] += eq_lt
-            self.eq_gt[t[tied]] += eq_gt
-
-    def first_window(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per query: its number of thresholds, and the float32 window [lo, hi] around its first
-        one (the first positive's; its tie twin has the same value); [inf, inf] when it has none."""
-        n_thr = self.off[queries + 1] - self.off[queries]
-        first = self.off[queries[n_thr > 0]]
-        lo, hi = np.full(queries.size, np.inf, dtype=np.float32), np.full(queries.size, np.inf, dtype=np.float32)
-        lo[n_thr > 0], hi[n_thr > 0] = self.lo[first], self.hi[first]
-        return n_thr, lo, hi
-
-    def add_above(self, queries: np.ndarray, n_thr: np.ndarray, above: np.ndarray) -> None:
-        """Add ``above[k]``, cells surely above query ``queries[k]``'s first threshold, to it and its tie twin."""
-        with self.lock:  # two threads' tiles may hold the same queries (leave-one-out rows and columns)
-            for slot in (0, 1):  # the first positive, and its tie twin (same value, larger index)
-                use = n_thr > slot
-                self.gt[self.off[queries[use]] + slot] += above[use]
-
-    def decide(self, queries: np.ndarray, cols: np.ndarray, n_thr: np.ndarray, exact: np.ndarray) -> None:
-        """Count undecided (query, column) cells, with exact similarities ``exact``, against the query's
-        first threshold(s), exactly; ties are counted by gallery index. Fast path only: its thresholds
-        come from :func:`_exact_pairs` too (:func:`_best_positives`), so exact ties are seen as ties."""
-        p, first = self.p, self.off[queries]
-        mine = self.val[first]
-        index, tied = p.gindex[cols], exact == mine
-        for slot in (0, 1):
-            use = n_thr > slot
-            t = first[use] + slot
-            own = p.gindex[self.col[t]]
-            with self.lock:
-                np.add.at(self.gt, t, exact[use] > mine[use])
-                np.add.at(self.eq_lt, t, tied[use] & (index[use] < own))
-                np.add.at(self.eq_gt, t, tied[use] & (index[use] > own))
-
-
-class _Undecided:
-    """One thread's undecided cells: each tile's are re-scored at once (while its rows are in the cache),
-    then counted (:meth:`_Counter.decide`) once more than ``_WINDOW_CELLS`` have gathered, and at the
-    end (:meth:`flush`): few calls, bounded memory (28 B per cell held)."""
-
-    def __init__(self, counter: _Counter) -> None:
-        self.counter, self.parts, self.size = counter, [], 0
-
-    def sink(self, queries: np.ndarray, n_thr: np.ndarray, c0: int):
-        """``take(wk, wc)`` for one tile: the cells (query ``queries[wk]``, column ``wc + c0``)."""
-        p = self.counter.p
-
-        def take(wk: np.ndarray, wc: np.ndarray) -> None:
-            piece = max(1, _WINDOW_CELLS)
-            for s in range(0, wk.size, piece):  # a degenerate tile (every cell undecided) in pieces
-                q, c = queries[wk[s:s + piece]], wc[s:s + piece] + c0
-                self.parts.append((q, c, n_thr[wk[s:s + piece]], _exact_pairs(p.q, p.gp, q, c)))
-                self.size += q.size
-                if self.size > _WINDOW_CELLS:
-                    self.flush()
-        return take
-
-    def flush(self) -> None:
-        if self.parts:
-            merged = [np.concatenate(x) for x in zip(*self.parts)]
-            self.parts, self.size = [], 0
-            self.counter.decide(*merged)
-
-
-def _scan(sims: np.ndarray, sides: Sequence[tuple], scratch: "_Buffers") -> list[np.ndarray]:
-    """Count the cells of ``sims`` surely above each line's window, and hand on the undecided ones.
-
-    ``sides``: (axis, lo, hi, sink) per side counted, axis 1 for the rows (``lo``/``hi``
-    one entry per row), axis 0 for the columns (one per column). Returns, per side, each
-    line's number of cells above ``hi``; the undecided cells (in [lo, hi]) of each chunk go
-    to ``sink(lines, others)``.
-
-    In chunks of rows that stay in the cache, read for both sides: each line's maximum
-    first (lines below their window, most of them when queries rank their positives
-    high, need nothing more); then one compare for the cells above ``hi`` (counted as
-    bytes) and one for those at or above ``lo``, over the chunk or, when few lines reach
-    their window, over those lines only. The window is the difference of the two compares,
-    usually a few cells per line (every cell only for degenerate data such as all-zero
-    queries), found by scanning 8 cells at a time.
-    """
-    height, width = sims.shape
-    step = max(1, _CHUNK_CELLS // max(1, width))
-    out = [np.zeros(lo.size, dtype=np.int64) for _, lo, _, _ in sides]
-    for k0 in range(0, height, step):
-        chunk = sims[k0:k0 + step]
-        for (axis, lo, hi, sink), above in zip(sides, out):
-            first = k0 if axis == 1 else 0  # the chunk's first line: rows count from k0, columns from 0
-            n_lines = chunk.shape[1 - axis]
-            low, high = lo[first:first + n_lines], hi[first:first + n_lines]
-            lines = np.flatnonzero(chunk.max(axis=axis) >= low)  # those with a cell at or above their window
-            if not lines.size:
-                continue
-            if lines.size * _FEW_LINES >= n_lines:  # most lines: compare the whole chunk
-                lines = np.arange(n_lines)
-            part = chunk if lines.size == n_lines else chunk[lines] if axis == 1 else chunk[:, lines]
-            counts, line, other = _count_lines(part, low[lines], high[lines], axis, scratch)
-            above[first + lines] += counts
-            if line.size:
-                sink(first + lines[line], other + (k0 - first))  # the other side of a column is a row from k0
-    return out
-
-
-def _count_lines(block: np.ndarray, low: np.ndarray, high: np.ndarray, axis: int, scratch: "_Buffers"):
-    """For :func:`_scan`: per line of ``block`` (rows for axis 1, columns for axis 0) the cells above
-    ``high``, and the cells in [low, high] as (line, index along the line) pairs."""
-    h, w = block.shape
-    low, high = (low[:, None], high[:, None]) if axis == 1 else (low, high)
-    o = np.greater(block, high, out=scratch.get("over", (h, w), bool))
-    counts = _byte_sums(o, axis)
-    window = scratch.get("window", (-(-h * w // 8) * 8,), bool)  # whole 8-byte words
-    window[h * w:] = False  # the tail of the last word
-    in_window = np.greater_equal(block, low, out=window[:h * w].reshape(h, w))
-    np.logical_xor(in_window, o, out=in_window)  # at or above low, not above high
-    words = np.flatnonzero(window.view(np.uint64) != 0)
-    flat = (words[:, None] * 8 + np.arange(8)).ravel()
-    r, c = np.divmod(flat[window[flat]], w)
-    return (counts, r, c) if axis == 1 else (counts, c, r)
-
-
-def _byte_sums(mask: np.ndarray, axis: int) -> np.ndarray:
-    """``mask.sum(axis)`` as int64, summed as bytes into the narrowest type that cannot overflow
-    (uint8 for up to 255 terms, uint16 for up to 65,535): several times faster than int64."""
-    dtype, most = (np.uint8, 255) if axis == 0 else (np.uint16, 65535)
-    u8 = mask.view(np.uint8)
-    total = np.zeros(mask.shape[1 - axis], dtype=np.int64)
-    for s in range(0, mask.shape[axis], most):
-        total += u8[s:s + most].sum(axis=0, dtype=dtype) if axis == 0 else u8[:, s:s + most].sum(axis=1, dtype=dtype)
-    return total
-
-
-def _exact_pairs(q: np.ndarray, g: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """Exact similarities of the (row, col) pairs: float64 sums of float32 products, rounded to float32."""
-    out = np.empty(rows.size, dtype=np.float32)
-    a, b = np.empty((min(rows.size, _EXACT_CHUNK), q.shape[1])), np.empty((min(rows.size, _EXACT_CHUNK), q.shape[1]))
-    for s in range(0, rows.size, _EXACT_CHUNK):  # small reused float64 buffers: cache-resident, no fresh pages
-        r, c = rows[s:s + _EXACT_CHUNK], cols[s:s + _EXACT_CHUNK]
-        np.copyto(a[:r.size], q[r])
-        np.copyto(b[:r.size], g[c])
-        out[s:s + r.size] = np.einsum("ij,ij->i", a[:r.size], b[:r.size])
-    return out
-
-
-def _round(x: np.ndarray, up: bool) -> np.ndarray:
-    """float64 -> float32 rounded outward, so float32 compares are safe."""
-    y = x.astype(np.float32)
-    bad = (y < x) if up else (y > x)
-    return np.where(bad, np.nextafter(y, np.float32(np.inf if up else -np.inf)), y)
-
-
-class _Buffers:
-    """Reused scratch arrays: fresh 100 MB arrays per block would page-fault on every first touch."""
-
-    def __init__(self) -> None:
-        self.flat: dict[str, np.ndarray] = {}
-
-    def get(self, name: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
-        size = math.prod(shape)
-        buf = self.flat.get(name)
-        if buf is None or buf.size < size:
-            buf = self.flat[name] = np.empty(size, dtype=dtype)
-        return buf[:size].reshape(shape)
-
-
-def _exact_product(a: np.ndarray, b: np.ndarray, buffers: _Buffers) -> tuple[np.ndarray, np.ndarray]:
-    """Exact float32 similarities of float64 rows ``a`` x ``b`` (:func:`cosine_block`: float64 product,
-    rounded once), and the float64 product they were rounded from (both in ``buffers``)."""
-    shape = (a.shape[0], b.shape[0])
-    product = np.matmul(a, b.T, out=buffers.get("f64", shape, np.float64))
-    out = buffers.get("f32", shape, np.float32)
-    np.copyto(out, product, casting="same_kind")
-    return out, product
-
-
-def _n_workers() -> int:
-    """Threads for the fast path: every core this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
                    gallery_labels: Sequence[Any], query_ids: Sequence[Any] | None = None,
                    gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
@@ -523,90 +112,105 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
                    same_set: bool | None = None) -> Ranking:
     """Exact ranks of every query's positives (or only the first one when ``complete`` is False).
 
-    ``cap`` (first positive only, for recall@K with K <= ``cap``): a first rank of
-    ``cap`` or more is reported as ``cap``, which lets a query stop counting as soon as
-    ``cap`` items surely beat its best positive (much less work when many queries miss).
-
-    ``same_set`` (leave-one-out): the queries are the gallery, row for row, with the same ids
-    and exclusion values; only the tiles on and above the diagonal are multiplied. ``None``
-    detects it by comparing the arrays (for API callers); the score stage passes it from
-    the split protocol.
-
     Inputs must already be validated (:func:`recallk.checks.check_inputs`).
-    ``exclude`` holds (query values, gallery values) pairs: a gallery item sharing
-    the query's value in any of them is not retrievable (missing values never match).
-    Memory: ``max_memory_mb`` first pays for the unit copies of both sets and the
-    positive lists and counters (52 bytes per positive, or per query when not ``complete``);
+
+    Parameters
+    ----------
+    query_emb, gallery_emb : array_like
+        (n, d) and (m, d) embeddings; compared by cosine similarity.
+    query_labels, gallery_labels : sequence
+        A gallery item is a positive of the queries of its label (compared as strings).
+    query_ids, gallery_ids : sequence, optional
+        A query never retrieves the gallery item of its own id.
+    exclude : sequence of (query values, gallery values)
+        A gallery item sharing the query's value in any of them is not retrievable
+        (missing values never match).
+    max_memory_mb : float
+        The memory bound (:class:`~recallk.score.ranking.budget.Budget`, see Notes).
+    complete : bool
+        Every positive's rank; False: only the first positive's (recall@K, MRR).
+    cap : int, optional
+        First positive only, for recall@K with K <= ``cap``: a first rank of ``cap`` or
+        more is reported as ``cap``, which lets a query stop counting as soon as ``cap``
+        items surely beat its best positive (much less work when many queries miss).
+    same_set : bool, optional
+        Leave-one-out: the queries are the gallery, row for row, with the same ids and
+        exclusion values; only the tiles on and above the diagonal are multiplied. None
+        detects it by comparing the arrays (for API callers); the score stage passes it
+        from the split protocol.
+
+    Returns
+    -------
+    Ranking
+
+    Raises
+    ------
+    ValueError
+        A ``cap`` that is not a positive integer, or one with ``complete``.
+    InputError
+        ``same_set=True`` for queries that are not the gallery row for row.
+
+    Notes
+    -----
+    ``max_memory_mb`` first pays for the unit copies of both sets and the positive
+    lists and counters (52 bytes per positive, or per query when not ``complete``);
     tiles get 80% of the rest, and never less than a quarter of ``max_memory_mb``. When
     every positive's lists would take more than a quarter of the budget (few, large
-    labels), the complete ranking takes runs of queries whose lists fit there (leave-one-out
-    then multiplies every tile: runs of queries are not symmetric). The result itself holds
-    8 bytes per positive (per query when not ``complete``).
+    labels), the complete ranking takes runs of queries whose lists fit there
+    (leave-one-out then multiplies every tile: runs of queries are not symmetric). The
+    result itself holds 8 bytes per positive (per query when not ``complete``).
     """
     if cap is not None and (complete or isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1):
         raise ValueError(f"`cap` must be a positive integer, with complete=False. Got {cap!r} instead.")
-    p = _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude)
+    started = time.perf_counter()
+    p = Problem.build(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude,
+                      same_set)
     n, m = p.q.shape[0], p.gp.shape[0]
-    same_ids = (query_ids is None) == (gallery_ids is None) \
-        and (query_ids is None or [str(i) for i in query_ids] == [str(i) for i in gallery_ids])
-    if same_set is None:  # detect it: the same rows, labels, ids and exclusion values
-        symmetric = same_ids and (query_emb is gallery_emb or (np.shape(query_emb) == np.shape(gallery_emb)
-                                                                and np.array_equal(query_emb, gallery_emb))) \
-            and np.array_equal(np.asarray(query_labels).astype(str), np.asarray(gallery_labels).astype(str)) \
-            and all(np.array_equal(q_code[p.gindex], g_code) for q_code, _, g_code in p.groups)
-    elif same_set and not (same_ids and query_ids is not None and np.shape(query_emb) == np.shape(gallery_emb)):
-        raise InputError("`same_set=True` needs the queries to be the gallery row for row: the same ids "
-                         "(`query_ids` equal to `gallery_ids`) and embeddings of the same shape.")
-    else:
-        symmetric = bool(same_set)
-    chunks = _query_chunks(p, max_memory_mb) if complete else [np.arange(n)]
+    budget = Budget(max_memory_mb)
+    chunks = _query_chunks(p, budget) if complete else [np.arange(n)]
     if len(chunks) == 1:
-        n_pos, offsets, ranks, opposite = _rank_part(p, p.q.nbytes, max_memory_mb, complete, symmetric, cap)
+        n_pos, offsets, ranks, opposite, jobs, tiles = _rank_part(p, p.q.nbytes, budget, complete, cap)
     else:  # every positive's lists, a chunk of queries at a time; their ranks follow one another
         n_pos, opposite = np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)
         ranks, filled = np.empty(int((p.hi - p.lo).sum()), dtype=np.int64), 0  # room for every possible positive
+        jobs = tiles = 0
         for rows in chunks:
-            sub = replace(p, q=p.q[rows], lo=p.lo[rows], hi=p.hi[rows], self_col=p.self_col[rows],
-                          groups=[(q_code[rows], cols, g_code) for q_code, cols, g_code in p.groups])
-            n_pos[rows], _, part, opposite[rows] = _rank_part(sub, p.q.nbytes, max_memory_mb, True, False, None)
-            ranks[filled:filled + part.size] = part
-            filled += part.size
+            part = _rank_part(p.queries(rows), p.q.nbytes, budget, True, None)
+            n_pos[rows], opposite[rows] = part.n_pos, part.opposite
+            ranks[filled:filled + part.ranks.size] = part.ranks
+            filled += part.ranks.size
+            jobs, tiles = jobs + part.jobs, tiles + part.tiles
         ranks, offsets = ranks[:filled], np.r_[0, np.cumsum(n_pos)]
-    return Ranking(n_pos, m - _n_excluded(p), offsets, ranks, opposite, complete, cap)
+    result = Ranking(n_pos, m - p.n_excluded(), offsets, ranks, opposite, complete, cap)
+    kind = ("exact pass (every positive)" if complete else "fast pass (first positive)" if cap is None
+            else f"fast pass (first positive, cap {cap})")
+    path = "leave-one-out" if p.same_set and len(chunks) == 1 else "query x gallery"
+    log.debug("ranked %d queries x %d gallery items: %s, %s, %d chunk(s), %d jobs, %d tiles, %.3f s", n, m, kind,
+              path, len(chunks), jobs, tiles, time.perf_counter() - started)
+    return result
 
 
-def _query_chunks(p: _Problem, max_memory_mb: float) -> list[np.ndarray]:
-    """Consecutive runs of queries whose positive lists and counters take about a quarter of the budget
-    at most each; one run when all of them fit."""
-    share = max(1, int(max_memory_mb * 2**20 / 4 // _POSITIVE_BYTES))
-    return [np.arange(a, b) for a, b in consecutive_runs(p.hi - p.lo, share)]  # hi - lo: positives, at most
+class _Part(NamedTuple):
+    """:func:`_rank_part`'s result for one chunk of queries."""
+
+    n_pos: np.ndarray     # positives per query
+    offsets: np.ndarray   # each query's ranks are ranks[offsets[i]:offsets[i + 1]]
+    ranks: np.ndarray
+    opposite: np.ndarray  # first ranks under the opposite tie rule
+    jobs: int             # jobs and tiles the pass did
+    tiles: int
 
 
-def consecutive_runs(counts: np.ndarray, most: int) -> list[tuple[int, int]]:
-    """Split ``range(len(counts))`` into consecutive runs ``(a, b)`` holding about ``most`` of ``counts``
-    each: a run starts wherever the total before an entry crosses a multiple of ``most``, so a run holds
-    less than ``most`` plus its last entry's count. One run when the total fits."""
-    counts = np.asarray(counts, dtype=np.int64)
-    if counts.sum() <= most:
-        return [(0, counts.size)]
-    before = np.cumsum(counts) - counts
-    starts = np.r_[0, np.flatnonzero(np.diff(before // most)) + 1]
-    return list(zip(starts.tolist(), np.r_[starts[1:], counts.size].tolist()))
-
-
-def _rank_part(p: _Problem, query_bytes: int, max_memory_mb: float, complete: bool, symmetric: bool,
-               cap: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`rank_positives` for the queries of ``p``: (positives per query, offsets, ranks, opposite first ranks).
+def _rank_part(p: Problem, query_bytes: int, budget: Budget, complete: bool, cap: int | None) -> _Part:
+    """:func:`rank_positives` for the queries of ``p`` (leave-one-out when ``p.same_set``).
     ``query_bytes``: the unit copy of every query, held by the caller."""
     n = p.q.shape[0]
     # complete: every positive; else the best one and the last one tied with it (opposite tie rule)
-    pos_off, pos_val, pos_col, n_pos, top_tie = _positives(p, max_memory_mb, first_only=not complete)
+    pos_off, pos_val, pos_col, n_pos, top_tie = _positives(p, budget, first_only=not complete)
     counter = _Counter(p, pos_off, pos_val, pos_col)
     # the budget covers everything this call holds: unit copies, positive lists, counters, then the tiles
-    held = query_bytes + p.gp.nbytes + _POSITIVE_BYTES * pos_val.size
-    max_memory_mb = max(max_memory_mb / 4, 0.8 * (max_memory_mb - held / 2**20))  # 20%: BLAS, temporaries
-    (_fast_tiles(p, counter, max_memory_mb, symmetric, cap) if not complete
-     else _exact_tiles(p, counter, max_memory_mb, symmetric))
+    tiles = budget.tiles(query_bytes + p.gp.nbytes, pos_val.size)
+    jobs, n_tiles = _exact_tiles(p, counter, tiles) if complete else _fast_tiles(p, counter, tiles, cap)
     base = counter.gt + counter.eq_lt
     has = n_pos > 0
     if complete:
@@ -619,188 +223,4 @@ def _rank_part(p: _Problem, query_bytes: int, max_memory_mb: float, complete: bo
     opposite[has] = counter.gt[opp_t[has]] + counter.eq_gt[opp_t[has]]
     if cap is not None:  # a query that stopped counting holds a partial count of at least cap
         ranks, opposite[has] = np.minimum(ranks, cap), np.minimum(opposite[has], cap)
-    return n_pos, offsets, ranks, opposite
-
-
-def _fast_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric: bool,
-                cap: int | None = None) -> None:
-    """First-positive counts (recall@K, MRR): each thread takes jobs from a shared list, multiplies
-    each tile with single-threaded BLAS, masks it and scans it while it is in the cache.
-
-    Query x gallery: a job is a run of query rows (sorted by label, so a tile's masked positives
-    are a few runs) over every gallery tile. Leave-one-out: a job is one square tile on or above
-    the diagonal, counted for its rows and (off the diagonal) its columns in the same read.
-    Queries without positives are never multiplied. With ``cap``, a query stops counting once
-    ``cap`` cells are surely above its first positive (its rank is then at least ``cap``): it
-    leaves its run's later tiles, and a leave-one-out tile whose rows or columns have mostly
-    stopped is multiplied only for the queries still counting (rows x its columns, columns x its rows).
-    """
-    m = p.gp.shape[0]
-    cells = max(_MIN_PAIRS, min(_TILE_CELLS, int(max_memory_mb * 2**20 // (_n_workers() * _TILE_BYTES_PER_PAIR))))
-    jobs, width = _tiling(p, cells, symmetric)
-    side = width
-
-    def counting(queries: np.ndarray, n_thr: np.ndarray) -> np.ndarray:
-        """Positions of the queries still counting: with positives and, under a cap, below it."""
-        live = n_thr > 0
-        if cap is not None:  # read without the lock: counts only grow, a stale one costs work, not correctness
-            live[live] = counter.gt[counter.off[queries[live]]] < cap
-        return np.flatnonzero(live)
-
-    def start() -> tuple:
-        scratch, undecided = _Buffers(), _Undecided(counter)
-
-        def row_tile(queries, vectors, c0, c1, window) -> np.ndarray:
-            """Cells surely above each query's first positive among columns [c0, c1) (undecided ones handed on)."""
-            n_thr, lo, hi = window
-            tile = np.matmul(vectors, p.gp[c0:c1].T, out=scratch.get("tile", (queries.size, c1 - c0), np.float32))
-            p.mask(tile, queries, c0, c1)
-            return _scan(tile, [(1, lo, hi, undecided.sink(queries, n_thr, c0))], scratch)[0]
-
-        def query_run(rows: np.ndarray) -> None:
-            """Query x gallery: a run of queries over every gallery tile, the stopped ones leaving."""
-            window = counter.first_window(rows)
-            live = counting(rows, window[0])
-            above = np.zeros(rows.size, dtype=np.int64)
-            vectors = p.q[rows[live]]
-            for c0 in range(0, m, width):
-                if not live.size:
-                    break
-                above[live] += row_tile(rows[live], vectors, c0, min(c0 + width, m), [w[live] for w in window])
-                if cap is not None:  # those at the cap stop: their rank is at least cap
-                    still = above[live] < cap
-                    if not still.all():
-                        live, vectors = live[still], vectors[still]
-            counter.add_above(rows, window[0], above)
-
-        def symmetric_tile(r0: int, c0: int) -> None:
-            """Leave-one-out: one tile on or above the diagonal, for its rows and (off it) its columns."""
-            r1, c1 = min(r0 + side, m), min(c0 + side, m)
-            rows, cols = p.gindex[r0:r1], p.gindex[c0:c1]  # sorted position j is gallery (= query) gindex[j]
-            sides = [(rows, r0, (c0, c1), counter.first_window(rows))]
-            if c0 > r0:
-                sides.append((cols, c0, (r0, r1), counter.first_window(cols)))
-            live = [counting(queries, win[0]) for queries, _, _, win in sides]
-            if sum(lv.size * (b - a) for lv, (_, _, (a, b), _) in zip(live, sides)) < (r1 - r0) * (c1 - c0):
-                for lv, (queries, first, (a, b), win) in zip(live, sides):  # multiply the live parts only
-                    if lv.size:
-                        counter.add_above(queries[lv], win[0][lv],
-                                          row_tile(queries[lv], p.gp[first + lv], a, b, [w[lv] for w in win]))
-                return
-            tile = np.matmul(p.gp[r0:r1], p.gp[c0:c1].T, out=scratch.get("tile", (r1 - r0, c1 - c0), np.float32))
-            p.mask(tile, rows, c0, c1)  # positives and exclusions are symmetric: the mirror's cells too
-            counts = _scan(tile, [(axis, lo, hi, undecided.sink(queries, n_thr, a))
-                                  for axis, (queries, _, (a, _), (n_thr, lo, hi)) in zip((1, 0), sides)], scratch)
-            for (queries, _, _, (n_thr, _, _)), above in zip(sides, counts):
-                counter.add_above(queries, n_thr, above)
-
-        return (lambda job: symmetric_tile(*job)) if symmetric else query_run, undecided.flush
-
-    _each_core(jobs, start)
-
-
-def _exact_tiles(p: _Problem, counter: _Counter, max_memory_mb: float, symmetric: bool) -> None:
-    """Every positive (precision@K, R-precision, MAP@R, MAP): the jobs of :func:`_fast_tiles`, but
-    each tile is the exact product (float64, rounded once to float32: :func:`_exact_product`) and
-    its rows are sorted, so that each threshold's count is one binary search
-    (:meth:`_Counter.exact_tile`). A leave-one-out tile counts its columns from a transposed copy,
-    made before masking. Queries without positives are never multiplied (query x gallery).
-    """
-    m, d = p.gp.shape
-    per_core = max_memory_mb * 2**20 / _n_workers()
-    # a quarter of each core's share for the float64 copies of its tile's rows and columns, the rest for cells
-    most = max(math.isqrt(_MIN_PAIRS), int(per_core / 4 // (2 * 8 * d)))
-    cells = max(_MIN_PAIRS, min(_EXACT_TILE_CELLS, int(per_core * 3 / 4 // _EXACT_BYTES_PER_PAIR)))
-    jobs, width = _tiling(p, cells, symmetric, most)
-    if not symmetric:
-        n_thr = counter.off[1:] - counter.off[:-1]
-        jobs = [rows for rows in (rows[n_thr[rows] > 0] for rows in jobs) if rows.size]
-
-    def start() -> tuple:
-        scratch = _Buffers()
-
-        def float64(name: str, vectors: np.ndarray) -> np.ndarray:
-            out = scratch.get(name, vectors.shape, np.float64)
-            out[...] = vectors
-            return out
-
-        def query_run(rows: np.ndarray) -> None:
-            left = float64("left", p.q[rows])
-            for c0 in range(0, m, width):
-                c1 = min(c0 + width, m)
-                sims, product = _exact_product(left, float64("right", p.gp[c0:c1]), scratch)
-                counter.exact_tile(sims, rows, c0, c1, lambda k: product[k].astype(np.float32))
-
-        def symmetric_tile(job: tuple[int, int]) -> None:
-            r0, c0 = job
-            r1, c1 = min(r0 + width, m), min(c0 + width, m)
-            left = float64("left", p.gp[r0:r1])
-            sims, product = _exact_product(left, left if c0 == r0 else float64("right", p.gp[c0:c1]), scratch)
-            if c0 > r0:  # the columns, from a transposed copy made before the tile is masked and sorted
-                mirror = scratch.get("mirror", (c1 - c0, r1 - r0), np.float32)
-                np.copyto(mirror, sims.T)
-                counter.exact_tile(mirror, p.gindex[c0:c1], r0, r1, lambda k: product[:, k].astype(np.float32))
-            # sorted position j is query gindex[j]
-            counter.exact_tile(sims, p.gindex[r0:r1], c0, c1, lambda k: product[k].astype(np.float32))
-
-        return (symmetric_tile if symmetric else query_run), lambda: None
-
-    _each_core(jobs, start)
-
-
-def _tiling(p: _Problem, cells: int, symmetric: bool, most: int | None = None) -> tuple[list, int]:
-    """Jobs of about ``cells`` cells per tile for :func:`_each_core`, and their tiles' side (leave-one-out:
-    square tiles (r0, c0) on and above the diagonal) or gallery width (query x gallery: runs of query
-    rows sorted by label, so that a tile's masked positives are a few runs, each over every gallery
-    tile); no side, width or run longer than ``most``."""
-    n, m = p.q.shape[0], p.gp.shape[0]
-    most = m if most is None else most
-    if symmetric:
-        side = max(1, min(m, math.isqrt(cells), most))
-        return [(r0, c0) for r0 in range(0, m, side) for c0 in range(r0, m, side)], side
-    width = max(1, min(m, _TILE_WIDTH, cells, most))
-    height = max(1, min(cells // width, most))
-    q_order = np.argsort(p.lo, kind="stable")
-    return [q_order[r0:r0 + height] for r0 in range(0, n, height)], width
-
-
-def _each_core(jobs: list, start) -> None:
-    """Do ``jobs`` on every core: each thread gets its ``(do, finish)`` from ``start()``, calls ``do(job)``
-    for jobs taken in turn from the shared list, then ``finish()``. BLAS runs single-threaded meanwhile:
-    one product per core, with no BLAS threads spinning beside the numpy work."""
-    from threadpoolctl import threadpool_limits
-
-    pending, lock = iter(jobs), threading.Lock()
-
-    def work() -> None:
-        do, finish = start()
-        while True:
-            with lock:
-                job = next(pending, None)
-            if job is None:
-                return finish()
-            do(job)
-
-    threads = max(1, min(_n_workers(), len(jobs)))
-    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(max_workers=threads) as pool:
-        for future in [pool.submit(work) for _ in range(threads)]:
-            future.result()
-
-
-def _n_excluded(p: _Problem) -> np.ndarray:
-    """Gallery items each query may not retrieve (its own image and its exclusion groups, counted once)."""
-    n, m = p.q.shape[0], p.gp.shape[0]
-    if not p.groups:  # only the own images
-        return (p.self_col >= 0).astype(np.int64)
-    out = np.zeros(n, dtype=np.int64)
-    union: dict[tuple, np.ndarray] = {}
-    for i in range(n):
-        key = tuple(int(qc[i]) for qc, _, _ in p.groups)
-        if key not in union:
-            parts = [cols[c] for (_, cols, _), c in zip(p.groups, key) if c >= 0]
-            union[key] = np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
-        cols = union[key]
-        s = p.self_col[i]
-        inside = s >= 0 and cols.size > 0 and cols[min(np.searchsorted(cols, s), cols.size - 1)] == s
-        out[i] = cols.size + (s >= 0 and not inside)
-    return out
+    return _Part(n_pos, offsets, ranks, opposite, jobs, n_tiles)

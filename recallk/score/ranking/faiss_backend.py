@@ -18,7 +18,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from recallk.errors import MissingExtraError
-from recallk.score.ranking.engine import Ranking, _prepare
+from recallk.score.ranking.budget import Budget
+from recallk.score.ranking.engine import Ranking
+from recallk.score.ranking.problem import Problem
 
 
 def rank_positives_faiss(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
@@ -35,11 +37,11 @@ def rank_positives_faiss(query_emb: np.ndarray, gallery_emb: np.ndarray, query_l
     except ImportError as exc:
         raise MissingExtraError("`backend: faiss`", "faiss", "faiss-cpu", exc) from None
 
-    p = _prepare(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude)
+    p = Problem.build(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude)
     n, m = p.q.shape[0], p.gp.shape[0]
     index = faiss.IndexFlatIP(p.gp.shape[1])
     index.add(np.ascontiguousarray(p.gp))
-    per_block = max(1, int(max_memory_mb * 2**20 // (12 * m)))
+    per_block = Budget(max_memory_mb).search_rows(m)
     ranks: list[np.ndarray] = []
     n_pos = np.zeros(n, dtype=np.int64)
     n_ret = np.zeros(n, dtype=np.int64)
@@ -57,7 +59,7 @@ def rank_positives_faiss(query_emb: np.ndarray, gallery_emb: np.ndarray, query_l
     return Ranking(n_pos, n_ret, offsets, flat.astype(np.int64), opposite, complete=True)
 
 
-def _query_ranks(p, i: int, scores: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, int, int]:
+def _query_ranks(p: Problem, i: int, scores: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, int, int]:
     """Ranks of query ``i``'s positives from FAISS's order, runs of near-equal scores re-sorted exactly."""
     m = p.gp.shape[0]
     keep = ~p.excluded(np.array([i]), 0, m)[0][cols]

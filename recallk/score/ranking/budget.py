@@ -1,0 +1,94 @@
+"""``max_memory_mb``: every rule that turns the memory bound into rows, cells or tiles, in one place."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+_MIB = 2**20
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The memory bound of one ranking, and what it allows each part of the engine.
+
+    The budget first pays for what a ranking holds throughout (the unit copies of
+    both sets, the positive lists and their counters); the tiles get what is left
+    (:meth:`tiles`), shared among the cores. Every size is at least one row or
+    :attr:`MIN_PAIRS` cells, whatever the budget.
+
+    Parameters
+    ----------
+    max_memory_mb : float
+        The bound, in MiB.
+    """
+
+    max_memory_mb: float
+
+    #: Complete ranking, per exact tile cell and thread: the float64 product, its float32 rounding (sorted in
+    #: place), the leave-one-out transposed copy and (with exclusion columns) the exclusion masks' booleans.
+    EXACT_BYTES_PER_PAIR: ClassVar[int] = 20
+    #: Fast path, per tile cell and thread: the float32 tile and (at most) two boolean compare scratches.
+    TILE_BYTES_PER_PAIR: ClassVar[int] = 6
+    #: Positive lists and counters, per (query, positive) pair of the complete ranking (per query on the fast
+    #: path): similarity (4 B), column (8 B) and five int64 counters.
+    POSITIVE_BYTES: ClassVar[int] = 52
+    #: The positives' product of one large label, per cell: the float64 product, its float32 rounding, the
+    #: sort's order and the boolean masks.
+    LABEL_BYTES_PER_CELL: ClassVar[int] = 24
+    #: faiss backend, per searched cell: a float32 score and an int64 gallery index.
+    SEARCH_BYTES_PER_CELL: ClassVar[int] = 12
+    #: Smallest block or tile, whatever the budget (48 KiB of scratch): below it Python overhead dominates.
+    MIN_PAIRS: ClassVar[int] = 4096
+    #: Share of the budget that one chunk of queries' positive lists and counters may take.
+    LIST_SHARE: ClassVar[float] = 0.25
+    #: Share of what is left for the tiles once the lists are held (the rest: BLAS, temporaries) ...
+    TILE_SHARE: ClassVar[float] = 0.8
+    #: ... and the tiles' floor, as a share of the whole budget.
+    TILE_FLOOR: ClassVar[float] = 0.25
+    #: Share of each core's tile budget for the float64 copies of an exact tile's rows and columns.
+    VECTOR_SHARE: ClassVar[float] = 0.25
+
+    @property
+    def bytes(self) -> float:
+        """The bound in bytes."""
+        return self.max_memory_mb * _MIB
+
+    def label_rows(self, width: int) -> int:
+        """Rows of one large label's positives product, ``width`` columns wide (at least one)."""
+        return max(1, int(self.bytes // (self.LABEL_BYTES_PER_CELL * width)))
+
+    def chunk_positives(self) -> int:
+        """Most positives in one chunk of queries of the complete ranking: their lists and counters
+        take :attr:`LIST_SHARE` of the budget (at least one)."""
+        return max(1, int(self.bytes * self.LIST_SHARE // self.POSITIVE_BYTES))
+
+    def tiles(self, unit_bytes: int, n_entries: int) -> Budget:
+        """The tiles' budget once the unit copies (``unit_bytes``) and ``n_entries`` positive lists' entries
+        are held: :attr:`TILE_SHARE` of what is left, never below :attr:`TILE_FLOOR` of the whole."""
+        held = unit_bytes + self.POSITIVE_BYTES * n_entries
+        mb = self.max_memory_mb
+        return Budget(max(mb * self.TILE_FLOOR, self.TILE_SHARE * (mb - held / _MIB)))
+
+    def fast_tile_cells(self, workers: int, most: int) -> int:
+        """Cells of one fast tile: each of ``workers`` threads holds one (:attr:`TILE_BYTES_PER_PAIR`
+        per cell); at most ``most``, at least :attr:`MIN_PAIRS`."""
+        return max(self.MIN_PAIRS, min(most, int(self.bytes // (workers * self.TILE_BYTES_PER_PAIR))))
+
+    def exact_tile_cells(self, workers: int, most: int) -> int:
+        """Cells of one exact tile: each of ``workers`` threads holds one (:attr:`EXACT_BYTES_PER_PAIR`
+        per cell) in what its share leaves after :attr:`VECTOR_SHARE`; at most ``most``, at least
+        :attr:`MIN_PAIRS`."""
+        per_core = self.bytes / workers
+        return max(self.MIN_PAIRS, min(most, int(per_core * (1 - self.VECTOR_SHARE) // self.EXACT_BYTES_PER_PAIR)))
+
+    def exact_tile_side(self, workers: int, dim: int) -> int:
+        """Most rows or columns of one exact tile: their float64 copies (two sides of ``dim`` values) take
+        :attr:`VECTOR_SHARE` of each of ``workers`` threads' share; at least the side of :attr:`MIN_PAIRS`."""
+        per_core = self.bytes / workers
+        return max(math.isqrt(self.MIN_PAIRS), int(per_core * self.VECTOR_SHARE // (2 * 8 * dim)))
+
+    def search_rows(self, gallery_size: int) -> int:
+        """Queries per faiss search of the whole gallery (:attr:`SEARCH_BYTES_PER_CELL` per cell; at least one)."""
+        return max(1, int(self.bytes // (self.SEARCH_BYTES_PER_CELL * gallery_size)))

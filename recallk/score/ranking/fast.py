@@ -1,0 +1,116 @@
+"""The first-positive path (recall@K, MRR): float32 tiles scanned while they are in the cache.
+
+Only each query's first threshold is needed: each thread multiplies its tiles
+(4 MiB of float32) with single-threaded BLAS, masks them and scans them at once,
+one compare for the cells surely above and one for the error window
+(:func:`~recallk.score.ranking.scan._scan`); the few undecided cells are re-scored
+exactly. With ``cap`` (recall@K alone: ranks beyond the largest K change nothing)
+a query stops counting once ``cap`` cells surely beat its first positive.
+A leave-one-out tile is counted for its rows and its columns in one read.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from recallk.score.ranking.budget import Budget
+from recallk.score.ranking.counting import _Counter, _Undecided
+from recallk.score.ranking.problem import Problem
+from recallk.score.ranking.scan import _scan
+from recallk.score.ranking.schedule import TileWorker, _each_core, _n_tiles, _n_workers, _tiling
+
+#: Cells of one thread's tile (4 MiB of float32). Each thread multiplies its own tiles with
+#: single-threaded BLAS and scans each tile while it is still in the cache: as fast a product as big
+#: blocks, without writing and re-reading every block through memory (or BLAS threads spinning meanwhile).
+_TILE_CELLS = 2**20
+
+
+def _fast_tiles(p: Problem, counter: _Counter, budget: Budget, cap: int | None = None) -> tuple[int, int]:
+    """First-positive counts (recall@K, MRR): each thread takes jobs from a shared list, multiplies
+    each tile with single-threaded BLAS, masks it and scans it while it is in the cache.
+
+    Query x gallery: a job is a run of query rows (sorted by label, so a tile's masked positives
+    are a few runs) over every gallery tile. Leave-one-out: a job is one square tile on or above
+    the diagonal, counted for its rows and (off the diagonal) its columns in the same read.
+    Queries without positives are never multiplied. With ``cap``, a query stops counting once
+    ``cap`` cells are surely above its first positive (its rank is then at least ``cap``): it
+    leaves its run's later tiles, and a leave-one-out tile whose rows or columns have mostly
+    stopped is multiplied only for the queries still counting (rows x its columns, columns x its rows).
+    Returns the number of jobs and of tiles they cover.
+    """
+    jobs, width = _tiling(p, budget.fast_tile_cells(_n_workers(), _TILE_CELLS))
+    _each_core(jobs, lambda: FastWorker(p, counter, width, cap))
+    return len(jobs), _n_tiles(p, jobs, width)
+
+
+class FastWorker(TileWorker):
+    """One thread's first-positive tiles; its undecided cells are decided at :meth:`finish`.
+
+    Parameters
+    ----------
+    p, counter, width
+        As for :class:`~recallk.score.ranking.schedule.TileWorker`.
+    cap : int or None
+        A query stops counting once this many cells surely beat its first positive.
+    """
+
+    def __init__(self, p: Problem, counter: _Counter, width: int, cap: int | None) -> None:
+        super().__init__(p, counter, width)
+        self.cap, self.undecided = cap, _Undecided(counter)
+
+    def finish(self) -> None:
+        """Decide the undecided cells still held."""
+        self.undecided.flush()
+
+    def _counting(self, queries: np.ndarray, n_thr: np.ndarray) -> np.ndarray:
+        """Positions of the queries still counting: with positives and, under a cap, below it."""
+        live, counter = n_thr > 0, self.counter
+        if self.cap is not None:  # read without the lock: counts only grow, a stale one costs work, not correctness
+            live[live] = counter.gt[counter.off[queries[live]]] < self.cap
+        return np.flatnonzero(live)
+
+    def _row_tile(self, queries: np.ndarray, vectors: np.ndarray, c0: int, c1: int, window) -> np.ndarray:
+        """Cells surely above each query's first positive among columns [c0, c1) (undecided ones handed on)."""
+        p, (n_thr, lo, hi) = self.p, window
+        tile = np.matmul(vectors, p.gp[c0:c1].T, out=self.scratch.get("tile", (queries.size, c1 - c0), np.float32))
+        p.mask(tile, queries, c0, c1)
+        return _scan(tile, [(1, lo, hi, self.undecided.sink(queries, n_thr, c0))], self.scratch)[0]
+
+    def query_run(self, rows: np.ndarray) -> None:
+        """Query x gallery: a run of queries over every gallery tile, the stopped ones leaving."""
+        p, m, width, cap = self.p, self.p.gp.shape[0], self.width, self.cap
+        window = self.counter.first_window(rows)
+        live = self._counting(rows, window[0])
+        above = np.zeros(rows.size, dtype=np.int64)
+        vectors = p.q[rows[live]]
+        for c0 in range(0, m, width):
+            if not live.size:
+                break
+            above[live] += self._row_tile(rows[live], vectors, c0, min(c0 + width, m), [w[live] for w in window])
+            if cap is not None:  # those at the cap stop: their rank is at least cap
+                still = above[live] < cap
+                if not still.all():
+                    live, vectors = live[still], vectors[still]
+        self.counter.add_above(rows, window[0], above)
+
+    def symmetric_tile(self, r0: int, c0: int) -> None:
+        """Leave-one-out: one tile on or above the diagonal, for its rows and (off it) its columns."""
+        p, counter, m, side = self.p, self.counter, self.p.gp.shape[0], self.width
+        r1, c1 = min(r0 + side, m), min(c0 + side, m)
+        rows, cols = p.gindex[r0:r1], p.gindex[c0:c1]  # sorted position j is gallery (= query) gindex[j]
+        sides = [(rows, r0, (c0, c1), counter.first_window(rows))]
+        if c0 > r0:
+            sides.append((cols, c0, (r0, r1), counter.first_window(cols)))
+        live = [self._counting(queries, win[0]) for queries, _, _, win in sides]
+        if sum(lv.size * (b - a) for lv, (_, _, (a, b), _) in zip(live, sides)) < (r1 - r0) * (c1 - c0):
+            for lv, (queries, first, (a, b), win) in zip(live, sides):  # multiply the live parts only
+                if lv.size:
+                    counter.add_above(queries[lv], win[0][lv],
+                                      self._row_tile(queries[lv], p.gp[first + lv], a, b, [w[lv] for w in win]))
+            return
+        tile = np.matmul(p.gp[r0:r1], p.gp[c0:c1].T, out=self.scratch.get("tile", (r1 - r0, c1 - c0), np.float32))
+        p.mask(tile, rows, c0, c1)  # positives and exclusions are symmetric: the mirror's cells too
+        counts = _scan(tile, [(axis, lo, hi, self.undecided.sink(queries, n_thr, a))
+                              for axis, (queries, _, (a, _), (n_thr, lo, hi)) in zip((1, 0), sides)], self.scratch)
+        for (queries, _, _, (n_thr, _, _)), above in zip(sides, counts):
+            counter.add_above(queries, n_thr, above)

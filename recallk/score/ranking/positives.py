@@ -1,0 +1,121 @@
+"""Every query's positives, exactly: the thresholds the tiles are counted against.
+
+The exact similarity of every (query, positive) pair comes from one float64
+product per label; a query's positives sorted by (-similarity, gallery index)
+are its thresholds. The first-positive path needs only the best one and, when
+others tie with it, the last of them (:func:`_best_positives`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from recallk.score.ranking.budget import Budget
+from recallk.score.ranking.problem import Problem
+from recallk.score.ranking.scan import _exact_pairs, _round
+
+#: Positive cells per product of several small labels' queries x their gallery slices.
+_POSITIVE_CELLS = 2**14
+
+
+def _positives(p: Problem, budget: Budget, first_only: bool = False):
+    """Exact similarities of every query's positives, sorted by (-similarity, gallery index), as CSR
+    (offsets, values, columns), plus each query's number of positives and of positives tied
+    exactly with its best one, minus one.
+
+    One float64 product per run of queries sorted by label, against the gallery slice of
+    their labels: several small labels share one product (up to ``_POSITIVE_CELLS`` cells,
+    each row keeping only its own label's columns), a large label is split into chunks of
+    rows under the budget. Within a slice, columns are in gallery-index order, so a stable
+    sort on -similarity breaks ties by gallery index. With ``first_only`` the lists hold
+    only the best positive and, if others tie with it, the last of them (the first under
+    the opposite tie rule): memory in queries, not in (query, positive) pairs.
+    """
+    n = p.q.shape[0]
+    key = p.lo * (p.gp.shape[0] + 1) + p.hi  # absent labels share lo with the next label, never hi
+    by_label = np.argsort(key, kind="stable")
+    by_label = by_label[p.lo[by_label] < p.hi[by_label]]  # queries whose label has gallery items
+    parts = []
+    n_pos, top_tie = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    for rows in _label_runs(p, by_label, budget):
+        a, b = p.lo[rows[0]], p.hi[rows[-1]]
+        columns = np.arange(a, b)
+        keep = (columns >= p.lo[rows][:, None]) & (columns < p.hi[rows][:, None]) & ~p.excluded(rows, a, b)
+        n_pos[rows] = keep.sum(axis=1)
+        if first_only:
+            parts.append(_best_positives(p, rows, a, keep, n_pos, top_tie))
+            continue
+        sims = (p.q[rows].astype(np.float64) @ p.gp[a:b].astype(np.float64).T).astype(np.float32)
+        best = np.where(keep, sims, -np.inf).max(axis=1)
+        top_tie[rows] = np.maximum((keep & (sims == best[:, None])).sum(axis=1) - 1, 0)
+        order = np.argsort(np.where(keep, -sims, np.inf), axis=1, kind="stable")
+        used = np.arange(b - a)[None, :] < n_pos[rows][:, None]
+        parts.append((rows, n_pos[rows], np.take_along_axis(sims, order, axis=1)[used], (order + a)[used]))
+    counts = np.zeros(n, dtype=np.int64)
+    for rows, n_entries, _, _ in parts:
+        counts[rows] = n_entries
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    vals = np.empty(offsets[-1], dtype=np.float32)
+    cols = np.empty(offsets[-1], dtype=np.int64)
+    for rows, n_entries, v, c in parts:
+        starts_in = np.repeat(np.cumsum(n_entries) - n_entries, n_entries)
+        dest = np.repeat(offsets[rows], n_entries) + np.arange(v.size) - starts_in
+        vals[dest], cols[dest] = v, c
+    return offsets, vals, cols, n_pos, top_tie
+
+
+def _best_positives(p: Problem, rows: np.ndarray, a: int, keep: np.ndarray, n_pos: np.ndarray,
+                    top_tie: np.ndarray) -> tuple:
+    """:func:`_positives` with ``first_only`` for one run: each row's best positive among the ``keep``
+    cells of columns from ``a``, and the last one tied with it; sets ``top_tie[rows]``.
+
+    A float32 product finds them: only cells within ``2 tol`` of a row's float32 best can be
+    exactly best, and those few are re-scored by :func:`_exact_pairs`, the kernel that re-scores
+    the fast path's undecided cells, so exact ties with them are seen as ties.
+    """
+    sims = p.q[rows] @ p.gp[a:a + keep.shape[1]].T
+    top = np.where(keep, sims, -np.inf).max(axis=1)
+    near = keep & (sims >= _round(top.astype(np.float64) - 2 * p.tol, up=False)[:, None])
+    line, col = np.nonzero(near)  # by row, then column (gallery-index order within a label)
+    exact = _exact_pairs(p.q, p.gp, rows[line], col + a)
+    best = np.full(rows.size, -np.inf, dtype=np.float32)
+    np.maximum.at(best, line, exact)
+    at = exact == best[line]
+    line, col = line[at], col[at]
+    ties = np.bincount(line, minlength=rows.size)
+    top_tie[rows] = np.maximum(ties - 1, 0)
+    n_entries = np.where(n_pos[rows] > 0, 1 + (top_tie[rows] > 0), 0)
+    first = np.searchsorted(line, np.arange(rows.size))  # each row's first tied cell; the last is before the next row's
+    ends = np.zeros((rows.size, 2), dtype=np.int64)
+    if col.size:  # none when every positive of the run is excluded
+        ends = np.stack([col[np.minimum(first, col.size - 1)], col[np.maximum(first + ties - 1, 0)]], axis=1) + a
+    used = np.arange(2)[None, :] < n_entries[:, None]
+    return rows, n_entries, np.repeat(best, n_entries), ends[used]
+
+
+def _label_runs(p: Problem, by_label: np.ndarray, budget: Budget):
+    """Runs of ``by_label`` (queries sorted by their label's gallery slice [lo, hi)) for :func:`_positives`:
+    consecutive labels together while run rows x slice width stays within ``_POSITIVE_CELLS``; a label
+    wider than that alone, in chunks of rows under the budget (:meth:`Budget.label_rows`)."""
+    if not by_label.size:
+        return
+    lo, hi = p.lo[by_label], p.hi[by_label]
+    starts = np.flatnonzero(np.r_[True, lo[1:] != lo[:-1]])
+    ends = np.r_[starts[1:], by_label.size]
+    s = None  # the run being gathered: by_label[s:e] over columns [lo[s], hi[e - 1])
+    for k0, k1 in zip(starts, ends):
+        if s is not None and (k1 - s) * (hi[k1 - 1] - lo[s]) <= _POSITIVE_CELLS:
+            e = k1
+            continue
+        if s is not None:
+            yield by_label[s:e]
+        s, e = k0, k1
+        width = hi[k0] - lo[k0]
+        if (k1 - k0) * width > _POSITIVE_CELLS:  # a large label: alone, in chunks under the budget
+            step = budget.label_rows(width)
+            for c in range(k0, k1, step):
+                yield by_label[c:min(c + step, k1)]
+            s = None
+    if s is not None:
+        yield by_label[s:e]

@@ -1,0 +1,175 @@
+"""The ranking problem, prepared once after validation: unit vectors, label slices, exclusions, leave-one-out.
+
+The gallery is sorted by label, so each query's positives are one slice of
+columns ``[lo, hi)``; within a slice columns keep gallery-index order, the tie
+rule. Every driver of the engine (and the faiss backend) reads this one
+:class:`Problem`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+import numpy as np
+
+from recallk.checks import is_missing
+from recallk.errors import InputError
+from recallk.score.similarity import float32_dot_error_bound, l2_normalize
+
+#: One exclusion column: each query's code, the sorted gallery columns of each code, each column's code.
+Group = tuple[np.ndarray, list[np.ndarray], np.ndarray]
+
+
+def _codes(*columns: Any, missing: bool = False) -> list[np.ndarray]:
+    """Joint integer codes of label-like columns compared as strings; with ``missing``, None/NaN/"" is -1."""
+    arrays = [np.asarray(c, dtype=object).reshape(-1) for c in columns]
+    text = np.concatenate([a.astype(str) for a in arrays])
+    _, codes = np.unique(text, return_inverse=True)
+    if missing:
+        gone = np.concatenate([np.array([is_missing(v) for v in a], dtype=bool) for a in arrays])
+        codes = np.where(gone, -1, codes)
+    out, start = [], 0
+    for a in arrays:
+        out.append(codes[start:start + len(a)].astype(np.int64))
+        start += len(a)
+    return out
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Queries and a label-sorted gallery, ready to rank; build it with :meth:`build`.
+
+    Attributes
+    ----------
+    q : ndarray
+        (n, d) unit float32 queries.
+    gp : ndarray
+        (m, d) unit float32 gallery, sorted by label.
+    gindex : ndarray
+        (m,) gallery index of each sorted column (the tie rule: smaller first).
+    lo, hi : ndarray
+        (n,) query ``i``'s label occupies sorted columns ``lo[i]:hi[i]``.
+    self_col : ndarray
+        (n,) sorted column of the query's own image, or -1.
+    groups : list of Group
+        One per exclusion column: query codes, the columns of each code, the column codes.
+    tol : float
+        Bound on ``|float32 product - exact similarity|`` of unit vectors.
+    same_set : bool
+        Leave-one-out: the queries are the gallery, row for row (query ``i`` is gallery item ``i``).
+    """
+
+    q: np.ndarray
+    gp: np.ndarray
+    gindex: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    self_col: np.ndarray
+    groups: list[Group]
+    tol: float
+    same_set: bool = False
+
+    @classmethod
+    def build(cls, query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
+              gallery_labels: Sequence[Any], query_ids: Sequence[Any] | None = None,
+              gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
+              same_set: bool | None = None) -> Problem:
+        """Prepare validated inputs (:func:`recallk.checks.check_inputs`) once.
+
+        Parameters
+        ----------
+        query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude
+            As for :func:`recallk.score.ranking.rank_positives`.
+        same_set : bool or None
+            Leave-one-out. None detects it: the same rows, labels, ids and exclusion values.
+
+        Raises
+        ------
+        InputError
+            ``same_set=True`` without equal ids on both sides or with embeddings of other shapes.
+        """
+        q_codes, g_codes = _codes(query_labels, gallery_labels)
+        order = np.argsort(g_codes, kind="stable")
+        q, gp = l2_normalize(query_emb), l2_normalize(gallery_emb, rows=order)  # gallery sorted by label
+        n, m = q.shape[0], gp.shape[0]
+        column = np.empty(m, dtype=np.int64)
+        column[order] = np.arange(m)
+        gp_codes = g_codes[order]
+        lo, hi = np.searchsorted(gp_codes, q_codes, "left"), np.searchsorted(gp_codes, q_codes, "right")
+        self_col = np.full(n, -1, dtype=np.int64)
+        if query_ids is not None and gallery_ids is not None:
+            where = {str(gid): j for j, gid in enumerate(gallery_ids)}  # compared as text, like the labels (unique)
+            own = np.array([where.get(str(qid), -1) for qid in query_ids], dtype=np.int64)
+            self_col = np.where(own >= 0, column[np.maximum(own, 0)], -1)
+        groups = []
+        for q_group, g_group in exclude:
+            qc, gc = _codes(q_group, g_group, missing=True)
+            gcs = gc[order]
+            by_code = np.argsort(gcs, kind="stable")
+            bounds = np.searchsorted(gcs[by_code], np.arange(int(max(qc.max(initial=-1), gc.max(initial=-1))) + 2))
+            cols = [np.sort(by_code[bounds[c]:bounds[c + 1]]) for c in range(len(bounds) - 1)]
+            groups.append((qc, cols, gcs))
+        same_ids = (query_ids is None) == (gallery_ids is None) \
+            and (query_ids is None or [str(i) for i in query_ids] == [str(i) for i in gallery_ids])
+        if same_set is None:  # detect it: the same rows, labels, ids and exclusion values
+            same_set = same_ids and (query_emb is gallery_emb or (np.shape(query_emb) == np.shape(gallery_emb)
+                                                                  and np.array_equal(query_emb, gallery_emb))) \
+                and np.array_equal(np.asarray(query_labels).astype(str), np.asarray(gallery_labels).astype(str)) \
+                and all(np.array_equal(q_code[order], g_code) for q_code, _, g_code in groups)
+        elif same_set and not (same_ids and query_ids is not None and np.shape(query_emb) == np.shape(gallery_emb)):
+            raise InputError("`same_set=True` needs the queries to be the gallery row for row: the same ids "
+                             "(`query_ids` equal to `gallery_ids`) and embeddings of the same shape.")
+        return cls(q, gp, order, lo, hi, self_col, groups, float32_dot_error_bound(q.shape[1]), bool(same_set))
+
+    def queries(self, rows: np.ndarray) -> Problem:
+        """The problem of queries ``rows`` alone against the whole gallery; never leave-one-out."""
+        return replace(self, q=self.q[rows], lo=self.lo[rows], hi=self.hi[rows], self_col=self.self_col[rows],
+                       groups=[(q_code[rows], cols, g_code) for q_code, cols, g_code in self.groups],
+                       same_set=False)
+
+    def excluded(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
+        """Boolean (len(rows), c1 - c0): the cells of columns [c0, c1) each query may not retrieve
+        (its own image, and items sharing a value of an exclusion column)."""
+        out = np.zeros((len(rows), c1 - c0), dtype=bool)
+        out[self._own(rows, c0, c1)] = True
+        for q_code, _, g_code in self.groups:
+            qc = q_code[rows][:, None]
+            out |= (g_code[c0:c1][None, :] == qc) & (qc >= 0)
+        return out
+
+    def _own(self, rows: np.ndarray, c0: int, c1: int) -> tuple[np.ndarray, np.ndarray]:
+        """(row, column) cells of each query's own image among columns [c0, c1)."""
+        own = self.self_col[rows]
+        inside = (own >= c0) & (own < c1)
+        return np.flatnonzero(inside), own[inside] - c0
+
+    def mask(self, block: np.ndarray, rows: np.ndarray, c0: int, c1: int) -> None:
+        """Set the positive and excluded cells of ``block`` (rows x [c0, c1)) to -inf."""
+        lo, hi = np.maximum(self.lo[rows], c0) - c0, np.minimum(self.hi[rows], c1) - c0
+        starts = np.flatnonzero(np.r_[True, (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])]) if rows.size else []
+        for k0, k1 in zip(starts, np.r_[starts[1:], rows.size]):  # runs of rows of one label (rows come sorted)
+            if lo[k0] < hi[k0]:
+                block[k0:k1, lo[k0]:hi[k0]] = -np.inf
+        if self.groups:
+            block[self.excluded(rows, c0, c1)] = -np.inf
+        else:  # only the own images: no block-sized boolean mask
+            block[self._own(rows, c0, c1)] = -np.inf
+
+    def n_excluded(self) -> np.ndarray:
+        """Gallery items each query may not retrieve (its own image and its exclusion groups, counted once)."""
+        n = self.q.shape[0]
+        if not self.groups:  # only the own images
+            return (self.self_col >= 0).astype(np.int64)
+        out = np.zeros(n, dtype=np.int64)
+        union: dict[tuple, np.ndarray] = {}
+        for i in range(n):
+            key = tuple(int(qc[i]) for qc, _, _ in self.groups)
+            if key not in union:
+                parts = [cols[c] for (_, cols, _), c in zip(self.groups, key) if c >= 0]
+                union[key] = np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+            cols = union[key]
+            s = self.self_col[i]
+            inside = s >= 0 and cols.size > 0 and cols[min(np.searchsorted(cols, s), cols.size - 1)] == s
+            out[i] = cols.size + (s >= 0 and not inside)
+        return out

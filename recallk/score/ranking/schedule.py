@@ -1,0 +1,145 @@
+"""Who does what: queries in chunks, tiles in jobs, jobs on every core.
+
+Each core takes jobs from one shared list and multiplies each tile with
+single-threaded BLAS (:func:`_each_core`). Query x gallery: a job is a run of
+query rows sorted by label, over every gallery tile. Leave-one-out (the gallery
+*is* the query set): a job is one square tile on or above the diagonal, which
+serves its rows and its columns.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+import numpy as np
+
+from recallk.score.ranking.budget import Budget
+from recallk.score.ranking.counting import _Counter
+from recallk.score.ranking.problem import Problem
+from recallk.score.ranking.scan import _Buffers
+
+#: Fast tiles' gallery width (query x gallery); leave-one-out tiles are square.
+_TILE_WIDTH = 2048
+
+
+class TileWorker:
+    """One thread's jobs in :func:`_each_core`: :meth:`run` hands each to :meth:`query_run` or :meth:`symmetric_tile`.
+
+    Parameters
+    ----------
+    p : Problem
+        The problem; ``p.same_set`` tells which kind of job :func:`_tiling` made.
+    counter : _Counter
+        The counts, shared by every thread (it locks its updates).
+    width : int
+        Gallery width of a query run's tiles, or the side of a leave-one-out tile.
+    """
+
+    def __init__(self, p: Problem, counter: _Counter, width: int) -> None:
+        self.p, self.counter, self.width, self.scratch = p, counter, width, _Buffers()
+
+    def run(self, job: Any) -> None:
+        """Do one job: a leave-one-out tile ``(r0, c0)``, or a run of query rows."""
+        if self.p.same_set:
+            self.symmetric_tile(*job)
+        else:
+            self.query_run(job)
+
+    def query_run(self, rows: np.ndarray) -> None:
+        """Query x gallery: count queries ``rows`` over every gallery tile."""
+        raise NotImplementedError
+
+    def symmetric_tile(self, r0: int, c0: int) -> None:
+        """Leave-one-out: count the tile of sorted rows from ``r0`` and columns from ``c0`` (``c0 >= r0``)."""
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """Called once, after this thread's last job."""
+
+
+def consecutive_runs(counts: np.ndarray, most: int) -> list[tuple[int, int]]:
+    """Split ``range(len(counts))`` into consecutive runs holding about ``most`` of ``counts`` each.
+
+    A run starts wherever the total before an entry crosses a multiple of ``most``, so a
+    run holds less than ``most`` plus its last entry's count.
+
+    Parameters
+    ----------
+    counts : array_like of int
+        One count per entry (e.g. positives per query).
+    most : int
+        The total a run should hold.
+
+    Returns
+    -------
+    list of (int, int)
+        The runs ``(a, b)``, in order; one run when the total fits.
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    if counts.sum() <= most:
+        return [(0, counts.size)]
+    before = np.cumsum(counts) - counts
+    starts = np.r_[0, np.flatnonzero(np.diff(before // most)) + 1]
+    return list(zip(starts.tolist(), np.r_[starts[1:], counts.size].tolist()))
+
+
+def _query_chunks(p: Problem, budget: Budget) -> list[np.ndarray]:
+    """Consecutive runs of queries whose positive lists and counters fit :meth:`Budget.chunk_positives`
+    each; one run when all of them fit."""
+    return [np.arange(a, b) for a, b in consecutive_runs(p.hi - p.lo, budget.chunk_positives())]  # at most hi - lo
+
+
+def _tiling(p: Problem, cells: int, most: int | None = None) -> tuple[list, int]:
+    """Jobs of about ``cells`` cells per tile for :func:`_each_core`, and their tiles' side (leave-one-out:
+    square tiles (r0, c0) on and above the diagonal) or gallery width (query x gallery: runs of query
+    rows sorted by label, so that a tile's masked positives are a few runs, each over every gallery
+    tile); no side, width or run longer than ``most``."""
+    n, m = p.q.shape[0], p.gp.shape[0]
+    most = m if most is None else most
+    if p.same_set:
+        side = max(1, min(m, math.isqrt(cells), most))
+        return [(r0, c0) for r0 in range(0, m, side) for c0 in range(r0, m, side)], side
+    width = max(1, min(m, _TILE_WIDTH, cells, most))
+    height = max(1, min(cells // width, most))
+    q_order = np.argsort(p.lo, kind="stable")
+    return [q_order[r0:r0 + height] for r0 in range(0, n, height)], width
+
+
+def _n_tiles(p: Problem, jobs: list, width: int) -> int:
+    """Tiles that jobs of :func:`_tiling` cover: one each (leave-one-out), else every gallery tile each."""
+    return len(jobs) if p.same_set else len(jobs) * -(-p.gp.shape[0] // width)
+
+
+def _each_core(jobs: list, new_worker: Callable[[], TileWorker]) -> None:
+    """Do ``jobs`` on every core: each thread makes its worker with ``new_worker()``, calls its ``run(job)``
+    for jobs taken in turn from the shared list, then its ``finish()``. BLAS runs single-threaded meanwhile:
+    one product per core, with no BLAS threads spinning beside the numpy work."""
+    from threadpoolctl import threadpool_limits
+
+    pending, lock = iter(jobs), threading.Lock()
+
+    def work() -> None:
+        worker = new_worker()
+        while True:
+            with lock:
+                job = next(pending, None)
+            if job is None:
+                return worker.finish()
+            worker.run(job)
+
+    threads = max(1, min(_n_workers(), len(jobs)))
+    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(max_workers=threads) as pool:
+        for future in [pool.submit(work) for _ in range(threads)]:
+            future.result()
+
+
+def _n_workers() -> int:
+    """Threads for the tiles: every core this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
