@@ -47,7 +47,7 @@ def curve_svg(curve: pd.DataFrame, width: int = 560, height: int = 300) -> str:
     line = " ".join(f"{x(k):.1f},{y(v):.1f}" for k, v in zip(ks, curve["recall"]))
     band = (" ".join(f"{x(k):.1f},{y(v):.1f}" for k, v in zip(ks, curve["ci_high"]))
             + " " + " ".join(f"{x(k):.1f},{y(v):.1f}" for k, v in zip(ks[::-1], curve["ci_low"][::-1])))
-    ticks = "".join(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.1f}</text>'
+    ticks = "".join(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.2f}</text>'
                     f'<line x1="{left}" x2="{width - right}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#eee"/>'
                     for v in (0.0, 0.25, 0.5, 0.75, 1.0))
     kticks = "".join(f'<text x="{x(k):.1f}" y="{height - bottom + 16}" text-anchor="middle">{k}</text>'

@@ -21,7 +21,8 @@ import numpy as np
 
 from recallk.checks import check_exclude_pairs, check_inputs, check_memory, is_int
 from recallk.errors import InputError
-from recallk.score.ranking.engine import _codes, _exact_pairs
+from recallk.score.ranking.problem import _codes
+from recallk.score.ranking.scan import _exact_pairs
 from recallk.score.similarity import float32_dot_error_bound, l2_normalize
 
 #: Scratch per (query, gallery) cell of a block: the float32 product, its copy for the selection,

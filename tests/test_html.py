@@ -1,0 +1,116 @@
+"""reports/index.html in a real headless Chromium: it renders, fetches nothing, logs no error, is not blank."""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from conftest import run_module
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+#: Flags of a quiet headless start on a closed network (no background fetches of Google's hosts).
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--enable-logging=stderr", "--v=0"]
+#: What Chromium logs for a console error (console messages are logged as INFO:CONSOLE).
+PROBLEMS = re.compile(r"CONSOLE.*(Uncaught|[Ee]rror)")
+#: Put first in <head> of a copy of the page: records every failed load and every script error, and
+#: every resource fetched from anything but a data: URI, in <html data-probe=...> for --dump-dom.
+PROBE = """<script>
+const probe = {failed: [], errors: [], fetched: []};
+window.addEventListener("error", e => {
+  if (e.target && e.target !== window) probe.failed.push(e.target.src || e.target.href || e.target.tagName);
+  else probe.errors.push(String(e.message));
+}, true);
+window.addEventListener("load", () => {
+  for (const img of document.images) if (!(img.complete && img.naturalWidth > 0)) probe.failed.push(img.src.slice(0, 80));
+  probe.fetched = performance.getEntriesByType("resource").map(r => r.name).filter(n => !n.startsWith("data:"));
+  document.documentElement.setAttribute("data-probe", JSON.stringify(probe));
+});
+</script>"""
+
+if CHROMIUM is None and not os.environ.get("CI"):  # CI installs Debian's chromium (.ci/run): there it must run
+    pytest.skip("headless Chromium is not installed (apt-get install chromium)", allow_module_level=True)
+
+
+def render(page: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Image.Image]:
+    shot = tmp_path / "shot.png"
+    proc = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1000,2000",
+                           f"--screenshot={shot}", page.resolve().as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and shot.is_file(), proc.stderr
+    return proc, Image.open(shot).convert("RGB")
+
+
+def problems(proc: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if PROBLEMS.search(line)]
+
+
+def probe(page: Path, tmp_path: Path) -> dict:
+    """Load a probed copy of ``page`` (same folder, so relative links resolve alike) and return what it saw."""
+    probed = page.with_name(".probed-" + page.name)
+    probed.write_text(page.read_text(encoding="utf-8").replace("<head>", "<head>" + PROBE, 1), encoding="utf-8")
+    try:
+        proc = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'probe-profile'}",
+                               "--virtual-time-budget=10000", "--dump-dom", probed.resolve().as_uri()],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        probed.unlink()
+    match = re.search(r'data-probe="([^"]*)"', proc.stdout)
+    assert proc.returncode == 0 and match, proc.stderr
+    return json.loads(html.unescape(match.group(1)))
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    from conftest import copy_digits, ROOT
+
+    work = tmp_path_factory.mktemp("html") / "proj"
+    work.mkdir()
+    shutil.copy2(ROOT / "params.yaml", work / "params.yaml")
+    copy_digits(work / "data" / "digits", per_label=20)
+    for stage in ("split", "encode", "score"):
+        proc = run_module(f"stages.{stage}", cwd=work)
+        assert proc.returncode == 0, proc.stderr
+    return work / "reports" / "index.html"
+
+
+def test_the_report_is_self_contained(report):
+    text = report.read_text(encoding="utf-8")
+    refs = re.findall(r'(?:src|href)="([^"]*)"', text) + re.findall(r"url\(([^)]*)\)", text)
+    assert refs and all(r.startswith("data:image/png;base64,") for r in refs), refs  # only the embedded gallery
+    for section in ("What was evaluated", "pixels (fingerprint", "class_disjoint, query_gallery", "recall@1",
+                    "<svg", "Per class", "failure gallery"):
+        assert section in text, section
+
+
+def test_the_report_renders_in_chromium_without_errors(report, tmp_path):
+    assert probe(report, tmp_path) == {"failed": [], "errors": [], "fetched": []}
+    proc, shot = render(report, tmp_path)
+    assert problems(proc) == [], proc.stderr
+    colours = shot.getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 50, "the screenshot is blank"
+
+
+def test_a_broken_page_is_caught(tmp_path):
+    """The checks above can fail: a missing image and a script error are both reported."""
+    page = tmp_path / "broken.html"
+    page.write_text('<html><head></head><body><img src="missing.png"><script>undefined_call()</script></body></html>')
+    seen = probe(page, tmp_path)
+    assert seen["failed"] and seen["failed"][0].endswith("missing.png") and "undefined_call" in seen["errors"][0]
+    proc, _ = render(page, tmp_path)
+    assert any("undefined_call" in line for line in problems(proc)), proc.stderr
+
+
+def test_the_report_is_byte_identical_on_re_run(report):
+    before = report.read_bytes()
+    proc = run_module("stages.score", cwd=report.parent.parent)
+    assert proc.returncode == 0 and report.read_bytes() == before
