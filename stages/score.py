@@ -20,7 +20,7 @@ from recallk import images
 from recallk.errors import InputError
 from recallk.score import html
 from recallk.score.metrics import metric_keys
-from recallk.score.report import format_report, provenance
+from recallk.score.report import format_report, provenance, split_metrics
 from recallk.score.suite import score_split
 from recallk.score.tables import compact_per_query
 from stages.params import load_section
@@ -29,7 +29,7 @@ from stages.score_inputs import load_inputs
 
 PATHS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.csv",
          "embeddings": "data/embeddings/embeddings.npy", "ids": "data/embeddings/ids.npy",
-         "metrics": "metrics/recall.json", "per-class": "metrics/per_class.csv", "curve": "metrics/recall_curve.csv",
+         "metrics": "metrics/recall.json", "intervals": "metrics/intervals.json", "per-class": "metrics/per_class.csv", "curve": "metrics/recall_curve.csv",
          "per-query": "data/scores/per_query.csv", "compact": "metrics/per_query.csv",
          "neighbors": "data/scores/neighbors.csv", "confusions": "metrics/confusions.csv",
          "failures": "plots/failures.png", "report": "reports/index.html",
@@ -61,12 +61,15 @@ def read_provenance(path: str) -> dict | None:
                          "(`dvc repro -f`).") from None
 
 
-def show(metrics_json: str, evaluated: dict) -> None:
-    """Print the report block of an existing metrics file."""
+def show(metrics_json: str, intervals_json: str, evaluated: dict) -> None:
+    """Print the report block of existing metrics files (the intervals file is optional)."""
     if not Path(metrics_json).is_file():
         raise InputError(f"{metrics_json} not found; run `make repro` first.")
     try:
-        text = format_report(json.loads(Path(metrics_json).read_text(encoding="utf-8")), evaluated)
+        metrics = json.loads(Path(metrics_json).read_text(encoding="utf-8"))
+        if Path(intervals_json).is_file():
+            metrics.update(json.loads(Path(intervals_json).read_text(encoding="utf-8")))
+        text = format_report(metrics, evaluated)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not JSON, or not this stage's metrics
         raise InputError(f"{metrics_json} is not a metrics file written by this stage ({type(exc).__name__}: "
                          f"{exc}); re-create it with `dvc repro score`.") from None
@@ -76,12 +79,13 @@ def show(metrics_json: str, evaluated: dict) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_stage_args(argv, "Score the metric suite and write the metrics, tables and curve.", PATHS,
                             flags={"show": "only print the report of an existing metrics file"})
+    outputs = [args.metrics, args.intervals] + [getattr(args, name) for name in TABLES] + [args.failures, args.report]
+    if not args.show:
+        remove_outputs(outputs)  # first: a failed run never leaves an old result looking current
     params = load_section("score", args.params)
     evaluated = provenance(read_provenance(args.split_provenance), read_provenance(args.encode_provenance), params)
     if args.show:
-        return show(args.metrics, evaluated)
-    outputs = [args.metrics] + [getattr(args, name) for name in TABLES] + [args.failures, args.report]
-    remove_outputs(outputs)
+        return show(args.metrics, args.intervals, evaluated)
     inputs = load_inputs(args.catalog, args.split, args.embeddings, args.ids, train=params["whiten"] == "pca")
     paths = inputs.catalog["path"]
     metrics, tables = score_split(inputs.emb, inputs.row, inputs.catalog, queries=inputs.queries,
@@ -93,7 +97,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     sheet = tables.get("failures")
     page = html.page(metrics, metric_keys(params["metrics"], params["ks"]), evaluated, tables["curve_band"],
                      tables["per_class"], sheet)
-    write_all([(args.metrics, json_file(metrics))] + [(getattr(args, name), csv_file(tables[name])) for name in TABLES]
+    headline, detail = split_metrics(metrics)
+    write_all([(args.metrics, json_file(headline)), (args.intervals, json_file(detail))]
+              + [(getattr(args, name), csv_file(tables[name])) for name in TABLES]
               + [(args.failures, lambda tmp: (sheet or off_sheet()).save(tmp, format="PNG")),
                  (args.report, lambda tmp: tmp.write_text(page, encoding="utf-8", newline="\n"))])
     if not os.environ.get("RECALLK_NO_REPORT"):  # `make repro` prints it once, with --show

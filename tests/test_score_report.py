@@ -42,7 +42,7 @@ METRICS = "metrics/recall.json"
 PER_CLASS = "metrics/per_class.csv"
 CURVE = "metrics/recall_curve.csv"
 PER_QUERY = "data/scores/per_query.csv"
-OUTPUTS = (METRICS, PER_CLASS, CURVE, PER_QUERY, "metrics/per_query.csv", "metrics/confusions.csv",
+OUTPUTS = (METRICS, "metrics/intervals.json", PER_CLASS, CURVE, PER_QUERY, "metrics/per_query.csv", "metrics/confusions.csv",
            "data/scores/neighbors.csv")
 CAMERAS = ("cam0", "cam1", "cam2")
 
@@ -96,7 +96,12 @@ def assert_no_outputs(project: Path) -> None:
 
 
 def read_metrics(project: Path) -> dict:
-    return json.loads((project / METRICS).read_text(encoding="utf-8"))
+    """recall.json (means, counts) and intervals.json (intervals, class means) together."""
+    headline = json.loads((project / METRICS).read_text(encoding="utf-8"))
+    detail = json.loads((project / "metrics/intervals.json").read_text(encoding="utf-8"))
+    assert not set(headline) & set(detail) and not [k for k in headline if k.endswith(("_ci_low", "_ci_high",
+                                                                                        "_class_mean"))]
+    return {**headline, **detail}
 
 
 def read_per_query(project: Path) -> pd.DataFrame:

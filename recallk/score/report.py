@@ -6,6 +6,17 @@ import math
 from typing import Any
 
 
+#: Keys that go to the second metrics file (metrics/intervals.json): each metric's interval and class mean.
+DETAIL_SUFFIXES = ("_ci_low", "_ci_high", "_class_mean")
+
+
+def split_metrics(metrics: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(headline, detail): the means and counts, and the intervals and class means, each in the dict's order.
+    Two metrics files keep ``dvc exp show`` to a dozen columns while ``dvc metrics diff`` sees every number."""
+    detail = {k: v for k, v in metrics.items() if k.endswith(DETAIL_SUFFIXES)}
+    return {k: v for k, v in metrics.items() if k not in detail}, detail
+
+
 def format_float(x: float) -> str:
     """Fixed 4-decimal rendering for the report; NaN as n/a."""
     return "n/a" if math.isnan(x) else f"{x:.4f}"
@@ -37,7 +48,7 @@ def format_report(metrics: dict[str, Any], evaluated: dict[str, str] | None = No
     Each metric line shows the mean, then its bootstrap interval and class mean
     when the dict has them; ``tie_sensitive@K`` counts follow the recall lines.
     """
-    suffixes = ("_ci_low", "_ci_high", "_class_mean")
+    suffixes = DETAIL_SUFFIXES
     headline = [k for k, v in metrics.items() if isinstance(v, float) and not k.endswith(suffixes)]
     width = max((len(k) for k in headline), default=0) + 1
 
