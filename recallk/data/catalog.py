@@ -2,15 +2,18 @@
 
 :func:`read_source` gives one row per image (``image_id, path, label`` plus any
 extra CSV columns and the CSV's ``split``), and :func:`probe` adds what the file
-itself says (``sha256, width, height`` and a ``problem`` when it cannot be used).
+itself says (``sha256, width, height``, a ``problem`` when it cannot be used, and its
+``real_path``, the file's identity).
 Nothing is judged here; :mod:`recallk.data.contract` decides what is acceptable.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -109,33 +112,46 @@ def unreadable(frame: pd.DataFrame) -> pd.Series:
 
 
 def probe_file(root: Path, rel: object, resolved_root: Path | None = None,
-               ) -> tuple[str | None, int | None, int | None, str | None]:
-    """Return ``(sha256, width, height, problem)`` for one image path relative to ``root``.
+               ) -> tuple[str | None, int | None, int | None, str | None, str | None]:
+    """Return ``(sha256, width, height, problem, real_path)`` for one image path relative to ``root``.
 
-    Paths that are not safe and relative are not opened at all (the contract
-    reports them); files that resolve outside ``root`` are not read.
+    ``real_path`` is the file's absolute path with ``.``, ``//`` and symlinks resolved, the
+    identity the contract's path-once rule compares (``a/./0.png``, ``a//0.png`` and a
+    symlink to ``a/0.png`` are one file). Paths that are not safe and relative are not
+    opened at all (the contract reports them); files that resolve outside ``root`` are not read.
     """
     if not is_safe_relative(rel):
-        return None, None, None, None
+        return None, None, None, None, None
     full = root / str(rel)
-    if not full.resolve().is_relative_to(resolved_root or root.resolve()):
-        return None, None, None, "resolves outside the data root (a symlink?); copy the file into the data root"
-    if not full.is_file():
-        return None, None, None, "file does not exist; fix the path or remove the row"
+    real = os.path.realpath(full)  # never raises: a symlink loop stays unresolved and fails the stat below
+    if not Path(real).is_relative_to(resolved_root or root.resolve()):
+        return None, None, None, "resolves outside the data root (a symlink?); copy the file into the data root", real
+    try:
+        is_file = stat.S_ISREG(os.stat(full).st_mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return None, None, None, "is a symlink loop; point the link at a file or remove it", real
+        is_file = False
+    if not is_file:
+        return None, None, None, "file does not exist; fix the path or remove the row", real
     try:
         data = full.read_bytes()
     except OSError as exc:
-        return None, None, None, f"cannot read the file ({exc.strerror}); fix its permissions or remove it"
+        return None, None, None, f"cannot read the file ({exc.strerror}); fix its permissions or remove it", real
     digest = hashlib.sha256(data).hexdigest()
     try:
         width, height = decode(data).size
     except DECODE_ERRORS as exc:
-        return digest, None, None, f"Pillow cannot decode it ({describe_error(exc)}); replace or remove the file"
-    return digest, width, height, None
+        return digest, None, None, f"Pillow cannot decode it ({describe_error(exc)}); replace or remove the file", real
+    return digest, width, height, None, real
+
+
+#: Columns :func:`probe` adds that only the contract reads (the catalog file does not keep them).
+PROBE_ONLY_COLUMNS = ("problem", "real_path")
 
 
 def probe(root: Path, frame: pd.DataFrame, workers: int = 4) -> pd.DataFrame:
-    """Add ``sha256, width, height, problem`` columns by reading every image once (threads)."""
+    """Add ``sha256, width, height, problem, real_path`` columns by reading every image once (threads)."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
         resolved = root.resolve()
         results = []
@@ -144,11 +160,12 @@ def probe(root: Path, frame: pd.DataFrame, workers: int = 4) -> pd.DataFrame:
                 results.append(result)
                 bar.update(1)
     out = frame.copy()
-    probed = pd.DataFrame(results, columns=["sha256", "width", "height", "problem"], index=frame.index)
+    probed = pd.DataFrame(results, columns=["sha256", "width", "height", *PROBE_ONLY_COLUMNS], index=frame.index)
     out["sha256"] = probed["sha256"].astype(object)
     out["width"] = probed["width"].astype("Int64")
     out["height"] = probed["height"].astype("Int64")
-    out["problem"] = probed["problem"].astype(object)
+    for column in PROBE_ONLY_COLUMNS:
+        out[column] = probed[column].astype(object)
     return out
 
 

@@ -1,0 +1,121 @@
+"""Silent wrong numbers, refused at the root: each test names the mechanism it pins.
+
+Unit and stage-level tests (no ``dvc``); the ``dvc repro`` ones are in test_integrity_pipeline.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import run_module, save_image
+from recallk.data import contract, prepare
+from recallk.errors import InputError
+
+#: prepare() params of these tests: every image is in val/gallery and, under leave_one_out, a query.
+DEFAULTS = dict(data_root="data", csv=None, on_bad_image="error", strategy="per_class", protocol="leave_one_out",
+                seed=0, fractions={"train": 0.0, "val": 0.5, "gallery": 0.5})
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch) -> Path:
+    monkeypatch.chdir(tmp_path)  # prepare() writes paths relative to the cwd
+    return tmp_path
+
+
+def build(**overrides):
+    return prepare.prepare(**(DEFAULTS | overrides))
+
+
+def images(root: Path, labels: dict[str, int]) -> None:
+    """``n`` distinct PNGs per label folder: ``root/<label>/<i>.png``."""
+    for j, (label, n) in enumerate(labels.items()):
+        for i in range(n):
+            save_image(root / label / f"{i}.png", seed=100 * j + i)
+
+
+def manifest(root: Path, rows: list[str], header: str = "path,label") -> str:
+    (root / "m.csv").write_text(header + "\n" + "".join(r + "\n" for r in rows), encoding="utf-8")
+    return "m.csv"
+
+
+# ================================================================ 1. the same file under two rows
+
+
+@pytest.mark.parametrize("alias", ["a/./0.png", "a//0.png", "./a/0.png", "a/link.png"])
+def test_same_file_under_two_paths_is_refused(work, alias):
+    """`a/./0.png`, `a//0.png` or a symlink alias name the file `a/0.png` again: under leave_one_out the
+    query would retrieve its own file. The path-once rule compares resolved real paths."""
+    images(work / "data", {"a": 3, "b": 3})
+    if alias == "a/link.png":
+        (work / "data" / "a" / "link.png").symlink_to("0.png")
+    rows = [f"{lab}/{i}.png,{lab}" for lab in "ab" for i in range(3)] + [f"{alias},a"]
+    with pytest.raises(InputError) as info:
+        build(csv=manifest(work / "data", rows))
+    message = str(info.value)
+    assert contract.PATH_ONCE_RULE in message
+    assert "CSV line 2, path 'a/0.png'" in message and f"CSV line 8, path '{alias}'" in message
+
+
+def test_symlink_alias_in_a_folder_scan_is_refused(work):
+    images(work / "data", {"a": 3, "b": 3})
+    (work / "data" / "a" / "zz.png").symlink_to("0.png")
+    with pytest.raises(InputError) as info:
+        build()
+    message = str(info.value)
+    assert contract.PATH_ONCE_RULE in message
+    assert "path 'a/0.png'" in message and "path 'a/zz.png'" in message
+
+
+@pytest.mark.parametrize("protocol, splits", [
+    ("leave_one_out", None),                      # both copies land in gallery: each retrieves the other
+    ("query_gallery", ("val", "gallery")),        # a query and its byte-identical copy in the gallery
+    ("query_gallery", ("gallery", "gallery")),    # listed twice in the gallery: counted twice
+])
+def test_byte_identical_files_in_val_gallery_are_refused(work, protocol, splits):
+    """Two files with the same sha256 under two image_ids in val/gallery are one image twice."""
+    images(work / "data", {"a": 3, "b": 3})
+    shutil.copy(work / "data" / "a" / "0.png", work / "data" / "a" / "copy.png")
+    if splits is None:
+        overrides = {}
+        rows = None
+    else:
+        rows = [f"{lab}/{i}.png,{lab},{s}" for lab in "ab" for i, s in enumerate(("val", "gallery", "gallery"))]
+        rows[0] = f"a/0.png,a,{splits[0]}"
+        rows.append(f"a/copy.png,a,{splits[1]}")
+        overrides = {"csv": manifest(work / "data", rows, header="path,label,split"), "strategy": "given"}
+    with pytest.raises(InputError) as info:
+        build(protocol=protocol, **overrides)
+    message = str(info.value)
+    assert contract.EVAL_ONCE_RULE in message
+    assert "path 'a/0.png'" in message and "path 'a/copy.png'" in message
+
+
+def test_byte_identical_files_in_train_only_are_fine(work):
+    images(work / "data", {"a": 3, "b": 3, "c": 2})
+    shutil.copy(work / "data" / "c" / "0.png", work / "data" / "c" / "copy.png")
+    rows = ([f"{lab}/{i}.png,{lab},{s}" for lab in "ab" for i, s in enumerate(("val", "gallery", "gallery"))]
+            + ["c/0.png,c,train", "c/1.png,c,train", "c/copy.png,c,train"])
+    cat, _, _ = build(csv=manifest(work / "data", rows, header="path,label,split"), strategy="given")
+    assert len(cat) == 9
+
+
+def test_split_stage_refuses_a_self_retrieving_alias(project):
+    """End to end: the stage exits 2 with one message instead of a leave_one_out recall@1 of 1.0."""
+    root = project / "data" / "digits"
+    rows = [f"{p.parent.name}/{p.name},{p.parent.name}" for p in sorted(root.glob("*/*.png"))]
+    first = rows[0].split(",")[0]
+    rows.append(first.replace("/", "/./") + "," + rows[0].split(",")[1])
+    (root / "m.csv").write_text("path,label\n" + "\n".join(rows) + "\n")
+    params = (project / "params.yaml").read_text()
+    params = params.replace("csv: null", "csv: m.csv").replace("protocol: query_gallery", "protocol: leave_one_out")
+    params = params.replace("strategy: class_disjoint", "strategy: per_class")
+    (project / "params.yaml").write_text(params)
+    proc = run_module("stages.split", cwd=project)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert contract.PATH_ONCE_RULE in proc.stderr
+    assert not (project / "data" / "prepared" / "catalog.csv").exists()
