@@ -5,10 +5,16 @@ see (unknown sections and keys anywhere in the file, wrong types or values in it
 own section) is reported at once, in one :class:`~recallk.errors.InputError`, before
 any work starts. The rules shared with the library's arguments (``ks``, ``metrics``,
 ``max_memory_mb``, ``backend``, ``exclude_same``) come from :mod:`recallk.checks`.
+
+The file is read as DVC reads it (:func:`read_params`: ruamel.yaml, YAML 1.2), so a stage
+runs with the values dvc.lock records; a repeated key (DVC refuses it) and a value that a
+YAML 1.1 reader such as PyYAML reads otherwise (``010``, ``yes``/``off``, ``1:30``, ``1e3``)
+are refused, naming the key and how to write it.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from functools import partial
@@ -16,6 +22,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
+from ruamel.yaml import YAML
+from ruamel.yaml import YAMLError as RuamelYAMLError
 
 from recallk.checks import (BACKENDS, METRIC_NAMES, choice_problem, columns_problem, did_you_mean, is_int,
                             ks_problem, metrics_problem, positive_number_problem)
@@ -163,15 +171,83 @@ def validate_section(params: Any, section: str) -> dict[str, Any]:
     return values
 
 
+def _dvc_reading(text: str) -> Any:
+    """``text`` as DVC reads params.yaml (``dvc/utils/serialize/_yaml.py``: ruamel.yaml ``typ="safe"``,
+    YAML 1.2): the values dvc.lock records, so the values the stages must run with."""
+    return YAML(typ="safe").load(text)
+
+
+def _spell(value: Any) -> str:
+    """How to write ``value`` so that YAML 1.1 and 1.2 read it alike."""
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, (int, float)):
+        return repr(value).replace("inf", ".inf").replace("nan", ".nan")
+    return json.dumps(str(value), ensure_ascii=False)  # a double-quoted YAML string
+
+
+def _plain_readings(node: yaml.Node) -> tuple[Any, Any] | None:
+    """``(DVC's YAML 1.2 reading, PyYAML's YAML 1.1 reading)`` of a plain scalar; None for a quoted or
+    block scalar (text under both) and for anything that is not a scalar."""
+    if not isinstance(node, yaml.ScalarNode) or node.style:
+        return None
+    try:
+        return _dvc_reading(node.value), yaml.safe_load(node.value)
+    except (yaml.YAMLError, RuamelYAMLError):
+        return None
+
+
+def _reading_problems(node: yaml.Node, name: str, problems: list[str]) -> None:
+    """Walk the document: repeated keys, and plain scalars that YAML 1.1 and YAML 1.2 read differently
+    (``010``, ``yes``/``no``/``on``/``off``, ``1:30``, ``1e3``, ``0o10``, ...), each named by its dotted key."""
+    readings = _plain_readings(node)
+    if readings is not None:
+        v12, v11 = readings
+        if (type(v12), repr(v12)) != (type(v11), repr(v11)):
+            problems.append(f"`{name}` (line {node.start_mark.line + 1}) is written {node.value}, which DVC (YAML 1.2, "
+                            f"the value dvc.lock records) reads as {v12!r} but a YAML 1.1 reader such as PyYAML as "
+                            f"{v11!r}; write {_spell(v12)} or {_spell(v11)}, whichever you mean.")
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _reading_problems(item, f"{name}[{i}]", problems)
+    elif isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key_readings = _plain_readings(key_node)
+            key = str(key_readings[0] if key_readings else getattr(key_node, "value", key_node))
+            child = f"{name}.{key}" if name else key
+            line = key_node.start_mark.line + 1
+            if child in seen:
+                problems.append(f"`{child}` is given twice (lines {seen[child]} and {line}); DVC refuses a repeated "
+                                "key and a YAML 1.1 reader keeps the last one: keep one of them.")
+            seen.setdefault(child, line)
+            _reading_problems(key_node, f"{child} (the key)", problems)
+            _reading_problems(value_node, child, problems)
+
+
+def read_params(path: Path) -> Any:
+    """The params file as DVC reads it; an InputError lists every repeated key and every value
+    that a YAML 1.1 reader would read differently, so that the values a stage runs with are
+    always the ones dvc.lock records, whatever YAML tool wrote or reads the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        document = yaml.compose(text, Loader=yaml.SafeLoader)
+        problems: list[str] = []
+        if document is not None:
+            _reading_problems(document, "", problems)
+        if problems:
+            raise InputError(f"invalid {path} (DVC reads it as YAML 1.2 and refuses repeated keys; the stages run "
+                             "with what DVC records):\n  - " + "\n  - ".join(problems))
+        return _dvc_reading(text)
+    except (yaml.YAMLError, RuamelYAMLError) as exc:
+        raise InputError(f"{path} is not valid YAML ({exc}); fix the syntax.") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8.") from None
+
+
 def load_section(section: str, path: str | Path = "params.yaml") -> dict[str, Any]:
-    """Read ``path`` and return its validated ``section``."""
+    """Read ``path`` (:func:`read_params`) and return its validated ``section``."""
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{p} not found; run from the project root, where params.yaml lives.")
-    try:
-        params = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise InputError(f"{p} is not valid YAML ({exc}); fix the syntax.") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{p} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8.") from None
-    return validate_section(params, section)
+    return validate_section(read_params(p), section)
