@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, run_module, save_image
-from recallk.data import contract, prepare
+from recallk.data import catalog, contract, prepare
 from recallk.encode.batches import encode_catalog
 from recallk.encode.cache import EmbeddingCache
 from recallk.encode.registry import get_backbone
@@ -272,3 +273,79 @@ def test_params_values_are_read_as_dvc_reads_them(tmp_path):
     path.write_text(params_text(**{"  on_bad_image: error": '  on_bad_image: "skip"', "  seed: 0": "  seed: 0x10"}))
     values = load_section("split", path)
     assert (values["on_bad_image"], values["seed"]) == ("skip", 16)
+
+
+# ================================================================ 2. no folder drops out of a scan silently
+
+
+def unreadable(monkeypatch, *folders: Path) -> None:
+    """``os.scandir`` fails on ``folders`` as on a folder without read permission (the tests may run as root)."""
+    real_scandir = os.scandir
+    blocked = {os.path.abspath(f) for f in folders}
+
+    def scandir(path="."):
+        if os.path.abspath(path) in blocked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+
+
+def test_unreadable_label_folder_and_sub_folder_are_named(work, monkeypatch):
+    """os.walk dropped an unreadable folder without a word: its images vanished from the catalog."""
+    images(work / "data", {"a": 3, "b": 3, "c": 3})
+    save_image(work / "data" / "b" / "deep" / "x.png", seed=50)
+    unreadable(monkeypatch, work / "data" / "a", work / "data" / "b" / "deep")
+    with pytest.raises(InputError) as info:
+        catalog.scan_folder(Path("data"))
+    message = str(info.value)
+    assert "2 folder(s) or link(s) cannot be scanned" in message
+    assert "a/ cannot be read (Permission denied); fix its permissions" in message
+    assert "b/deep/ cannot be read (Permission denied)" in message
+
+
+def test_unreadable_data_root_is_an_input_error(work, monkeypatch):
+    images(work / "data", {"a": 2})
+    unreadable(monkeypatch, work / "data")
+    with pytest.raises(InputError, match=r"data root 'data' cannot be read \(Permission denied\)"):
+        catalog.scan_folder(Path("data"))
+
+
+@pytest.mark.parametrize("link, target, named", [
+    ("a/back", "..", "a/back/ is a symlink loop"),            # a folder link to its own parent
+    ("a/deep/up", "../..", "a/deep/up/ is a symlink loop"),   # to the data root, from a sub-folder
+    ("a/self.png", "self.png", "a/self.png is a symlink loop"),  # a file link to itself
+    ("loop", "loop", "loop is a symlink loop"),               # a label "folder" that is a loop
+])
+def test_symlink_loops_are_named(work, link, target, named):
+    images(work / "data", {"a": 3, "b": 3})
+    (work / "data" / "a" / "deep").mkdir()
+    (work / "data" / link).symlink_to(target)
+    with pytest.raises(InputError, match="cannot be scanned") as info:
+        catalog.scan_folder(Path("data"))
+    assert named in str(info.value)
+
+
+def test_linked_sub_folder_is_scanned_not_dropped(work):
+    """A link to a folder inside a label folder was not followed (its images vanished); it is followed
+    like a label folder that is a link, and the contract then judges its files."""
+    images(work / "data", {"a": 3, "b": 3})
+    save_image(work / "data" / ".store" / "x.png", seed=60)
+    (work / "data" / "a" / "more").symlink_to("../.store", target_is_directory=True)
+    assert "a/more/x.png" in catalog.scan_folder(Path("data"))["path"].tolist()
+
+
+def test_split_stage_names_a_symlink_loop_without_a_traceback(project):
+    (project / "data" / "digits" / "3" / "loop.png").symlink_to("loop.png")
+    proc = run_module("stages.split", cwd=project)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "3/loop.png is a symlink loop" in proc.stderr
+
+
+def test_manifest_row_naming_a_symlink_loop_is_a_contract_failure(work):
+    images(work / "data", {"a": 3, "b": 3})
+    (work / "data" / "a" / "loop.png").symlink_to("loop.png")
+    rows = [f"{lab}/{i}.png,{lab}" for lab in "ab" for i in range(3)] + ["a/loop.png,a"]
+    with pytest.raises(InputError) as info:
+        build(csv=manifest(work / "data", rows))
+    assert "CSV line 8, path 'a/loop.png', is a symlink loop; point the link at a file or remove it" in str(info.value)

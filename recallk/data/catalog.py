@@ -38,23 +38,73 @@ def check_root(root: Path) -> None:
         raise InputError(f"data root {str(root)!r} is not a folder; set `split.data_root` to the folder that holds the images.")
 
 
+def _is_dir(entry: os.DirEntry) -> bool | None:
+    """Whether ``entry`` is a folder (a link to one counts); None when that cannot be told (a symlink loop)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return None
+
+
+def _scan_label(root: Path, folder: str, label: str, ancestors: tuple[str, ...],
+                rows: list[tuple[str, str]], problems: list[str]) -> None:
+    """Add a row per file under ``folder`` (any depth; links to folders are followed) to ``rows``, and a
+    line per folder that cannot be listed (or leads back to one of its own ``ancestors``) to ``problems``."""
+    rel = Path(folder).relative_to(root).as_posix()
+    try:
+        with os.scandir(folder) as it:
+            entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
+    except OSError as exc:
+        problems.append(f"{rel}/ cannot be read ({exc.strerror or exc}); fix its permissions or move it out of the "
+                        "data root")
+        return
+    subfolders = []
+    for entry in entries:
+        kind = _is_dir(entry)
+        if kind is None:
+            problems.append(f"{rel}/{entry.name} is a symlink loop; point the link at a file or folder, or remove it")
+        elif not kind:
+            rows.append((f"{rel}/{entry.name}", label))
+        else:
+            subfolders.append(entry)
+    for entry in subfolders:
+        real = os.path.realpath(entry.path)
+        if real in ancestors:
+            problems.append(f"{rel}/{entry.name}/ is a symlink loop (it leads back to a folder that holds it); "
+                            "remove the link")
+        else:
+            _scan_label(root, entry.path, label, ancestors + (real,), rows, problems)
+
+
 def scan_folder(root: Path) -> pd.DataFrame:
-    """One row per file under ``root/<label>/`` (any depth); hidden files and folders are skipped."""
+    """One row per file under ``root/<label>/`` (any depth); hidden files and folders are skipped.
+
+    Links to folders are followed, as a label folder that is a link is. Every folder that cannot be
+    listed (permissions, a symlink loop) is an :class:`~recallk.errors.InputError` naming it: a
+    folder that silently drops out would change the numbers without a word.
+    """
     check_root(root)
     rows: list[tuple[str, str]] = []
     loose: list[str] = []
-    for entry in sorted(os.scandir(root), key=lambda e: e.name):
-        if entry.name.startswith("."):
-            continue
-        if not entry.is_dir():
+    problems: list[str] = []
+    try:
+        with os.scandir(root) as it:
+            top = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
+    except OSError as exc:
+        raise InputError(f"data root {str(root)!r} cannot be read ({exc.strerror or exc}); fix its permissions or "
+                         "set `split.data_root` to a readable folder.") from None
+    for entry in top:
+        kind = _is_dir(entry)
+        if kind is None:
+            problems.append(f"{entry.name} is a symlink loop; point the link at a label folder, or remove it")
+        elif not kind:
             loose.append(entry.name)
-            continue
-        for dirpath, dirnames, filenames in os.walk(entry.path):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            for name in sorted(filenames):
-                if not name.startswith("."):
-                    rel = Path(dirpath, name).relative_to(root).as_posix()
-                    rows.append((rel, entry.name))
+        else:
+            _scan_label(root, entry.path, entry.name, (os.path.realpath(root), os.path.realpath(entry.path)),
+                        rows, problems)
+    if problems:
+        raise InputError(f"data root {str(root)!r}: {len(problems)} folder(s) or link(s) cannot be scanned, so their "
+                         "images would be missing from the catalog:\n  - " + "\n  - ".join(problems))
     if loose:
         log.warning("ignoring %d file(s) directly under %s (images belong in a folder per label): %s",
                     len(loose), root, ", ".join(loose[:5]))
