@@ -349,3 +349,32 @@ def test_manifest_row_naming_a_symlink_loop_is_a_contract_failure(work):
     with pytest.raises(InputError) as info:
         build(csv=manifest(work / "data", rows))
     assert "CSV line 8, path 'a/loop.png', is a symlink loop; point the link at a file or remove it" in str(info.value)
+
+
+# ================================================================ 3. a manifest DVC cannot see
+
+
+@pytest.mark.parametrize("where", ["../elsewhere.csv", "ABSOLUTE", "link.csv", "sub/../../elsewhere.csv"])
+def test_manifest_outside_the_data_root_is_refused(work, where):
+    """DVC tracks only `split.data_root`: a manifest outside it could change without re-running the split."""
+    images(work / "data", {"a": 3, "b": 3})
+    rows = [f"{lab}/{i}.png,{lab}" for lab in "ab" for i in range(3)]
+    (work / "elsewhere.csv").write_text("path,label\n" + "\n".join(rows) + "\n")
+    if where == "ABSOLUTE":
+        where = str(work / "elsewhere.csv")
+    if where == "link.csv":
+        (work / "data" / "link.csv").symlink_to(work / "elsewhere.csv")
+    with pytest.raises(InputError) as info:
+        build(csv=where)
+    message = str(info.value)
+    assert f"`split.csv` is {where!r}, which is not inside `split.data_root` ('data')" in message
+    assert "Move the manifest into 'data'" in message and "`split.csv: " in message
+
+
+def test_manifest_in_a_sub_folder_of_the_data_root_is_fine(work):
+    images(work / "data", {"a": 3, "b": 3})
+    rows = [f"{lab}/{i}.png,{lab}" for lab in "ab" for i in range(3)]
+    (work / "data" / "lists").mkdir()
+    (work / "data" / "lists" / "m.csv").write_text("path,label\n" + "\n".join(rows) + "\n")
+    cat, _, _ = build(csv="lists/m.csv")
+    assert len(cat) == 6

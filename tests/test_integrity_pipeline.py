@@ -55,3 +55,30 @@ def test_octal_looking_seed_is_refused_not_run_with_another_value(tmp_path):
     """`seed: 010`: DVC (YAML 1.2) records 10 in dvc.lock; the split stage (PyYAML, YAML 1.1) ran with 8."""
     repo = make_repo(tmp_path, **{"  seed: 0": "  seed: 010"})
     assert_repro_refused(repo, "`split.seed` (line 7) is written 010", "write 10 or 8")
+
+
+def test_manifest_outside_the_data_root_is_refused(tmp_path):
+    """`split.csv: ../elsewhere.csv` ran, but DVC tracks only the data root: editing the manifest left
+    `dvc repro` skipping the split, and the metrics stale."""
+    repo = make_repo(tmp_path, **{"  csv: null": "  csv: ../elsewhere.csv", "  strategy: class_disjoint":
+                                  "  strategy: per_class"})
+    rows = [f"{p.parent.name}/{p.name},{p.parent.name}" for p in sorted((repo / "data" / "digits").glob("*/*.png"))]
+    (repo / "data" / "elsewhere.csv").write_text("path,label\n" + "\n".join(rows) + "\n")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "manifest", cwd=repo)
+    assert_repro_refused(repo, "`split.csv` is '../elsewhere.csv', which is not inside `split.data_root`",
+                         "`split.csv: elsewhere.csv`")
+
+
+def test_leave_one_out_alias_of_a_file_is_refused(tmp_path):
+    """`a/./0.png` next to `a/0.png` under leave_one_out: each query retrieved its own file (recall@1 1.0)."""
+    repo = make_repo(tmp_path, **{"  csv: null": "  csv: m.csv", "  strategy: class_disjoint": "  strategy: per_class",
+                                  "  protocol: query_gallery": "  protocol: leave_one_out"})
+    files = sorted((repo / "data" / "digits").glob("*/*.png"))
+    rows = [f"{p.parent.name}/{p.name},{p.parent.name}" for p in files]
+    rows.append(f"0/./{files[0].name},0")  # the first file again, under another image_id
+    (repo / "data" / "digits" / "m.csv").write_text("path,label\n" + "\n".join(rows) + "\n")
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "-m", "manifest", cwd=repo)
+    assert_repro_refused(repo, "a file must be listed once", f"CSV line 2, path '0/{files[0].name}'",
+                         f"CSV line {len(rows) + 1}, path '0/./{files[0].name}'")

@@ -121,11 +121,19 @@ def scan_folder(root: Path) -> pd.DataFrame:
 def read_manifest(root: Path, csv_name: str) -> pd.DataFrame:
     """Read a manifest CSV (``path,label`` and optional ``image_id``, ``split``, extra columns).
 
+    ``csv_name`` must name a file inside ``root`` (relative, no ``..``, no link out of it): DVC
+    tracks only the data root, so a manifest elsewhere could change without re-running the split.
+
     Every column is read as text, so label ``1`` and ``1.0`` stay different, and
     empty cells become missing values for the contract to report.
     """
     check_root(root)
     csv_path = root / csv_name
+    if not (is_safe_relative(csv_name) and Path(os.path.realpath(csv_path)).is_relative_to(os.path.realpath(root))):
+        raise InputError(f"`split.csv` is {csv_name!r}, which is not inside `split.data_root` ({str(root)!r}): DVC "
+                         "tracks only the data root (the split stage's dependency ${split.data_root} in dvc.yaml), "
+                         "so edits to this manifest would never re-run the split. Move the manifest into "
+                         f"{str(root)!r} and give its path relative to it (e.g. `split.csv: {Path(csv_name).name}`).")
     if not csv_path.is_file():
         raise InputError(f"manifest {str(csv_path)!r} not found; `split.csv` is a path inside `split.data_root`.")
     try:
