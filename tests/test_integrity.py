@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
+import re
 import shutil
 import sqlite3
 from pathlib import Path
@@ -16,8 +18,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from PIL import Image
 
 from conftest import ROOT, run_module, save_image
+from recallk import images
 from recallk.data import catalog, contract, prepare
 from recallk.encode.batches import encode_catalog
 from recallk.encode.cache import EmbeddingCache
@@ -40,7 +44,7 @@ def build(**overrides):
     return prepare.prepare(**(DEFAULTS | overrides))
 
 
-def images(root: Path, labels: dict[str, int]) -> None:
+def make_images(root: Path, labels: dict[str, int]) -> None:
     """``n`` distinct PNGs per label folder: ``root/<label>/<i>.png``."""
     for j, (label, n) in enumerate(labels.items()):
         for i in range(n):
@@ -59,7 +63,7 @@ def manifest(root: Path, rows: list[str], header: str = "path,label") -> str:
 def test_same_file_under_two_paths_is_refused(work, alias):
     """`a/./0.png`, `a//0.png` or a symlink alias name the file `a/0.png` again: under leave_one_out the
     query would retrieve its own file. The path-once rule compares resolved real paths."""
-    images(work / "data", {"a": 3, "b": 3})
+    make_images(work / "data", {"a": 3, "b": 3})
     if alias == "a/link.png":
         (work / "data" / "a" / "link.png").symlink_to("0.png")
     rows = [f"{lab}/{i}.png,{lab}" for lab in "ab" for i in range(3)] + [f"{alias},a"]
@@ -71,7 +75,7 @@ def test_same_file_under_two_paths_is_refused(work, alias):
 
 
 def test_symlink_alias_in_a_folder_scan_is_refused(work):
-    images(work / "data", {"a": 3, "b": 3})
+    make_images(work / "data", {"a": 3, "b": 3})
     (work / "data" / "a" / "zz.png").symlink_to("0.png")
     with pytest.raises(InputError) as info:
         build()
@@ -87,7 +91,7 @@ def test_symlink_alias_in_a_folder_scan_is_refused(work):
 ])
 def test_byte_identical_files_in_val_gallery_are_refused(work, protocol, splits):
     """Two files with the same sha256 under two image_ids in val/gallery are one image twice."""
-    images(work / "data", {"a": 3, "b": 3})
+    make_images(work / "data", {"a": 3, "b": 3})
     shutil.copy(work / "data" / "a" / "0.png", work / "data" / "a" / "copy.png")
     if splits is None:
         overrides = {}
@@ -105,7 +109,7 @@ def test_byte_identical_files_in_val_gallery_are_refused(work, protocol, splits)
 
 
 def test_byte_identical_files_in_train_only_are_fine(work):
-    images(work / "data", {"a": 3, "b": 3, "c": 2})
+    make_images(work / "data", {"a": 3, "b": 3, "c": 2})
     shutil.copy(work / "data" / "c" / "0.png", work / "data" / "c" / "copy.png")
     rows = ([f"{lab}/{i}.png,{lab},{s}" for lab in "ab" for i, s in enumerate(("val", "gallery", "gallery"))]
             + ["c/0.png,c,train", "c/1.png,c,train", "c/copy.png,c,train"])
@@ -293,7 +297,7 @@ def unreadable(monkeypatch, *folders: Path) -> None:
 
 def test_unreadable_label_folder_and_sub_folder_are_named(work, monkeypatch):
     """os.walk dropped an unreadable folder without a word: its images vanished from the catalog."""
-    images(work / "data", {"a": 3, "b": 3, "c": 3})
+    make_images(work / "data", {"a": 3, "b": 3, "c": 3})
     save_image(work / "data" / "b" / "deep" / "x.png", seed=50)
     unreadable(monkeypatch, work / "data" / "a", work / "data" / "b" / "deep")
     with pytest.raises(InputError) as info:
@@ -305,7 +309,7 @@ def test_unreadable_label_folder_and_sub_folder_are_named(work, monkeypatch):
 
 
 def test_unreadable_data_root_is_an_input_error(work, monkeypatch):
-    images(work / "data", {"a": 2})
+    make_images(work / "data", {"a": 2})
     unreadable(monkeypatch, work / "data")
     with pytest.raises(InputError, match=r"data root 'data' cannot be read \(Permission denied\)"):
         catalog.scan_folder(Path("data"))
@@ -318,7 +322,7 @@ def test_unreadable_data_root_is_an_input_error(work, monkeypatch):
     ("loop", "loop", "loop is a symlink loop"),               # a label "folder" that is a loop
 ])
 def test_symlink_loops_are_named(work, link, target, named):
-    images(work / "data", {"a": 3, "b": 3})
+    make_images(work / "data", {"a": 3, "b": 3})
     (work / "data" / "a" / "deep").mkdir()
     (work / "data" / link).symlink_to(target)
     with pytest.raises(InputError, match="cannot be scanned") as info:
@@ -329,7 +333,7 @@ def test_symlink_loops_are_named(work, link, target, named):
 def test_linked_sub_folder_is_scanned_not_dropped(work):
     """A link to a folder inside a label folder was not followed (its images vanished); it is followed
     like a label folder that is a link, and the contract then judges its files."""
-    images(work / "data", {"a": 3, "b": 3})
+    make_images(work / "data", {"a": 3, "b": 3})
     save_image(work / "data" / ".store" / "x.png", seed=60)
     (work / "data" / "a" / "more").symlink_to("../.store", target_is_directory=True)
     assert "a/more/x.png" in catalog.scan_folder(Path("data"))["path"].tolist()
@@ -343,7 +347,7 @@ def test_split_stage_names_a_symlink_loop_without_a_traceback(project):
 
 
 def test_manifest_row_naming_a_symlink_loop_is_a_contract_failure(work):
-    images(work / "data", {"a": 3, "b": 3})
+    make_images(work / "data", {"a": 3, "b": 3})
     (work / "data" / "a" / "loop.png").symlink_to("loop.png")
     rows = [f"{lab}/{i}.png,{lab}" for lab in "ab" for i in range(3)] + ["a/loop.png,a"]
     with pytest.raises(InputError) as info:
@@ -357,7 +361,7 @@ def test_manifest_row_naming_a_symlink_loop_is_a_contract_failure(work):
 @pytest.mark.parametrize("where", ["../elsewhere.csv", "ABSOLUTE", "link.csv", "sub/../../elsewhere.csv"])
 def test_manifest_outside_the_data_root_is_refused(work, where):
     """DVC tracks only `split.data_root`: a manifest outside it could change without re-running the split."""
-    images(work / "data", {"a": 3, "b": 3})
+    make_images(work / "data", {"a": 3, "b": 3})
     rows = [f"{lab}/{i}.png,{lab}" for lab in "ab" for i in range(3)]
     (work / "elsewhere.csv").write_text("path,label\n" + "\n".join(rows) + "\n")
     if where == "ABSOLUTE":
@@ -372,9 +376,60 @@ def test_manifest_outside_the_data_root_is_refused(work, where):
 
 
 def test_manifest_in_a_sub_folder_of_the_data_root_is_fine(work):
-    images(work / "data", {"a": 3, "b": 3})
+    make_images(work / "data", {"a": 3, "b": 3})
     rows = [f"{lab}/{i}.png,{lab}" for lab in "ab" for i in range(3)]
     (work / "data" / "lists").mkdir()
     (work / "data" / "lists" / "m.csv").write_text("path,label\n" + "\n".join(rows) + "\n")
     cat, _, _ = build(csv="lists/m.csv")
     assert len(cat) == 6
+
+
+# ================================================================ 5. pixels of more than 8 bits
+
+
+def tiff(array: np.ndarray, mode: str) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(array, mode).save(buf, "TIFF")
+    return buf.getvalue()
+
+
+def grey(img: Image.Image) -> np.ndarray:
+    assert img.mode == "RGB"
+    rgb = np.asarray(img)
+    assert (rgb == rgb[..., :1]).all()
+    return rgb[..., 0]
+
+
+def test_float_image_in_0_1_is_scaled_not_black():
+    """Mode F brightness 0..1 became levels 0 or 1 (black): it is scaled to 0..255."""
+    values = np.linspace(0, 1, 16, dtype=np.float32).reshape(4, 4)
+    assert Image.open(io.BytesIO(tiff(values, "F"))).mode == "F"
+    np.testing.assert_array_equal(grey(images.decode(tiff(values, "F"))), np.rint(values * 255).astype(np.uint8))
+
+
+def test_16_bit_levels_in_mode_i_keep_their_scale():
+    levels = (np.arange(16, dtype=np.int32).reshape(4, 4) * 4369)  # 0 .. 65535
+    np.testing.assert_array_equal(grey(images.decode(tiff(levels, "I"))), np.rint(levels / 257).astype(np.uint8))
+
+
+@pytest.mark.parametrize("array, mode, why", [
+    (np.array([[0, 70000], [100000, 2**31 - 1]], np.int32), "I",
+     "32-bit integer pixels (mode I) span 0..2.14748e+09, beyond 16-bit levels 0..65535"),
+    (np.array([[-5, 0], [10, 20]], np.int32), "I", "span -5..20, beyond 16-bit levels"),
+    (np.array([[0.0, 0.5], [2.0, 255.0]], np.float32), "F", "floating-point pixels (mode F) span 0..255, beyond 0..1"),
+    (np.array([[0.0, np.nan], [0.5, 1.0]], np.float32), "F", "include NaN or inf"),
+])
+def test_pixels_of_unknown_scale_are_refused(array, mode, why):
+    """Mode I above 65535 was divided by 257 and clipped to white; mode F beyond 0..1 was clipped."""
+    with pytest.raises(images.DECODE_ERRORS, match=re.escape(why)) as info:
+        images.decode(tiff(array, mode))
+    assert "save the image with 8 or 16 bits per channel" in str(info.value)
+
+
+def test_split_stage_names_an_image_of_unknown_scale(work):
+    make_images(work / "data", {"a": 3, "b": 3})
+    (work / "data" / "a" / "wide.tif").write_bytes(tiff(np.array([[0, 70000]], np.int32), "I"))
+    with pytest.raises(InputError) as info:
+        build()
+    assert ("path 'a/wide.tif', Pillow cannot decode it (32-bit integer pixels (mode I) span 0..70000, beyond "
+            "16-bit levels 0..65535" in str(info.value))
