@@ -22,6 +22,7 @@ from PIL import Image
 
 from conftest import ROOT, run_module, save_image
 from recallk import images
+from recallk.checks import quote
 from recallk.data import catalog, contract, prepare
 from recallk.encode.batches import encode_catalog
 from recallk.encode.cache import EmbeddingCache
@@ -187,7 +188,8 @@ def test_cache_hits_of_a_callable_are_judged_by_a_fresh_vector(tmp_path, monkeyp
     """A user callable declares no dimension: every file cached with the wrong one used to come back
     as it was. One file is encoded again; its dimension judges the hits."""
     (tmp_path / "mod_integrity_mean.py").write_text(
-        "import numpy as np\ndef embed(images):\n    return np.array([np.asarray(i, float).mean((0, 1)) for i in images])\n")
+        "import numpy as np\n"
+        "def embed(images):\n    return np.array([np.asarray(i, float).mean((0, 1)) for i in images])\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     backbone = get_backbone("callable:mod_integrity_mean:embed")
     cat = pngs(tmp_path / "img", 4)
@@ -433,3 +435,51 @@ def test_split_stage_names_an_image_of_unknown_scale(work):
         build()
     assert ("path 'a/wide.tif', Pillow cannot decode it (32-bit integer pixels (mode I) span 0..70000, beyond "
             "16-bit levels 0..65535" in str(info.value))
+
+
+# ================================================================ 7. quoted values are bounded
+
+
+def test_quote_cuts_long_values_and_says_how_long():
+    assert quote("abc") == "'abc'"
+    long = quote("x" * 1000)
+    assert long == "'" + "x" * 199 + "... (1002 characters in all)"
+    assert quote(list(range(10)), limit=8) == "[0, 1, 2... (30 characters in all)"
+
+
+def longest_line(message: str) -> int:
+    return max(len(line) for line in message.splitlines())
+
+
+@pytest.mark.parametrize("dotted, value", [
+    ("split.strategy", "x" * 100_000),              # choice
+    ("score.ks", list(range(-1, 2_000))),           # list rule from recallk.checks
+    ("split.seed", "s" * 100_000),                  # integer rule from stages/params.py
+    ("encode", ["not", "a", "mapping"] * 1_000),    # a section that is not a mapping
+])
+def test_params_messages_quote_values_within_bounds(tmp_path, dotted, value):
+    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    *parents, leaf = dotted.split(".")
+    node = params
+    for key in parents:
+        node = node[key]
+    node[leaf] = value
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params, sort_keys=False, width=10**9), encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        load_section(dotted.split(".")[0] if "." in dotted else "split", path)
+    message = str(info.value)
+    assert f"`{dotted}`" in message and "characters in all)" in message
+    assert longest_line(message) < 600, message[:1000]
+
+
+def test_contract_rows_quote_cells_within_bounds(work):
+    make_images(work / "data", {"a": 3, "b": 3})
+    rows = [f"{lab}{i},{lab}/{i}.png,{lab}" for lab in "ab" for i in range(3)]
+    rows += [f"id,{'p' * 50_000}.png,a", f"{'q' * 50_000}\x01,a/0.png,a"]  # a missing file; a bad id
+    with pytest.raises(InputError) as info:
+        build(csv=manifest(work / "data", rows, header="image_id,path,label"))
+    message = str(info.value)
+    assert "CSV line 8, path 'ppppp" in message and "CSV line 9, path 'a/0.png', image_id 'qqqq" in message
+    assert message.count("characters in all)") >= 2
+    assert longest_line(message) < 600, message[:1000]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from recallk.checks import clip, quote
 from recallk.data.contract import is_safe_relative
 from recallk.errors import InputError
 from recallk.images import DECODE_ERRORS, decode, describe_error
@@ -33,9 +34,11 @@ CATALOG_COLUMNS = ("image_id", "path", "label", "sha256", "width", "height")
 
 def check_root(root: Path) -> None:
     if not root.exists():
-        raise InputError(f"data root {str(root)!r} does not exist; set `split.data_root` in params.yaml to your image folder.")
+        raise InputError(f"data root {quote(str(root))} does not exist; set `split.data_root` in params.yaml to your "
+                         "image folder.")
     if not root.is_dir():
-        raise InputError(f"data root {str(root)!r} is not a folder; set `split.data_root` to the folder that holds the images.")
+        raise InputError(f"data root {quote(str(root))} is not a folder; set `split.data_root` to the folder that "
+                         "holds the images.")
 
 
 def _is_dir(entry: os.DirEntry) -> bool | None:
@@ -91,8 +94,8 @@ def scan_folder(root: Path) -> pd.DataFrame:
         with os.scandir(root) as it:
             top = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
     except OSError as exc:
-        raise InputError(f"data root {str(root)!r} cannot be read ({exc.strerror or exc}); fix its permissions or "
-                         "set `split.data_root` to a readable folder.") from None
+        raise InputError(f"data root {quote(str(root))} cannot be read ({exc.strerror or exc}); fix its permissions "
+                         "or set `split.data_root` to a readable folder.") from None
     for entry in top:
         kind = _is_dir(entry)
         if kind is None:
@@ -103,14 +106,14 @@ def scan_folder(root: Path) -> pd.DataFrame:
             _scan_label(root, entry.path, entry.name, (os.path.realpath(root), os.path.realpath(entry.path)),
                         rows, problems)
     if problems:
-        raise InputError(f"data root {str(root)!r}: {len(problems)} folder(s) or link(s) cannot be scanned, so their "
-                         "images would be missing from the catalog:\n  - " + "\n  - ".join(problems))
+        raise InputError(f"data root {quote(str(root))}: {len(problems)} folder(s) or link(s) cannot be scanned, so "
+                         "their images would be missing from the catalog:\n  - " + "\n  - ".join(problems))
     if loose:
         log.warning("ignoring %d file(s) directly under %s (images belong in a folder per label): %s",
                     len(loose), root, ", ".join(loose[:5]))
     if not rows:
         raise InputError(
-            f"data root {str(root)!r} holds no images; put each label's images in a sub-folder "
+            f"data root {quote(str(root))} holds no images; put each label's images in a sub-folder "
             f"named after the label (e.g. {root}/cat/001.jpg), or set `split.csv` to a manifest."
         )
     frame = pd.DataFrame(rows, columns=["path", "label"], dtype=object)
@@ -130,25 +133,27 @@ def read_manifest(root: Path, csv_name: str) -> pd.DataFrame:
     check_root(root)
     csv_path = root / csv_name
     if not (is_safe_relative(csv_name) and Path(os.path.realpath(csv_path)).is_relative_to(os.path.realpath(root))):
-        raise InputError(f"`split.csv` is {csv_name!r}, which is not inside `split.data_root` ({str(root)!r}): DVC "
-                         "tracks only the data root (the split stage's dependency ${split.data_root} in dvc.yaml), "
-                         "so edits to this manifest would never re-run the split. Move the manifest into "
-                         f"{str(root)!r} and give its path relative to it (e.g. `split.csv: {Path(csv_name).name}`).")
+        raise InputError(f"`split.csv` is {quote(csv_name)}, which is not inside `split.data_root` "
+                         f"({quote(str(root))}): DVC tracks only the data root (the split stage's dependency "
+                         "${split.data_root} in dvc.yaml), so edits to this manifest would never re-run the split. "
+                         f"Move the manifest into {quote(str(root))} and give its path relative to it "
+                         f"(e.g. `split.csv: {clip(Path(csv_name).name)}`).")
     if not csv_path.is_file():
-        raise InputError(f"manifest {str(csv_path)!r} not found; `split.csv` is a path inside `split.data_root`.")
+        raise InputError(f"manifest {quote(str(csv_path))} not found; `split.csv` is a path inside `split.data_root`.")
     try:
         frame = pd.read_csv(csv_path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-        raise InputError(f"manifest {str(csv_path)!r} is not a readable UTF-8 CSV ({exc}); fix the file.") from None
+        raise InputError(f"manifest {quote(str(csv_path))} is not a readable UTF-8 CSV ({exc}); "
+                         "fix the file.") from None
     frame.columns = [str(c).strip() for c in frame.columns]
     missing = [c for c in REQUIRED_CSV_COLUMNS if c not in frame.columns]
     if missing:
         raise InputError(
-            f"manifest {str(csv_path)!r} lacks column(s) {', '.join(missing)}; it needs a header with "
-            f"path,label (optional: image_id, split, extra columns). Found: {', '.join(frame.columns)}."
+            f"manifest {quote(str(csv_path))} lacks column(s) {', '.join(missing)}; it needs a header with "
+            f"path,label (optional: image_id, split, extra columns). Found: {', '.join(map(clip, frame.columns))}."
         )
     if frame.empty:
-        raise InputError(f"manifest {str(csv_path)!r} has no rows; list one image per row.")
+        raise InputError(f"manifest {quote(str(csv_path))} has no rows; list one image per row.")
     frame = frame.astype(object).where(frame != "", None)
     if "image_id" not in frame.columns:
         frame.insert(0, "image_id", frame["path"])

@@ -18,6 +18,7 @@ from pathlib import PurePosixPath
 import pandas as pd
 import pandera.pandas as pa
 
+from recallk.checks import quote
 from recallk.errors import InputError
 
 SPLITS = ("train", "val", "gallery")
@@ -166,9 +167,9 @@ def _describe_row(frame: pd.DataFrame, index: int, csv_lines: bool) -> str:
     row = frame.loc[index]
     parts = [f"CSV line {index + 2}"] if csv_lines else []
     if "path" in row:
-        parts.append(f"path {row['path']!r}")
+        parts.append(f"path {quote(row['path'])}")
     if "path" not in row or row["image_id"] != row["path"]:
-        parts.append(f"image_id {row['image_id']!r}")
+        parts.append(f"image_id {quote(row['image_id'])}")
     if isinstance(row.get("problem"), str):
         parts.append(row["problem"])
     return ", ".join(parts)
@@ -199,7 +200,7 @@ def validate(frame: pd.DataFrame, schema: pa.DataFrameSchema, *, source: str, cs
     missing = [c for c in schema.columns if c not in frame.columns]
     if missing:
         raise InputError(f"{source} lacks column(s) {', '.join(missing)} of the {schema.name}; "
-                         f"found: {', '.join(map(repr, map(str, frame.columns)))}.")
+                         f"found: {', '.join(quote(str(c)) for c in frame.columns)}.")
     try:
         schema.validate(frame, lazy=True)
     except pa.errors.SchemaErrors as exc:

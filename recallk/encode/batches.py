@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from recallk.checks import unusable_rows
+from recallk.checks import clip, quote, unusable_rows
 from recallk.encode.base import Backbone
 from recallk.encode.cache import EmbeddingCache
 from recallk.errors import InputError
@@ -35,14 +35,16 @@ def read_checked(path: str, sha256: str, min_side: int | None = None) -> Image.I
         with open(path, "rb") as fh:
             data = fh.read()
     except OSError as exc:
-        raise InputError(f"cannot read image {path!r} ({exc.strerror}); it was moved or deleted since the catalog "
+        raise InputError(f"cannot read image {quote(path)} ({exc.strerror}); it was moved or deleted since the catalog "
                          "was built: rebuild the catalog (the split stage).") from None
     if hashlib.sha256(data).hexdigest() != sha256:
-        raise InputError(f"image {path!r} changed since the catalog was built; rebuild the catalog (the split stage).")
+        raise InputError(f"image {quote(path)} changed since the catalog was built; rebuild the catalog "
+                         "(the split stage).")
     try:
         return decode(data, min_side=min_side)
     except DECODE_ERRORS as exc:
-        raise InputError(f"image {path!r} no longer decodes ({exc}); rebuild the catalog (the split stage).") from None
+        raise InputError(f"image {quote(path)} no longer decodes ({exc}); rebuild the catalog "
+                         "(the split stage).") from None
 
 
 def decoded_batches(paths: Sequence[str], shas: Sequence[str], *, batch_size: int, num_workers: int,
@@ -144,7 +146,7 @@ def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int
     failed_names = [name for name, sha in zip(names, shas) if sha in failed_shas]
     if failed_names:
         raise InputError(f"backbone {backbone.name!r} gave NaN, inf or all-zero embeddings for {len(failed_names)} "
-                        f"image(s): {', '.join(failed_names[:10])}; check those images or the backbone.")
+                        f"image(s): {', '.join(map(clip, failed_names[:10]))}; check those images or the backbone.")
     out = np.empty((len(catalog), dim if dim is not None else 0), dtype=np.float32)
     for i, sha in enumerate(shas):
         out[i] = known[sha]
