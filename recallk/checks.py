@@ -38,6 +38,21 @@ def did_you_mean(word: Any, choices: Sequence[str]) -> str:
     return f" Did you mean `{close[0]}`?" if close else ""
 
 
+#: Longest quoted value in a message: a 10 MB cell or param is cut, not printed whole.
+QUOTE_LIMIT = 200
+
+
+def clip(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """``text`` cut to its first ``limit`` characters, saying how long it was."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters in all)"
+
+
+def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(value)`` for a message, at most ``limit`` characters of it (:func:`clip`); every param value
+    and CSV cell a message quotes goes through this."""
+    return clip(repr(value), limit)
+
+
 def is_int(v: Any) -> bool:
     """An integer (Python or numpy), not a bool."""
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
@@ -62,14 +77,14 @@ def positive_number_problem(v: Any) -> str | None:
                         if math.isfinite(number) and number > 0 else "")
             except ValueError:
                 pass
-        return f"must be a positive number. Got {v!r} instead.{hint}"
+        return f"must be a positive number. Got {quote(v)} instead.{hint}"
     return None
 
 
 def choice_problem(v: Any, options: Sequence[str]) -> str | None:
     """One of ``options``, with a suggestion for a near miss."""
     if not isinstance(v, str) or v not in options:
-        return f"must be one of {', '.join(options)}. Got {v!r} instead.{did_you_mean(v, options)}"
+        return f"must be one of {', '.join(options)}. Got {quote(v)} instead.{did_you_mean(v, options)}"
     return None
 
 
@@ -91,11 +106,12 @@ def check_backend(backend: Any) -> str:
 def ks_problem(v: Any) -> str | None:
     """A non-empty list of distinct positive integers, at most :data:`MAX_K`."""
     if not isinstance(v, list) or not v or not all(is_int(k) and k > 0 for k in v):
-        return f"must be positive integers. Got {v!r} instead."
+        return f"must be positive integers. Got {quote(v)} instead."
     if max(v) > MAX_K:
-        return f"must be at most 2**62 (any K beyond the gallery size counts the whole gallery). Got {v!r} instead."
+        return (f"must be at most 2**62 (any K beyond the gallery size counts the whole gallery). "
+                f"Got {quote(v)} instead.")
     if len(set(v)) != len(v):
-        return f"must not repeat a value. Got {v!r} instead."
+        return f"must not repeat a value. Got {quote(v)} instead."
     return None
 
 
@@ -112,10 +128,10 @@ def check_ks(ks: Iterable[Any]) -> list[int]:
 def metrics_problem(v: Any) -> str | None:
     """A non-empty list of distinct names from :data:`METRIC_NAMES`."""
     if not isinstance(v, list) or not v or not all(isinstance(m, str) for m in v) or len(set(v)) != len(v):
-        return f"must be distinct names from {', '.join(METRIC_NAMES)}. Got {v!r} instead."
+        return f"must be distinct names from {', '.join(METRIC_NAMES)}. Got {quote(v)} instead."
     bad = [m for m in v if m not in METRIC_NAMES]
     if bad:
-        return (f"must be distinct names from {', '.join(METRIC_NAMES)}. Got {v!r} instead."
+        return (f"must be distinct names from {', '.join(METRIC_NAMES)}. Got {quote(v)} instead."
                 f"{did_you_mean(bad[0], METRIC_NAMES)}")
     return None
 
@@ -138,7 +154,7 @@ def check_metrics(metrics: Iterable[Any] | None) -> list[str]:
 def columns_problem(v: Any) -> str | None:
     """A list of distinct non-empty column names (``[]`` for none)."""
     if not isinstance(v, list) or not all(isinstance(c, str) and c for c in v) or len(set(v)) != len(v):
-        return f"must be a list of distinct catalog column names (e.g. [camera]) or []. Got {v!r} instead."
+        return f"must be a list of distinct catalog column names (e.g. [camera]) or []. Got {quote(v)} instead."
     return None
 
 

@@ -1,7 +1,9 @@
 """Image decoding shared by the catalog probe, the encode stage and the Python API.
 
 Every image goes through :func:`decode`: fully decoded (a truncated file fails
-here, not later), EXIF orientation applied, and converted to 8-bit RGB.
+here, not later), EXIF orientation applied, and converted to 8-bit RGB. Pixels of more
+than 8 bits are scaled by their bit depth (16-bit levels, float 0..1), never clipped; those
+whose scale is unknown are refused (:func:`_grey_levels`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from PIL import Image, ImageOps
 
 #: Bump whenever :func:`decode` could return other pixels (draft rule, EXIF, mode conversion);
 #: every backbone fingerprint includes it, so cached embeddings are then recomputed.
-DECODE_VERSION = "2"  # 2: 16-bit images (modes I;16* and I) scaled to 8 bits, not clipped
+DECODE_VERSION = "3"  # 2: 16-bit images (modes I;16* and I) scaled to 8 bits, not clipped;
+#                       3: float images (mode F) scaled from 0..1; levels beyond 16 bits or 0..1 refused
 
 #: Exceptions Pillow raises for files that are not (complete) images.
 DECODE_ERRORS = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
@@ -36,10 +39,30 @@ def decode(data: bytes, min_side: int | None = None) -> Image.Image:
         upright = ImageOps.exif_transpose(img)
     if upright.mode == "P" and "transparency" in upright.info:
         upright = upright.convert("RGBA")
-    if upright.mode.startswith("I;16") or upright.mode == "I":  # 16-bit levels: scale, do not clip at 255
-        levels = np.asarray(upright.convert("I"), dtype=np.float64)
-        upright = Image.fromarray(np.clip(np.rint(levels / 257.0), 0, 255).astype(np.uint8), "L")
+    if upright.mode.startswith("I;16") or upright.mode in ("I", "F"):
+        upright = _grey_levels(upright)
     return upright.convert("RGB")
+
+
+def _grey_levels(img: Image.Image) -> Image.Image:
+    """8-bit grey levels of a 16-bit, 32-bit integer or float image, scaled by its bit depth, never clipped.
+
+    Integer pixels (modes ``I;16*`` and ``I``) are 16-bit levels 0..65535, divided by 257; float pixels
+    (mode ``F``) are brightness 0..1, times 255. A 32-bit image with levels beyond 0..65535, or a float
+    one beyond 0..1 (or NaN/inf), has no known scale: a guess would silently turn it black or white, so
+    it is refused (``ValueError``, a decode error that names the range and the fix).
+    """
+    is_float = img.mode == "F"
+    values = np.asarray(img if is_float else img.convert("I"), dtype=np.float64)
+    top, what = (1.0, "floating-point pixels (mode F)") if is_float else (65535.0, "32-bit integer pixels (mode I)")
+    if not np.isfinite(values).all():
+        raise ValueError(f"{what} include NaN or inf; save the image with 8 or 16 bits per channel")
+    lo, hi = values.min(), values.max()
+    if lo < 0 or hi > top:
+        need = "0..1" if is_float else "16-bit levels 0..65535"
+        raise ValueError(f"{what} span {lo:g}..{hi:g}, beyond {need}, so their brightness scale is unknown; "
+                         f"{'scale them to 0..1 or ' if is_float else ''}save the image with 8 or 16 bits per channel")
+    return Image.fromarray(np.rint(values * 255.0 if is_float else values / 257.0).astype(np.uint8), "L")
 
 
 def describe_error(exc: BaseException) -> str:

@@ -2,20 +2,24 @@
 
 :func:`read_source` gives one row per image (``image_id, path, label`` plus any
 extra CSV columns and the CSV's ``split``), and :func:`probe` adds what the file
-itself says (``sha256, width, height`` and a ``problem`` when it cannot be used).
+itself says (``sha256, width, height``, a ``problem`` when it cannot be used, and its
+``real_path``, the file's identity).
 Nothing is judged here; :mod:`recallk.data.contract` decides what is acceptable.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
 
+from recallk.checks import clip, quote
 from recallk.data.contract import is_safe_relative
 from recallk.errors import InputError
 from recallk.images import DECODE_ERRORS, decode, describe_error
@@ -30,34 +34,86 @@ CATALOG_COLUMNS = ("image_id", "path", "label", "sha256", "width", "height")
 
 def check_root(root: Path) -> None:
     if not root.exists():
-        raise InputError(f"data root {str(root)!r} does not exist; set `split.data_root` in params.yaml to your image folder.")
+        raise InputError(f"data root {quote(str(root))} does not exist; set `split.data_root` in params.yaml to your "
+                         "image folder.")
     if not root.is_dir():
-        raise InputError(f"data root {str(root)!r} is not a folder; set `split.data_root` to the folder that holds the images.")
+        raise InputError(f"data root {quote(str(root))} is not a folder; set `split.data_root` to the folder that "
+                         "holds the images.")
+
+
+def _is_dir(entry: os.DirEntry) -> bool | None:
+    """Whether ``entry`` is a folder (a link to one counts); None when that cannot be told (a symlink loop)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return None
+
+
+def _scan_label(root: Path, folder: str, label: str, ancestors: tuple[str, ...],
+                rows: list[tuple[str, str]], problems: list[str]) -> None:
+    """Add a row per file under ``folder`` (any depth; links to folders are followed) to ``rows``, and a
+    line per folder that cannot be listed (or leads back to one of its own ``ancestors``) to ``problems``."""
+    rel = Path(folder).relative_to(root).as_posix()
+    try:
+        with os.scandir(folder) as it:
+            entries = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
+    except OSError as exc:
+        problems.append(f"{rel}/ cannot be read ({exc.strerror or exc}); fix its permissions or move it out of the "
+                        "data root")
+        return
+    subfolders = []
+    for entry in entries:
+        kind = _is_dir(entry)
+        if kind is None:
+            problems.append(f"{rel}/{entry.name} is a symlink loop; point the link at a file or folder, or remove it")
+        elif not kind:
+            rows.append((f"{rel}/{entry.name}", label))
+        else:
+            subfolders.append(entry)
+    for entry in subfolders:
+        real = os.path.realpath(entry.path)
+        if real in ancestors:
+            problems.append(f"{rel}/{entry.name}/ is a symlink loop (it leads back to a folder that holds it); "
+                            "remove the link")
+        else:
+            _scan_label(root, entry.path, label, ancestors + (real,), rows, problems)
 
 
 def scan_folder(root: Path) -> pd.DataFrame:
-    """One row per file under ``root/<label>/`` (any depth); hidden files and folders are skipped."""
+    """One row per file under ``root/<label>/`` (any depth); hidden files and folders are skipped.
+
+    Links to folders are followed, as a label folder that is a link is. Every folder that cannot be
+    listed (permissions, a symlink loop) is an :class:`~recallk.errors.InputError` naming it: a
+    folder that silently drops out would change the numbers without a word.
+    """
     check_root(root)
     rows: list[tuple[str, str]] = []
     loose: list[str] = []
-    for entry in sorted(os.scandir(root), key=lambda e: e.name):
-        if entry.name.startswith("."):
-            continue
-        if not entry.is_dir():
+    problems: list[str] = []
+    try:
+        with os.scandir(root) as it:
+            top = sorted((e for e in it if not e.name.startswith(".")), key=lambda e: e.name)
+    except OSError as exc:
+        raise InputError(f"data root {quote(str(root))} cannot be read ({exc.strerror or exc}); fix its permissions "
+                         "or set `split.data_root` to a readable folder.") from None
+    for entry in top:
+        kind = _is_dir(entry)
+        if kind is None:
+            problems.append(f"{entry.name} is a symlink loop; point the link at a label folder, or remove it")
+        elif not kind:
             loose.append(entry.name)
-            continue
-        for dirpath, dirnames, filenames in os.walk(entry.path):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            for name in sorted(filenames):
-                if not name.startswith("."):
-                    rel = Path(dirpath, name).relative_to(root).as_posix()
-                    rows.append((rel, entry.name))
+        else:
+            _scan_label(root, entry.path, entry.name, (os.path.realpath(root), os.path.realpath(entry.path)),
+                        rows, problems)
+    if problems:
+        raise InputError(f"data root {quote(str(root))}: {len(problems)} folder(s) or link(s) cannot be scanned, so "
+                         "their images would be missing from the catalog:\n  - " + "\n  - ".join(problems))
     if loose:
         log.warning("ignoring %d file(s) directly under %s (images belong in a folder per label): %s",
                     len(loose), root, ", ".join(loose[:5]))
     if not rows:
         raise InputError(
-            f"data root {str(root)!r} holds no images; put each label's images in a sub-folder "
+            f"data root {quote(str(root))} holds no images; put each label's images in a sub-folder "
             f"named after the label (e.g. {root}/cat/001.jpg), or set `split.csv` to a manifest."
         )
     frame = pd.DataFrame(rows, columns=["path", "label"], dtype=object)
@@ -68,26 +124,36 @@ def scan_folder(root: Path) -> pd.DataFrame:
 def read_manifest(root: Path, csv_name: str) -> pd.DataFrame:
     """Read a manifest CSV (``path,label`` and optional ``image_id``, ``split``, extra columns).
 
+    ``csv_name`` must name a file inside ``root`` (relative, no ``..``, no link out of it): DVC
+    tracks only the data root, so a manifest elsewhere could change without re-running the split.
+
     Every column is read as text, so label ``1`` and ``1.0`` stay different, and
     empty cells become missing values for the contract to report.
     """
     check_root(root)
     csv_path = root / csv_name
+    if not (is_safe_relative(csv_name) and Path(os.path.realpath(csv_path)).is_relative_to(os.path.realpath(root))):
+        raise InputError(f"`split.csv` is {quote(csv_name)}, which is not inside `split.data_root` "
+                         f"({quote(str(root))}): DVC tracks only the data root (the split stage's dependency "
+                         "${split.data_root} in dvc.yaml), so edits to this manifest would never re-run the split. "
+                         f"Move the manifest into {quote(str(root))} and give its path relative to it "
+                         f"(e.g. `split.csv: {clip(Path(csv_name).name)}`).")
     if not csv_path.is_file():
-        raise InputError(f"manifest {str(csv_path)!r} not found; `split.csv` is a path inside `split.data_root`.")
+        raise InputError(f"manifest {quote(str(csv_path))} not found; `split.csv` is a path inside `split.data_root`.")
     try:
         frame = pd.read_csv(csv_path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-        raise InputError(f"manifest {str(csv_path)!r} is not a readable UTF-8 CSV ({exc}); fix the file.") from None
+        raise InputError(f"manifest {quote(str(csv_path))} is not a readable UTF-8 CSV ({exc}); "
+                         "fix the file.") from None
     frame.columns = [str(c).strip() for c in frame.columns]
     missing = [c for c in REQUIRED_CSV_COLUMNS if c not in frame.columns]
     if missing:
         raise InputError(
-            f"manifest {str(csv_path)!r} lacks column(s) {', '.join(missing)}; it needs a header with "
-            f"path,label (optional: image_id, split, extra columns). Found: {', '.join(frame.columns)}."
+            f"manifest {quote(str(csv_path))} lacks column(s) {', '.join(missing)}; it needs a header with "
+            f"path,label (optional: image_id, split, extra columns). Found: {', '.join(map(clip, frame.columns))}."
         )
     if frame.empty:
-        raise InputError(f"manifest {str(csv_path)!r} has no rows; list one image per row.")
+        raise InputError(f"manifest {quote(str(csv_path))} has no rows; list one image per row.")
     frame = frame.astype(object).where(frame != "", None)
     if "image_id" not in frame.columns:
         frame.insert(0, "image_id", frame["path"])
@@ -109,33 +175,46 @@ def unreadable(frame: pd.DataFrame) -> pd.Series:
 
 
 def probe_file(root: Path, rel: object, resolved_root: Path | None = None,
-               ) -> tuple[str | None, int | None, int | None, str | None]:
-    """Return ``(sha256, width, height, problem)`` for one image path relative to ``root``.
+               ) -> tuple[str | None, int | None, int | None, str | None, str | None]:
+    """Return ``(sha256, width, height, problem, real_path)`` for one image path relative to ``root``.
 
-    Paths that are not safe and relative are not opened at all (the contract
-    reports them); files that resolve outside ``root`` are not read.
+    ``real_path`` is the file's absolute path with ``.``, ``//`` and symlinks resolved, the
+    identity the contract's path-once rule compares (``a/./0.png``, ``a//0.png`` and a
+    symlink to ``a/0.png`` are one file). Paths that are not safe and relative are not
+    opened at all (the contract reports them); files that resolve outside ``root`` are not read.
     """
     if not is_safe_relative(rel):
-        return None, None, None, None
+        return None, None, None, None, None
     full = root / str(rel)
-    if not full.resolve().is_relative_to(resolved_root or root.resolve()):
-        return None, None, None, "resolves outside the data root (a symlink?); copy the file into the data root"
-    if not full.is_file():
-        return None, None, None, "file does not exist; fix the path or remove the row"
+    real = os.path.realpath(full)  # never raises: a symlink loop stays unresolved and fails the stat below
+    if not Path(real).is_relative_to(resolved_root or root.resolve()):
+        return None, None, None, "resolves outside the data root (a symlink?); copy the file into the data root", real
+    try:
+        is_file = stat.S_ISREG(os.stat(full).st_mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return None, None, None, "is a symlink loop; point the link at a file or remove it", real
+        is_file = False
+    if not is_file:
+        return None, None, None, "file does not exist; fix the path or remove the row", real
     try:
         data = full.read_bytes()
     except OSError as exc:
-        return None, None, None, f"cannot read the file ({exc.strerror}); fix its permissions or remove it"
+        return None, None, None, f"cannot read the file ({exc.strerror}); fix its permissions or remove it", real
     digest = hashlib.sha256(data).hexdigest()
     try:
         width, height = decode(data).size
     except DECODE_ERRORS as exc:
-        return digest, None, None, f"Pillow cannot decode it ({describe_error(exc)}); replace or remove the file"
-    return digest, width, height, None
+        return digest, None, None, f"Pillow cannot decode it ({describe_error(exc)}); replace or remove the file", real
+    return digest, width, height, None, real
+
+
+#: Columns :func:`probe` adds that only the contract reads (the catalog file does not keep them).
+PROBE_ONLY_COLUMNS = ("problem", "real_path")
 
 
 def probe(root: Path, frame: pd.DataFrame, workers: int = 4) -> pd.DataFrame:
-    """Add ``sha256, width, height, problem`` columns by reading every image once (threads)."""
+    """Add ``sha256, width, height, problem, real_path`` columns by reading every image once (threads)."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
         resolved = root.resolve()
         results = []
@@ -144,11 +223,12 @@ def probe(root: Path, frame: pd.DataFrame, workers: int = 4) -> pd.DataFrame:
                 results.append(result)
                 bar.update(1)
     out = frame.copy()
-    probed = pd.DataFrame(results, columns=["sha256", "width", "height", "problem"], index=frame.index)
+    probed = pd.DataFrame(results, columns=["sha256", "width", "height", *PROBE_ONLY_COLUMNS], index=frame.index)
     out["sha256"] = probed["sha256"].astype(object)
     out["width"] = probed["width"].astype("Int64")
     out["height"] = probed["height"].astype("Int64")
-    out["problem"] = probed["problem"].astype(object)
+    for column in PROBE_ONLY_COLUMNS:
+        out[column] = probed[column].astype(object)
     return out
 
 

@@ -18,6 +18,7 @@ from pathlib import PurePosixPath
 import pandas as pd
 import pandera.pandas as pa
 
+from recallk.checks import quote
 from recallk.errors import InputError
 
 SPLITS = ("train", "val", "gallery")
@@ -29,8 +30,10 @@ MAX_ROWS_PER_RULE = 20
 IMAGE_ID_RULE = "image_id must not contain line breaks or control characters"
 PATH_RULE = "path must be relative to the data root, with no '..' part, no leading '/' and '/' separators"
 LABEL_RULE = "label must not be empty (fill in the label or drop the row)"
-PATH_ONCE_RULE = ("a path must be listed once: the same file under two image_ids would let a query retrieve "
-                  "itself (drop the extra rows)")
+PATH_ONCE_RULE = ("a file must be listed once (paths are compared with '.', '//' and symlinks resolved): "
+                  "the same file under two image_ids would let a query retrieve itself (drop the extra rows)")
+EVAL_ONCE_RULE = ("byte-identical files (equal sha256) must not be in val/gallery under two image_ids: they are "
+                  "one image, and a query would retrieve its own copy (delete the copies or drop their rows)")
 FILE_RULE = "image file must exist inside the data root and decode with Pillow"
 SPLIT_RULE = f"split must be one of {', '.join(SPLITS)} (fix the manifest's split column)"
 FLAG_RULE = "query and gallery must be True or False"
@@ -57,6 +60,19 @@ def _leaking(df: pd.DataFrame) -> pd.Series:
     return known & df["sha256"].isin(train_sha & eval_sha)
 
 
+def _same_file(df: pd.DataFrame) -> pd.Series:
+    """Rows naming a file that another row names too: equal real paths (the probe's ``real_path``;
+    the path text where the probe could not resolve it)."""
+    key = df["real_path"].where(df["real_path"].notna(), "path:" + df["path"].astype(str))
+    return key.duplicated(keep=False)
+
+
+def _repeated_in_eval(df: pd.DataFrame) -> pd.Series:
+    """Val/gallery rows whose file content (sha256) another val/gallery row has too."""
+    known_eval = df["split"].isin(EVAL_SPLITS) & df["sha256"].notna()
+    return known_eval & df["sha256"].where(known_eval).duplicated(keep=False)
+
+
 def _label_overlap(df: pd.DataFrame) -> pd.Series:
     train_labels = set(df.loc[df["split"].eq("train"), "label"].dropna())
     eval_labels = set(df.loc[df["split"].isin(EVAL_SPLITS), "label"].dropna())
@@ -77,9 +93,9 @@ def _columns() -> dict[str, pa.Column]:
     return {
         "image_id": pa.Column(str, pa.Check(lambda s: ~s.str.contains(r"[\x00-\x1f]", regex=True),
                                             error=IMAGE_ID_RULE), nullable=False, unique=True),
-        "path": pa.Column(str, [pa.Check(lambda v: is_safe_relative(v), element_wise=True, error=PATH_RULE),
-                                pa.Check(lambda s: ~s.duplicated(keep=False), error=PATH_ONCE_RULE)],
+        "path": pa.Column(str, pa.Check(lambda v: is_safe_relative(v), element_wise=True, error=PATH_RULE),
                           nullable=False),
+        "real_path": pa.Column(str, nullable=True),  # none for a path that is not safe (the path rule says so)
         "label": pa.Column(str, pa.Check(lambda s: s.str.strip().str.len() > 0, error=LABEL_RULE), nullable=False),
         "sha256": sha256(nullable=True),  # none for an unreadable file, which the problem rule reports
         "sha256_file": sha256(nullable=False),
@@ -97,18 +113,23 @@ def _columns() -> dict[str, pa.Column]:
 def image_table_schema(*, class_disjoint: bool) -> pa.DataFrameSchema:
     """The contract every image table must meet before the split stage writes anything.
 
-    Columns: ``image_id`` (str, unique, non-null), ``path`` (str, safe relative, listed
-    once), ``label`` (str, non-empty), ``sha256`` (str), ``width``/``height`` (Int64, > 0),
-    ``problem`` (must be empty: the probe found no fault in the file) and
-    ``split`` (train | val | gallery). Frame-wide: no train/eval leakage by file
-    content, and under ``class_disjoint`` no label on both sides.
+    Columns: ``image_id`` (str, unique, non-null), ``path`` (str, safe relative),
+    ``real_path`` (the probe's resolved path), ``label`` (str, non-empty), ``sha256`` (str),
+    ``width``/``height`` (Int64, > 0), ``problem`` (must be empty: the probe found no fault
+    in the file) and ``split`` (train | val | gallery). Frame-wide: every file listed once
+    (by real path, so ``a/./0.png``, ``a//0.png`` and a symlink alias are ``a/0.png``), no
+    train/eval leakage by file content, no file content twice in val/gallery (a byte-identical
+    copy is the same image: refused rather than silently excluded, so the numbers never depend
+    on which copy a query is), and under ``class_disjoint`` no label on both sides.
     """
-    checks = [pa.Check(lambda df: ~_leaking(df), error=LEAK_RULE)]
+    checks = [pa.Check(lambda df: ~_same_file(df), error=PATH_ONCE_RULE),
+              pa.Check(lambda df: ~_leaking(df), error=LEAK_RULE),
+              pa.Check(lambda df: ~_repeated_in_eval(df), error=EVAL_ONCE_RULE)]
     if class_disjoint:
         checks.append(pa.Check(lambda df: ~_label_overlap(df), error=DISJOINT_RULE))
     columns = _columns()
-    return pa.DataFrameSchema({c: columns[c] for c in ("image_id", "path", "label", "sha256", "width", "height",
-                                                       "problem", "split")},
+    return pa.DataFrameSchema({c: columns[c] for c in ("image_id", "path", "real_path", "label", "sha256", "width",
+                                                       "height", "problem", "split")},
                               checks=checks, strict=False, name="image table")
 
 
@@ -146,9 +167,9 @@ def _describe_row(frame: pd.DataFrame, index: int, csv_lines: bool) -> str:
     row = frame.loc[index]
     parts = [f"CSV line {index + 2}"] if csv_lines else []
     if "path" in row:
-        parts.append(f"path {row['path']!r}")
+        parts.append(f"path {quote(row['path'])}")
     if "path" not in row or row["image_id"] != row["path"]:
-        parts.append(f"image_id {row['image_id']!r}")
+        parts.append(f"image_id {quote(row['image_id'])}")
     if isinstance(row.get("problem"), str):
         parts.append(row["problem"])
     return ", ".join(parts)
@@ -179,7 +200,7 @@ def validate(frame: pd.DataFrame, schema: pa.DataFrameSchema, *, source: str, cs
     missing = [c for c in schema.columns if c not in frame.columns]
     if missing:
         raise InputError(f"{source} lacks column(s) {', '.join(missing)} of the {schema.name}; "
-                         f"found: {', '.join(map(repr, map(str, frame.columns)))}.")
+                         f"found: {', '.join(quote(str(c)) for c in frame.columns)}.")
     try:
         schema.validate(frame, lazy=True)
     except pa.errors.SchemaErrors as exc:

@@ -62,7 +62,7 @@ def prepare(*, data_root: str, csv: str | None, on_bad_image: str, strategy: str
         log.warning("%d queries (labels: %s) have no gallery image of their label other than themselves; "
                     "score will exclude and count them", int(orphans.sum()), ", ".join(labels[:10]))
 
-    extras = [c for c in frame.columns if c not in catalog.CATALOG_COLUMNS + ("problem", "split")]
+    extras = [c for c in frame.columns if c not in catalog.CATALOG_COLUMNS + catalog.PROBE_ONLY_COLUMNS + ("split",)]
     cat = frame[list(catalog.CATALOG_COLUMNS) + extras].copy()
     cat["path"] = [catalog.location(root, p) for p in cat["path"]]
     split = pd.DataFrame({"image_id": frame["image_id"], "split": frame["split"],

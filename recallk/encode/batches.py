@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from recallk.checks import unusable_rows
+from recallk.checks import clip, quote, unusable_rows
 from recallk.encode.base import Backbone
 from recallk.encode.cache import EmbeddingCache
 from recallk.errors import InputError
@@ -35,14 +35,16 @@ def read_checked(path: str, sha256: str, min_side: int | None = None) -> Image.I
         with open(path, "rb") as fh:
             data = fh.read()
     except OSError as exc:
-        raise InputError(f"cannot read image {path!r} ({exc.strerror}); it was moved or deleted since the catalog "
+        raise InputError(f"cannot read image {quote(path)} ({exc.strerror}); it was moved or deleted since the catalog "
                          "was built: rebuild the catalog (the split stage).") from None
     if hashlib.sha256(data).hexdigest() != sha256:
-        raise InputError(f"image {path!r} changed since the catalog was built; rebuild the catalog (the split stage).")
+        raise InputError(f"image {quote(path)} changed since the catalog was built; rebuild the catalog "
+                         "(the split stage).")
     try:
         return decode(data, min_side=min_side)
     except DECODE_ERRORS as exc:
-        raise InputError(f"image {path!r} no longer decodes ({exc}); rebuild the catalog (the split stage).") from None
+        raise InputError(f"image {quote(path)} no longer decodes ({exc}); rebuild the catalog "
+                         "(the split stage).") from None
 
 
 def decoded_batches(paths: Sequence[str], shas: Sequence[str], *, batch_size: int, num_workers: int,
@@ -73,26 +75,27 @@ def _run_backbone(backbone: Backbone, images: list[Image.Image], dim: int | None
     return emb
 
 
-def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int, num_workers: int,
-                   cache: EmbeddingCache | None = None) -> tuple[np.ndarray, int, int]:
-    """Embed the catalog's images in catalog order.
+def _drop_unusable_hits(known: dict[str, np.ndarray], dim: int | None) -> int:
+    """Remove cache hits that a fresh vector could never be: NaN, inf, all zero (the rule of fresh
+    vectors, :func:`recallk.checks.unusable_rows`) or, when ``dim`` is known, another dimension.
+    Returns how many were removed (they are encoded again, and their cache entries replaced)."""
+    bad = [sha for sha, v in known.items() if (dim is not None and v.size != dim) or unusable_rows(v[None, :])[0]]
+    for sha in bad:
+        del known[sha]
+    if bad:
+        log.warning("dropped %d unusable cached embedding(s) (NaN, inf, all zero%s); encoding them again",
+                    len(bad), f" or not of dimension {dim}" if dim is not None else "")
+    return len(bad)
 
-    Returns ``(embeddings, n_encoded, n_cached)``: float32 array (n_images, dim),
-    the number of files encoded now and the number served from ``cache``.
-    Raises a InputError naming every image whose embedding is NaN, inf or zero.
-    """
-    shas = catalog["sha256"].tolist()
-    first_row: dict[str, int] = {}  # sha -> first catalog row, in catalog order
-    for i, sha in enumerate(shas):
-        first_row.setdefault(sha, i)
-    known = cache.get_many(first_row) if cache is not None else {}
-    todo = [sha for sha in first_row if sha not in known]
-    dim = backbone.dim or next((v.size for v in known.values()), None)
-    names = catalog["image_id"].tolist()
+
+def _encode_into(known: dict[str, np.ndarray], todo: list[str], paths: list[str], backbone: Backbone,
+                 dim: int | None, *, batch_size: int, num_workers: int, cache: EmbeddingCache | None,
+                 ) -> tuple[int | None, set[str]]:
+    """Encode the files ``todo`` (at ``paths``) into ``known`` and the cache, batch by batch; return
+    the dimension and the shas whose embedding was NaN, inf or all zero (kept out of both)."""
     failed_shas: set[str] = set()
     with Progress(len(todo), f"encode {backbone.name}", "img", log) as bar:
-        todo_paths = [catalog["path"].iat[first_row[sha]] for sha in todo]
-        for start, images in decoded_batches(todo_paths, todo, batch_size=batch_size, num_workers=num_workers,
+        for start, images in decoded_batches(paths, todo, batch_size=batch_size, num_workers=num_workers,
                                              min_side=backbone.input_size):
             emb = _run_backbone(backbone, images, dim)
             dim = emb.shape[1]
@@ -104,16 +107,47 @@ def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int
             if cache is not None and good:
                 cache.put_many(good, good_emb)
             bar.update(len(images))
-    failed = [name for name, sha in zip(names, shas) if sha in failed_shas]
-    if failed:
-        raise InputError(f"backbone {backbone.name!r} gave NaN, inf or all-zero embeddings for {len(failed)} "
-                        f"image(s): {', '.join(failed[:10])}; check those images or the backbone.")
-    dim = dim if dim is not None else 0
-    out = np.empty((len(catalog), dim), dtype=np.float32)
+    return dim, failed_shas
+
+
+def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int, num_workers: int,
+                   cache: EmbeddingCache | None = None) -> tuple[np.ndarray, int, int]:
+    """Embed the catalog's images in catalog order.
+
+    Returns ``(embeddings, n_encoded, n_cached)``: float32 array (n_images, dim),
+    the number of files encoded now and the number served from ``cache``.
+    Cache hits pass the checks of fresh vectors: a NaN, inf, all-zero or wrong-dimension
+    entry (a damaged or shared cache) is dropped, logged and encoded again, so the
+    output is what a run without the cache gives. For a backbone of unknown dimension
+    (a user callable) at least one file is encoded, and its dimension judges the hits.
+    Raises a InputError naming every image whose fresh embedding is NaN, inf or zero.
+    """
+    shas = catalog["sha256"].tolist()
+    first_row: dict[str, int] = {}  # sha -> first catalog row, in catalog order
     for i, sha in enumerate(shas):
-        vector = known[sha]
-        if vector.size != dim:
-            raise InputError(f"cached embedding of {names[i]!r} has dimension {vector.size}, not {dim}; "
-                            "delete the embedding cache and re-run.")
-        out[i] = vector
+        first_row.setdefault(sha, i)
+    known = cache.get_many(first_row) if cache is not None else {}
+    _drop_unusable_hits(known, backbone.dim)
+    if backbone.dim is None and known and len(known) == len(first_row):
+        del known[next(iter(first_row))]  # encode one file: its dimension is the truth the hits are judged by
+    names, paths = catalog["image_id"].tolist(), catalog["path"].tolist()
+
+    def encode(todo: list[str], dim: int | None) -> tuple[int | None, set[str]]:
+        return _encode_into(known, todo, [paths[first_row[sha]] for sha in todo], backbone, dim,
+                            batch_size=batch_size, num_workers=num_workers, cache=cache)
+
+    todo = [sha for sha in first_row if sha not in known]
+    dim, failed_shas = encode(todo, backbone.dim)
+    if backbone.dim is None and _drop_unusable_hits(known, dim):  # hits of another dimension than the fresh ones
+        again = [sha for sha in first_row if sha not in known and sha not in failed_shas]
+        dim, more = encode(again, dim)
+        failed_shas |= more
+        todo += again
+    failed_names = [name for name, sha in zip(names, shas) if sha in failed_shas]
+    if failed_names:
+        raise InputError(f"backbone {backbone.name!r} gave NaN, inf or all-zero embeddings for {len(failed_names)} "
+                        f"image(s): {', '.join(map(clip, failed_names[:10]))}; check those images or the backbone.")
+    out = np.empty((len(catalog), dim if dim is not None else 0), dtype=np.float32)
+    for i, sha in enumerate(shas):
+        out[i] = known[sha]
     return out, len(todo), len(first_row) - len(todo)
