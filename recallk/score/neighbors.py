@@ -25,8 +25,8 @@ from recallk.score.ranking.problem import _codes
 from recallk.score.ranking.scan import _exact_pairs
 from recallk.score.similarity import float32_dot_error_bound, l2_normalize
 
-#: Scratch per (query, gallery) cell of a block: the float32 product, its copy for the selection,
-#: and the exclusion mask.
+#: Scratch per (query, gallery) cell of a block: the float32 product, its partitioned copy and the
+#: candidate mask.
 _BYTES_PER_CELL = 9
 
 
@@ -62,42 +62,54 @@ def top_k(query_emb: Any, gallery_emb: Any, k: int, query_ids: Sequence[Any] | N
     pairs = check_exclude_pairs(exclude, q.shape[0], g.shape[0])
     qu, gu = l2_normalize(q), l2_normalize(g)
     n, m = qu.shape[0], gu.shape[0]
-    k_eff = min(int(k), m)
+    k = min(int(k), m)
     own = np.full(n, -1, dtype=np.int64)
     if query_ids is not None:
         where = {str(i): j for j, i in enumerate(gallery_ids)}
         own = np.array([where.get(str(i), -1) for i in query_ids], dtype=np.int64)
     codes = [_codes(qv, gv, missing=True) for qv, gv in pairs]
     tol = float32_dot_error_bound(qu.shape[1])
-    cols = np.full((n, k_eff), -1, dtype=np.int64)
-    scores = np.full((n, k_eff), np.nan, dtype=np.float32)
-    rows_per_block = max(1, int(max_memory_mb * 2**20 // (_BYTES_PER_CELL * m)))
+    cols = np.full((n, k), -1, dtype=np.int64)
+    scores = np.full((n, k), np.nan, dtype=np.float32)
+    # the budget pays for the unit copies first; blocks get 80% of the rest, never below a quarter of it
+    held = (qu.nbytes + gu.nbytes + cols.nbytes + scores.nbytes) / 2**20
+    block_mb = max(max_memory_mb / 4, 0.8 * (max_memory_mb - held))
+    rows_per_block = max(1, int(block_mb * 2**20 // (_BYTES_PER_CELL * m)))
     for r0 in range(0, n, rows_per_block):
         rows = np.arange(r0, min(r0 + rows_per_block, n))
         sims = qu[rows] @ gu.T
-        blocked = np.zeros(sims.shape, dtype=bool)
         inside = own[rows] >= 0
-        blocked[np.flatnonzero(inside), own[rows][inside]] = True
+        sims[np.flatnonzero(inside), own[rows][inside]] = -np.inf
         for qc, gc in codes:
-            blocked |= (gc[None, :] == qc[rows][:, None]) & (qc[rows][:, None] >= 0)
-        sims[blocked] = -np.inf
-        for i, row in enumerate(rows):
-            cols[row], scores[row] = _row_top(qu, gu, row, sims[i], k_eff, tol)
+            for code in np.unique(qc[rows][qc[rows] >= 0]):  # one label-sized mask per exclusion value
+                sims[np.ix_(np.flatnonzero(qc[rows] == code), np.flatnonzero(gc == code))] = -np.inf
+        cols[rows], scores[rows] = _block_top(qu, gu, rows, sims, k, tol)
     return cols, scores
 
 
-def _row_top(qu: np.ndarray, gu: np.ndarray, row: int, sims: np.ndarray, k: int,
-             tol: float) -> tuple[np.ndarray, np.ndarray]:
-    """One query's exact top ``k`` (padded with -1 / NaN) from its float32 row ``sims`` (-inf: not retrievable)."""
-    allowed = np.isfinite(sims)
-    count = int(allowed.sum())
-    cols, out = np.full(k, -1, dtype=np.int64), np.full(k, np.nan, dtype=np.float32)
-    if count == 0:
-        return cols, out
-    take = min(k, count)
-    threshold = np.partition(sims, sims.size - take)[sims.size - take]  # the take-th largest float32 value
-    candidates = np.flatnonzero(allowed & (sims.astype(np.float64) >= float(threshold) - 2 * tol))  # in float64
-    exact = _exact_pairs(qu, gu, np.full(candidates.size, row), candidates)
-    order = np.lexsort((candidates, -exact))[:take]  # -similarity, then gallery index
-    cols[:take], out[:take] = candidates[order], exact[order]
+def _block_top(qu: np.ndarray, gu: np.ndarray, rows: np.ndarray, sims: np.ndarray, k: int,
+               tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """The exact top ``k`` of each row of the float32 block ``sims`` (-inf: not retrievable), padded
+    with -1 / NaN where a row may retrieve fewer items."""
+    m = sims.shape[1]
+    kth = np.partition(sims, m - k, axis=1)[:, m - k].astype(np.float64)  # each row's k-th largest float32
+    low = np.where(np.isfinite(kth), kth - 2 * tol, -np.inf)  # fewer than k retrievable: all of them
+    line, col = np.nonzero(sims >= _round_down(low)[:, None])
+    keep = np.isfinite(sims[line, col])
+    line, col = line[keep], col[keep]
+    exact = _exact_pairs(qu, gu, rows[line], col)
+    order = np.lexsort((col, -exact, line))  # by row, then -similarity, then gallery index
+    line, col, exact = line[order], col[order], exact[order]
+    starts = np.searchsorted(line, np.arange(rows.size))
+    rank = np.arange(line.size) - starts[line]
+    first = rank < k
+    cols = np.full((rows.size, k), -1, dtype=np.int64)
+    out = np.full((rows.size, k), np.nan, dtype=np.float32)
+    cols[line[first], rank[first]], out[line[first], rank[first]] = col[first], exact[first]
     return cols, out
+
+
+def _round_down(x: np.ndarray) -> np.ndarray:
+    """float64 -> the float32 at or below it, so a float32 compare keeps every cell at or above ``x``."""
+    y = x.astype(np.float32)
+    return np.where(y > x, np.nextafter(y, np.float32(-np.inf)), y)
