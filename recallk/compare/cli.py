@@ -108,12 +108,12 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        for name, value, ok in (("--resamples", args.resamples, args.resamples >= 1),
-                                ("--permutations", args.permutations, args.permutations >= 1),
-                                ("--confidence", args.confidence, 0 < args.confidence < 1),
-                                ("--alpha", args.alpha, 0 < args.alpha < 1)):
-            if not ok:
-                raise InputError(f"`{name}` must be {'a positive integer' if 'tions' in name or 'samples' in name else 'strictly between 0 and 1'}. Got {value!r} instead.")
+        for name, value in (("--resamples", args.resamples), ("--permutations", args.permutations)):
+            if value < 1:
+                raise InputError(f"`{name}` must be a positive integer. Got {value!r} instead.")
+        for name, value in (("--confidence", args.confidence), ("--alpha", args.alpha)):
+            if not 0 < value < 1:
+                raise InputError(f"`{name}` must be strictly between 0 and 1. Got {value!r} instead.")
         (table_a, origin_a), (table_b, origin_b) = sources.load(args.a, args.repo), sources.load(args.b, args.repo)
         result = paired.compare(table_a, table_b, by=args.by, intersect=args.intersect, resamples=args.resamples,
                                 permutations=args.permutations, confidence=args.confidence, seed=args.seed)
