@@ -21,14 +21,10 @@ import numpy as np
 
 from recallk.checks import check_exclude_pairs, check_inputs, check_memory, is_int
 from recallk.errors import InputError
+from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.problem import _codes
 from recallk.score.ranking.scan import _exact_pairs
 from recallk.score.similarity import float32_dot_error_bound, l2_normalize
-
-#: Scratch per (query, gallery) cell of a block: the float32 product, its partitioned copy and the
-#: candidate mask.
-_BYTES_PER_CELL = 9
-
 
 def top_k(query_emb: Any, gallery_emb: Any, k: int, query_ids: Sequence[Any] | None = None,
           gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
@@ -71,10 +67,8 @@ def top_k(query_emb: Any, gallery_emb: Any, k: int, query_ids: Sequence[Any] | N
     tol = float32_dot_error_bound(qu.shape[1])
     cols = np.full((n, k), -1, dtype=np.int64)
     scores = np.full((n, k), np.nan, dtype=np.float32)
-    # the budget pays for the unit copies first; blocks get 80% of the rest, never below a quarter of it
-    held = (qu.nbytes + gu.nbytes + cols.nbytes + scores.nbytes) / 2**20
-    block_mb = max(max_memory_mb / 4, 0.8 * (max_memory_mb - held))
-    rows_per_block = max(1, int(block_mb * 2**20 // (_BYTES_PER_CELL * m)))
+    held = qu.nbytes + gu.nbytes + cols.nbytes + scores.nbytes  # the budget pays for these first
+    rows_per_block = Budget(max_memory_mb).neighbor_rows(held, m)
     for r0 in range(0, n, rows_per_block):
         rows = np.arange(r0, min(r0 + rows_per_block, n))
         sims = qu[rows] @ gu.T

@@ -39,6 +39,9 @@ class Budget:
     LABEL_BYTES_PER_CELL: ClassVar[int] = 24
     #: faiss backend, per searched cell: a float32 score and an int64 gallery index.
     SEARCH_BYTES_PER_CELL: ClassVar[int] = 12
+    #: Neighbours (recallk.score.neighbors), per block cell: the float32 product, its partitioned copy and
+    #: the candidate mask.
+    NEIGHBOR_BYTES_PER_CELL: ClassVar[int] = 9
     #: Smallest block or tile, whatever the budget (48 KiB of scratch): below it Python overhead dominates.
     MIN_PAIRS: ClassVar[int] = 4096
     #: Share of the budget that one chunk of queries' positive lists and counters may take.
@@ -92,3 +95,9 @@ class Budget:
     def search_rows(self, gallery_size: int) -> int:
         """Queries per faiss search of the whole gallery (:attr:`SEARCH_BYTES_PER_CELL` per cell; at least one)."""
         return max(1, int(self.bytes // (self.SEARCH_BYTES_PER_CELL * gallery_size)))
+
+    def neighbor_rows(self, held_bytes: int, gallery_size: int) -> int:
+        """Queries per block of the neighbour search once ``held_bytes`` (unit copies, results) are held:
+        the :meth:`tiles` share at :attr:`NEIGHBOR_BYTES_PER_CELL` per cell (at least one)."""
+        work = self.tiles(held_bytes, 0)
+        return max(1, int(work.bytes // (self.NEIGHBOR_BYTES_PER_CELL * gallery_size)))
