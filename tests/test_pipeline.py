@@ -41,7 +41,8 @@ SKIPPED_RE = re.compile(r"Stage '([^']+)' didn't change, skipping")
 def copy_project(dest: Path, *, full_data: bool = False, with_results: bool = False) -> Path:
     """Copy the project's pipeline files into ``dest`` (not a git repo yet)."""
     dest.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(ROOT / "stages", dest / "stages", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for package in ("stages", "recallk"):  # the stages' code deps (dvc.yaml)
+        shutil.copytree(ROOT / package, dest / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for rel in PROJECT_FILES:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, dest / rel)

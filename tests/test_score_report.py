@@ -655,7 +655,8 @@ def test_param_errors_are_reported_at_once(scored):
 def test_dvc_plots_show_the_recall_curve(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
-    shutil.copytree(ROOT / "stages", repo / "stages", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for package in ("stages", "recallk"):  # the stages' code deps (dvc.yaml)
+        shutil.copytree(ROOT / package, repo / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for rel in (".dvc/config", ".dvc/.gitignore", ".dvcignore", ".gitignore", "dvc.yaml", "params.yaml"):
         (repo / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, repo / rel)
