@@ -1,0 +1,256 @@
+"""Helpers shared by the tests (importable as ``helpers``: ``pythonpath = ["tests"]`` in pyproject.toml).
+
+* paths: the repository, the committed digits, the outputs of each stage;
+* subprocesses: a stage script, ``dvc`` and ``git`` with a clean environment;
+* data: seeded images, digit subsets, a project folder (``params.yaml`` + images);
+* params: :func:`set_params` (dotted keys) and :func:`edit_params` (any change);
+* stage runs: :func:`run_ok` and :func:`run_fails` (a clean user error: exit 2, one ``error:``
+  message, no traceback), :func:`assert_no_outputs`, :func:`plant_stale`;
+* pipelines: a temp git repo with the project's DVC files, ``dvc repro`` with what ran.
+
+Fixtures built on these live in ``conftest.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = ROOT / "data" / "digits"
+
+CATALOG = "data/prepared/catalog.csv"
+SPLIT = "data/prepared/split.csv"
+SKIPPED = "data/prepared/skipped.csv"
+EMBEDDINGS = "data/embeddings/embeddings.npy"
+IDS = "data/embeddings/ids.npy"
+METRICS = "metrics/recall.json"
+PER_CLASS = "metrics/per_class.csv"
+CURVE = "metrics/recall_curve.csv"
+PER_QUERY = "data/scores/per_query.csv"
+SPLIT_OUTPUTS = (CATALOG, SPLIT, SKIPPED)
+ENCODE_OUTPUTS = (EMBEDDINGS, IDS)
+SCORE_OUTPUTS = (METRICS, PER_CLASS, CURVE, PER_QUERY)
+ALL_OUTPUTS = SPLIT_OUTPUTS + ENCODE_OUTPUTS + SCORE_OUTPUTS
+STAGES = ("split", "encode", "score")
+
+
+# ---------------------------------------------------------------------------------------------- subprocesses
+
+
+def tool_env(**extra: str) -> dict[str, str]:
+    """Environment for subprocesses: this interpreter's bin first, the repo on PYTHONPATH, a git
+    identity, no DVC analytics, plus ``extra``."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(DVC_NO_ANALYTICS="1", GIT_AUTHOR_NAME="test", GIT_AUTHOR_EMAIL="test@example.com",
+               GIT_COMMITTER_NAME="test", GIT_COMMITTER_EMAIL="test@example.com")
+    env.update(extra)
+    return env
+
+
+def run(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    """Run a command; on an unexpected exit code fail with its output."""
+    proc = subprocess.run(args, cwd=cwd, env=tool_env(), capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        pytest.fail(f"{' '.join(args)} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+def run_module(module: str, *args: str, cwd: Path, check: bool = False) -> subprocess.CompletedProcess:
+    """Run ``python -m <module> args`` in ``cwd`` (a stage script, usually)."""
+    return run([sys.executable, "-m", module, *args], cwd=cwd, check=check)
+
+
+def dvc(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "dvc", *args], cwd=cwd, check=check)
+
+
+def git(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    return run(["git", *args], cwd=cwd, check=check)
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+
+def save_image(path: Path, seed: int = 0, size: tuple[int, int] = (12, 12), mode: str = "RGB", fmt: str | None = None) -> Path:
+    """Write a small seeded random image (real pixels through Pillow)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    channels = {"RGB": 3, "L": 1}[mode]
+    arr = rng.integers(0, 256, size=(size[1], size[0], channels), dtype=np.uint8)
+    Image.fromarray(arr[..., 0] if channels == 1 else arr, mode).save(path, format=fmt)
+    return path
+
+
+def copy_digits(dest: Path, per_label: int) -> Path:
+    """Copy the first ``per_label`` committed digit images of every label into ``dest``."""
+    for label_dir in sorted(p for p in DIGITS.iterdir() if p.is_dir()):
+        target = dest / label_dir.name
+        target.mkdir(parents=True, exist_ok=True)
+        for img in sorted(label_dir.iterdir())[:per_label]:
+            shutil.copy2(img, target / img.name)
+    return dest
+
+
+def new_project(dest: Path, per_label: int | None = 20) -> Path:
+    """A working directory with the project's params.yaml and (unless ``per_label`` is None) a
+    ``per_label`` digits subset as its data root."""
+    dest.mkdir(parents=True)
+    shutil.copy2(ROOT / "params.yaml", dest / "params.yaml")
+    if per_label is not None:
+        copy_digits(dest / "data" / "digits", per_label=per_label)
+    return dest
+
+
+def copy_tree(src: Path, dest: Path) -> Path:
+    """A private copy of a project or repo (outputs, embedding cache, git history and DVC cache
+    included; DVC's state DB and locks belong to the original)."""
+    shutil.copytree(src, dest, symlinks=True)
+    shutil.rmtree(dest / ".dvc" / "tmp", ignore_errors=True)
+    return dest
+
+
+def read_csv(project: Path, rel: str) -> pd.DataFrame:
+    """A CSV output as text (every cell a string, empty cells ``""``)."""
+    return pd.read_csv(project / rel, dtype=str, keep_default_na=False)
+
+
+def read_metrics(project: Path) -> dict[str, Any]:
+    return json.loads((project / METRICS).read_text(encoding="utf-8"))
+
+
+def read_bytes(project: Path, rels: Iterable[str]) -> dict[str, bytes]:
+    return {rel: (project / rel).read_bytes() for rel in rels}
+
+
+# ---------------------------------------------------------------------------------------------- params
+
+
+def set_dotted(params: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
+    """Set ``section.key[.sub]`` in a params mapping (creating missing mappings); returns ``params``."""
+    *parents, leaf = dotted.split(".")
+    node = params
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value
+    return params
+
+
+def edit_params(project: Path, change: Callable[[dict[str, Any]], Any]) -> None:
+    """Apply ``change(params)`` to the project's params.yaml (rewritten with PyYAML)."""
+    path = project / "params.yaml"
+    params = yaml.safe_load(path.read_text(encoding="utf-8"))
+    change(params)
+    path.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True), encoding="utf-8")
+
+
+def set_params(project: Path, changes: dict[str, Any]) -> None:
+    """Set dotted params, ``{"score.bootstrap.seed": 1}``, in the project's params.yaml."""
+    edit_params(project, lambda params: [set_dotted(params, key, value) for key, value in changes.items()])
+
+
+# ---------------------------------------------------------------------------------------------- stage runs
+
+
+def _output(proc: subprocess.CompletedProcess) -> str:
+    return f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+
+
+def run_ok(project: Path, *stages: str) -> subprocess.CompletedProcess:
+    """Run each stage (``split``, ``encode``, ``score``) in ``project``; each must succeed. Returns the last run."""
+    proc = None
+    for stage in stages:
+        proc = run_module(f"stages.{stage}", cwd=project)
+        assert proc.returncode == 0, f"{stage} failed\n{_output(proc)}"
+        assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def assert_user_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    """A clean user error: exit 2, exactly one ``error:`` message, no traceback, every fragment in stderr."""
+    out = _output(proc)
+    assert proc.returncode == 2, out
+    assert "Traceback" not in proc.stderr, out
+    assert len(re.findall(r"^error: ", proc.stderr, flags=re.M)) == 1, out
+    for fragment in fragments:
+        assert fragment in proc.stderr, f"{fragment!r} not in stderr:\n{proc.stderr}"
+
+
+def run_fails(project: Path, stage: str, *fragments: str, args: Iterable[str] = ()) -> subprocess.CompletedProcess:
+    """Run a stage that must fail as a user error (:func:`assert_user_error`); returns the run."""
+    proc = run_module(f"stages.{stage}", *args, cwd=project)
+    assert_user_error(proc, *fragments)
+    return proc
+
+
+def assert_no_outputs(project: Path, outputs: Iterable[str] = ALL_OUTPUTS) -> None:
+    """None of ``outputs`` exists, and no temporary file is left anywhere in the project."""
+    left = [p for p in outputs if (project / p).exists()]
+    assert not left, f"outputs left behind: {left}"
+    assert not list(project.rglob("*.tmp")), f"temporary files left behind: {list(project.rglob('*.tmp'))}"
+
+
+def plant_stale(project: Path, outputs: Iterable[str]) -> None:
+    """Stale outputs of an 'earlier run': a failing stage must remove them."""
+    for p in outputs:
+        (project / p).parent.mkdir(parents=True, exist_ok=True)
+        (project / p).write_text("stale\n")
+
+
+# ---------------------------------------------------------------------------------------------- pipelines (dvc)
+
+
+PROJECT_FILES = (".dvc/config", ".dvc/.gitignore", ".dvcignore", ".gitignore", "dvc.yaml", "params.yaml")
+RAN_RE = re.compile(r"Running stage '([^']+)'")
+SKIPPED_RE = re.compile(r"Stage '([^']+)' didn't change, skipping")
+
+
+def copy_pipeline(dest: Path, *, per_label: int = 20, full_data: bool = False, with_results: bool = False) -> Path:
+    """Copy the project's pipeline (code, DVC files, params, a digits subset or all of them) into
+    ``dest``, not a git repo yet; ``with_results`` adds the committed dvc.lock and metrics."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for package in ("stages", "recallk"):  # the stages' code deps (dvc.yaml)
+        shutil.copytree(ROOT / package, dest / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for rel in PROJECT_FILES:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, dest / rel)
+    if full_data:
+        shutil.copytree(DIGITS, dest / "data" / "digits")
+    else:
+        copy_digits(dest / "data" / "digits", per_label=per_label)
+    if with_results:
+        for rel in ("dvc.lock", METRICS, "data/prepared/.gitignore", "data/embeddings/.gitignore"):
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, dest / rel)
+    return dest
+
+
+def commit(repo: Path, message: str) -> None:
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "--allow-empty", "-m", message, cwd=repo)
+
+
+def git_init(repo: Path, message: str = "init") -> None:
+    git("init", "-q", "-b", "main", cwd=repo)
+    commit(repo, message)
+
+
+def repro(repo: Path, *args: str, check: bool = True) -> tuple[set[str], set[str], str]:
+    """Run ``dvc repro``; return (stages run, stages skipped as unchanged, combined output)."""
+    proc = dvc("repro", *args, cwd=repo, check=check)
+    out = proc.stdout + proc.stderr
+    return set(RAN_RE.findall(out)), set(SKIPPED_RE.findall(out)), out
