@@ -254,3 +254,33 @@ def repro(repo: Path, *args: str, check: bool = True) -> tuple[set[str], set[str
     proc = dvc("repro", *args, cwd=repo, check=check)
     out = proc.stdout + proc.stderr
     return set(RAN_RE.findall(out)), set(SKIPPED_RE.findall(out)), out
+
+
+# ---------------------------------------------------------------------------------------------- split in-process
+
+
+SPLIT_FRACTIONS = {"train": 0.5, "val": 0.25, "gallery": 0.25}
+
+
+def build(data_root: str = "data", csv: str | None = None, **overrides: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``recallk.data.prepare.prepare`` with per_class defaults (paths relative to the cwd): (catalog, split)."""
+    from recallk.data import prepare
+
+    params = dict(data_root=data_root, csv=csv, on_bad_image="error", strategy="per_class",
+                  protocol="query_gallery", seed=0, fractions=SPLIT_FRACTIONS) | overrides
+    cat, spl, skipped = prepare.prepare(**params)
+    assert skipped.empty or params["on_bad_image"] == "skip"
+    return cat, spl
+
+
+def write_images(root: Path, labels: dict[str, int], seed: int = 0) -> None:
+    """``n`` distinct PNGs per label folder: ``root/<label>/000.png`` ..."""
+    for j, (label, n) in enumerate(labels.items()):
+        for i in range(n):
+            save_image(root / label / f"{i:03d}.png", seed=seed + 100 * j + i)
+
+
+def write_csv(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
