@@ -8,14 +8,15 @@ outputs uses it directly; a test that changes anything takes the private copy fi
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from helpers import STAGES, commit, copy_digits, copy_pipeline, copy_tree, git, git_init, new_project, repro, \
-    run_ok, set_params
-from helpers import DIGITS, ROOT, dvc, run, run_module, save_image, tool_env  # noqa: F401  (until every module imports helpers)
+    run_ok, save_image, set_params
+from helpers import DIGITS, ROOT, dvc, run, run_module, tool_env  # noqa: F401  (until every module imports helpers)
 
 #: The score-table projects: per-label counts 20, 22 and 24 (so class means differ from query means).
 UNEVEN_PER_LABEL = 20
@@ -36,6 +37,30 @@ def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty working directory, the cwd (the split writes paths relative to the cwd)."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+# ---------------------------------------------------------------------------------------------- encode
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """Write ``name.py`` into an importable folder; the modules are forgotten after the test."""
+    folder, names = tmp_path / "usermods", []
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+
+    def write(name, source):
+        (folder / f"{name}.py").write_text(source)
+        names.append(name)
+
+    yield write
+    for name in names:
+        sys.modules.pop(name, None)
+
+
+@pytest.fixture
+def big_jpeg(tmp_path):
+    return save_image(tmp_path / "big.jpg", seed=3, size=(2000, 1500), fmt="JPEG").read_bytes()
 
 
 # ---------------------------------------------------------------------------------------------- stage projects

@@ -13,6 +13,7 @@ Fixtures built on these live in ``conftest.py``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -284,3 +285,18 @@ def write_csv(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+# ---------------------------------------------------------------------------------------------- encode
+
+
+def image_row(path: Path, image_id: str) -> dict[str, str]:
+    """A catalog row (``image_id, path, sha256``) for an image file."""
+    return {"image_id": image_id, "path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def image_catalog(folder: Path, seeds: Iterable[int], prefix: str = "id") -> pd.DataFrame:
+    """One random PNG ``<prefix><i>.png`` (image_id ``<prefix><i>``) per seed; equal seeds give files with
+    identical content."""
+    return pd.DataFrame([image_row(save_image(folder / f"{prefix}{i}.png", seed=s), f"{prefix}{i}")
+                         for i, s in enumerate(seeds)])
