@@ -14,13 +14,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import STAGES, commit, copy_digits, copy_pipeline, copy_tree, git, git_init, new_project, repro, \
+from helpers import CAMERAS, STAGES, UNEVEN_PER_LABEL, commit, copy_digits, copy_pipeline, copy_tree, git, git_init, new_project, repro, \
     run_ok, save_image, set_params
 from helpers import DIGITS, ROOT, dvc, run, run_module, tool_env  # noqa: F401  (until every module imports helpers)
 
-#: The score-table projects: per-label counts 20, 22 and 24 (so class means differ from query means).
-UNEVEN_PER_LABEL = 20
-CAMERAS = ("cam0", "cam1", "cam2")
 
 
 # ---------------------------------------------------------------------------------------------- fresh

@@ -14,6 +14,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -386,3 +387,23 @@ def test_invalid_param_fails_cleanly_without_outputs(repo: Path) -> None:
     assert "Traceback" not in out, out
     assert not (repo / METRICS).exists(), "a failed score stage left metrics/recall.json behind"
     assert not list((repo / "metrics").glob(".recall.json.*.tmp")), "stray temp files in metrics/"
+
+
+# ---------------------------------------------------------------------------------------------- 11: plots
+
+
+def test_dvc_plots_show_the_recall_curve(repo: Path) -> None:
+    curve_csv = "metrics/recall_curve.csv"
+    proc = dvc("plots", "show", "--json", cwd=repo)
+    assert curve_csv in proc.stdout
+    shown = json.loads(proc.stdout)
+    assert not shown.get("errors"), shown
+    (plot,) = shown["data"][curve_csv]
+    values = plot["content"]["data"]["values"]
+    curve = pd.read_csv(repo / curve_csv)
+    assert [(int(v["k"]), float(v["recall"])) for v in values] == list(zip(curve["k"], curve["recall"]))
+    assert plot["content"]["encoding"]["x"]["field"] == "k"
+    html = dvc("plots", "show", "-o", "plots_out", cwd=repo)
+    assert html.returncode == 0
+    page = (repo / "plots_out" / "index.html").read_text(encoding="utf-8")
+    assert "recall_curve" in page
