@@ -14,7 +14,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from helpers import CATALOG, EMBEDDINGS, IDS, run_ok, set_params, tool_env
+from helpers import CATALOG, EMBEDDINGS, ENCODE_OUTPUTS, IDS, SCORE_OUTPUTS, assert_no_outputs, run_fails, run_ok, \
+    set_params, tool_env
 from recallk import images
 from recallk.encode.registry import get_backbone
 
@@ -115,3 +116,10 @@ def test_stage_resumes_after_sigkill(split_project, tmp_path, monkeypatch):
     assert "encoded 200 images, served 0 from the cache" in log
     assert resumed == fresh
 
+
+def test_unknown_backbone_lists_available_and_suggests(split_project):
+    set_params(split_project, {"encode.backbone": "pixel"})
+    run_fails(split_project, "encode", "unknown backbone 'pixel' in `encode.backbone`", "Did you mean `pixels`?",
+              "Available backbones: ", "pixels, precomputed")
+    assert_no_outputs(split_project, ENCODE_OUTPUTS + SCORE_OUTPUTS)
+    assert (split_project / CATALOG).is_file()  # the split outputs are untouched

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from helpers import CATALOG, EMBEDDINGS, IDS, METRICS, PER_QUERY, SCORE_OUTPUTS, SPLIT, assert_no_outputs, \
-    plant_stale, read_metrics, run_fails, run_module, run_ok, set_params
+    edit_params, plant_stale, read_metrics, run_fails, run_module, run_ok, set_params
 from recallk import retrieval_summary
 
 
@@ -209,3 +209,38 @@ def test_param_errors_are_reported_at_once(scored_project):
             assert fragment in line, line
     assert_no_outputs(scored_project, SCORE_OUTPUTS)
 
+
+def test_unknown_key_in_another_section_is_reported(project):
+    """params.py: every problem in the file (unknown keys anywhere, ...) is reported at once."""
+    edit_params(project, lambda p: (p["split"].update(sed=1), p["score"].update(ks=[0])))
+    run_fails(project, "score", "`split.sed`", "Did you mean `seed`?",
+              "`score.ks` must be positive integers. Got [0] instead.")
+    assert_no_outputs(project)
+
+
+@pytest.mark.parametrize("ks, shown", [
+    ([0], "[0]"),        # zero
+    ([-1], "[-1]"),      # negative
+    ([1.5], "[1.5]"),    # not an integer
+    ("5", "'5'"),        # a string, not a list
+    ([], "[]"),          # empty list
+    ([True], "[True]"),  # a bool is not an integer
+])
+def test_score_rejects_bad_ks(project, ks, shown):
+    set_params(project, {"score.ks": ks})
+    proc = run_fails(project, "score", f"`score.ks` must be positive integers. Got {shown} instead.")
+    assert "not found" not in proc.stderr  # params are checked before inputs are read
+    assert_no_outputs(project)
+
+
+def test_score_rejects_repeated_ks(project):
+    set_params(project, {"score.ks": [1, 5, 1]})
+    run_fails(project, "score", "`score.ks` must not repeat a value.")
+
+
+def test_failing_score_removes_stale_metrics(scored_project):
+    assert (scored_project / METRICS).is_file()
+    set_params(scored_project, {"score.ks": [0]})
+    run_fails(scored_project, "score", "`score.ks` must be positive integers.")
+    assert not (scored_project / METRICS).exists()
+    assert not list(scored_project.rglob("*.tmp"))

@@ -1,48 +1,13 @@
-"""Stage scripts run as subprocesses on bad input: exit 2, one clear message, no outputs left behind."""
+"""The split stage (stages/split.py) as a subprocess on bad data and bad params: exit 2, one clear message,
+no outputs left behind (stale ones removed). The full hostile-input corpus is test_hostile_corpus.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
 
 import pytest
-import yaml
 
-from conftest import run_module
-
-OUTPUTS = ("data/prepared/catalog.csv", "data/prepared/split.csv", "data/embeddings/embeddings.npy",
-           "data/embeddings/ids.npy", "metrics/recall.json")
-
-
-def edit_params(project: Path, change: Callable[[dict[str, Any]], None]) -> None:
-    path = project / "params.yaml"
-    params = yaml.safe_load(path.read_text())
-    change(params)
-    path.write_text(yaml.safe_dump(params, sort_keys=False))
-
-
-def set_param(dotted: str, value: Any) -> Callable[[dict[str, Any]], None]:
-    def change(params: dict[str, Any]) -> None:
-        *parents, leaf = dotted.split(".")
-        node = params
-        for key in parents:
-            node = node[key]
-        node[leaf] = value
-    return change
-
-
-def assert_user_error(proc, *fragments: str) -> None:
-    """Exit code 2, every fragment in stderr, no traceback."""
-    assert proc.returncode == 2, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    assert "Traceback" not in proc.stderr, proc.stderr
-    for fragment in fragments:
-        assert fragment in proc.stderr, f"{fragment!r} not in stderr:\n{proc.stderr}"
-
-
-def assert_no_outputs(project: Path, outputs: tuple[str, ...] = OUTPUTS) -> None:
-    left = [p for p in outputs if (project / p).exists()]
-    assert not left, f"outputs left behind: {left}"
-    assert not list(project.rglob("*.tmp")), "temporary files left behind"
+from helpers import CATALOG, SPLIT, assert_no_outputs, edit_params, run_fails, set_dotted, set_params
 
 
 def first_image(project: Path, label: str) -> Path:
@@ -56,19 +21,19 @@ def truncate(path: Path) -> None:
 
 def manifest(project: Path, text: str) -> None:
     (project / "data" / "digits" / "m.csv").write_text(text)
-    edit_params(project, set_param("split.csv", "m.csv"))
+    set_params(project, {"split.csv": "m.csv"})
 
 
-# ---------------------------------------------------------------- split stage: data
+# ---------------------------------------------------------------- data
 
 
 def case_missing_root(p: Path) -> None:
-    edit_params(p, set_param("split.data_root", "data/nowhere"))
+    set_params(p, {"split.data_root": "data/nowhere"})
 
 
 def case_empty_root(p: Path) -> None:
     (p / "data" / "empty").mkdir()
-    edit_params(p, set_param("split.data_root", "data/empty"))
+    set_params(p, {"split.data_root": "data/empty"})
 
 
 def case_non_image(p: Path) -> None:
@@ -109,15 +74,14 @@ def case_duplicate_ids(p: Path) -> None:
 ])
 def test_split_rejects_bad_data(project, setup, fragments):
     setup(project)
-    assert_user_error(run_module("stages.split", cwd=project), "error: ", *fragments)
+    run_fails(project, "split", "error: ", *fragments)
     assert_no_outputs(project)
 
 
 def test_truncated_image_is_named(project):
     bad = first_image(project, "5")
     truncate(bad)
-    proc = run_module("stages.split", cwd=project)
-    assert_user_error(proc, f"path '5/{bad.name}'")
+    run_fails(project, "split", f"path '5/{bad.name}'")
 
 
 # ---------------------------------------------------------------- params
@@ -125,102 +89,48 @@ def test_truncated_image_is_named(project):
 
 @pytest.mark.parametrize("stage, change, fragments", [
     # typo in a split key
-    ("stages.split", lambda p: p["split"].update(sed=1),
+    ("split", lambda p: p["split"].update(sed=1),
      ["`split.sed` is not a known param; remove it or fix the name. Did you mean `seed`?"]),
     # typo in a top-level section, caught by any stage
-    ("stages.split", lambda p: p.update(scroe=p.pop("score")),
+    ("split", lambda p: p.update(scroe=p.pop("score")),
      ["`scroe` is not a known params section", "Did you mean `score`?"]),
     # fractions add up to 1.1
-    ("stages.split", set_param("split.fractions.val", 0.35),
+    ("split", lambda p: set_dotted(p, "split.fractions.val", 0.35),
      ["`split.fractions` train + val + gallery must sum to 1. Got 1.1 instead."]),
     # one fraction above 1
-    ("stages.split", set_param("split.fractions.train", 1.5),
+    ("split", lambda p: set_dotted(p, "split.fractions.train", 1.5),
      ["`split.fractions.train` must be a number between 0 and 1. Got 1.5 instead."]),
     # negative fraction
-    ("stages.split", set_param("split.fractions.gallery", -0.25),
+    ("split", lambda p: set_dotted(p, "split.fractions.gallery", -0.25),
      ["`split.fractions.gallery` must be a number between 0 and 1. Got -0.25 instead."]),
     # unknown strategy
-    ("stages.split", set_param("split.strategy", "per_clas"),
+    ("split", lambda p: set_dotted(p, "split.strategy", "per_clas"),
      ["`split.strategy` must be one of class_disjoint, per_class, given", "Did you mean `per_class`?"]),
     # two problems: both named in one message
-    ("stages.split", lambda p: p["split"].update(sed=1, strategi="given"),
+    ("split", lambda p: p["split"].update(sed=1, strategi="given"),
      ["invalid params.yaml:", "`split.sed`", "Did you mean `seed`?", "`split.strategi`",
       "Did you mean `strategy`?"]),
 ])
 def test_params_errors(project, stage, change, fragments):
     edit_params(project, change)
-    assert_user_error(run_module(stage, cwd=project), *fragments)
+    run_fails(project, stage, *fragments)
     assert_no_outputs(project)
 
 
 def test_fraction_sum_reported_together_with_other_errors(project):
     """README: unknown keys ... and fractions that do not sum to 1 are all reported together."""
     edit_params(project, lambda p: (p["split"].update(sed=1), p["split"]["fractions"].update(val=0.35)))
-    assert_user_error(run_module("stages.split", cwd=project), "Did you mean `seed`?",
-                      "`split.fractions` train + val + gallery must sum to 1. Got 1.1 instead.")
+    run_fails(project, "split", "Did you mean `seed`?",
+              "`split.fractions` train + val + gallery must sum to 1. Got 1.1 instead.")
     assert_no_outputs(project)
-
-
-def test_unknown_key_in_another_section_is_reported(project):
-    """params.py: every problem in the file (unknown keys anywhere, ...) is reported at once."""
-    edit_params(project, lambda p: (p["split"].update(sed=1), p["score"].update(ks=[0])))
-    assert_user_error(run_module("stages.score", cwd=project), "`split.sed`", "Did you mean `seed`?",
-                      "`score.ks` must be positive integers. Got [0] instead.")
-    assert_no_outputs(project)
-
-
-@pytest.mark.parametrize("ks, shown", [
-    ([0], "[0]"),        # zero
-    ([-1], "[-1]"),      # negative
-    ([1.5], "[1.5]"),    # not an integer
-    ("5", "'5'"),        # a string, not a list
-    ([], "[]"),          # empty list
-    ([True], "[True]"),  # a bool is not an integer
-])
-def test_score_rejects_bad_ks(project, ks, shown):
-    edit_params(project, set_param("score.ks", ks))
-    proc = run_module("stages.score", cwd=project)
-    assert_user_error(proc, f"`score.ks` must be positive integers. Got {shown} instead.")
-    assert "not found" not in proc.stderr  # params are checked before inputs are read
-    assert_no_outputs(project)
-
-
-def test_score_rejects_repeated_ks(project):
-    edit_params(project, set_param("score.ks", [1, 5, 1]))
-    assert_user_error(run_module("stages.score", cwd=project), "`score.ks` must not repeat a value.")
-
-
-# ---------------------------------------------------------------- encode
-
-
-def test_unknown_backbone_lists_available_and_suggests(project):
-    run_module("stages.split", cwd=project, check=True)
-    edit_params(project, set_param("encode.backbone", "pixel"))
-    proc = run_module("stages.encode", cwd=project)
-    assert_user_error(proc, "unknown backbone 'pixel' in `encode.backbone`", "Did you mean `pixels`?",
-                      "Available backbones: ", "pixels, precomputed")
-    assert_no_outputs(project, OUTPUTS[2:])
-    assert (project / "data/prepared/catalog.csv").is_file()  # the split outputs are untouched
 
 
 # ---------------------------------------------------------------- stale outputs
 
 
-def test_failing_split_removes_stale_outputs(project):
-    run_module("stages.split", cwd=project, check=True)
-    assert (project / "data/prepared/catalog.csv").is_file()
-    assert (project / "data/prepared/split.csv").is_file()
-    edit_params(project, set_param("split.seed", -1))
-    proc = run_module("stages.split", cwd=project)
-    assert_user_error(proc, "`split.seed` must be an integer >= 0. Got -1 instead.")
-    assert_no_outputs(project)
-
-
-def test_failing_score_removes_stale_metrics(project):
-    for stage in ("stages.split", "stages.encode", "stages.score"):
-        run_module(stage, cwd=project, check=True)
-    assert (project / "metrics/recall.json").is_file()
-    edit_params(project, set_param("score.ks", [0]))
-    assert_user_error(run_module("stages.score", cwd=project), "`score.ks` must be positive integers.")
-    assert not (project / "metrics/recall.json").exists()
-    assert not list(project.rglob("*.tmp"))
+def test_failing_split_removes_stale_outputs(split_project):
+    assert (split_project / CATALOG).is_file()
+    assert (split_project / SPLIT).is_file()
+    set_params(split_project, {"split.seed": -1})
+    run_fails(split_project, "split", "`split.seed` must be an integer >= 0. Got -1 instead.")
+    assert_no_outputs(split_project)
