@@ -14,10 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import CAMERAS, STAGES, UNEVEN_PER_LABEL, commit, copy_digits, copy_pipeline, copy_tree, git, git_init, new_project, repro, \
-    run_ok, save_image, set_params
-from helpers import DIGITS, ROOT, dvc, run, run_module, tool_env  # noqa: F401  (until every module imports helpers)
-
+from helpers import (CAMERAS, STAGES, UNEVEN_PER_LABEL, commit, copy_digits, copy_pipeline, copy_tree, git, git_init,
+                     new_project, repro, run_ok, save_image, set_params)
 
 
 # ---------------------------------------------------------------------------------------------- fresh

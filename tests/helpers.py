@@ -165,7 +165,11 @@ def edit_params(project: Path, change: Callable[[dict[str, Any]], Any]) -> None:
 
 def set_params(project: Path, changes: dict[str, Any]) -> None:
     """Set dotted params, ``{"score.bootstrap.seed": 1}``, in the project's params.yaml."""
-    edit_params(project, lambda params: [set_dotted(params, key, value) for key, value in changes.items()])
+    def change(params: dict[str, Any]) -> None:
+        for key, value in changes.items():
+            set_dotted(params, key, value)
+
+    edit_params(project, change)
 
 
 # ---------------------------------------------------------------------------------------------- stage runs
