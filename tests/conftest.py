@@ -18,6 +18,15 @@ from helpers import (CAMERAS, STAGES, UNEVEN_PER_LABEL, commit, copy_digits, cop
                      new_project, repro, run_ok, save_image, set_params)
 
 
+def private_copy(base: str, folder: str = "proj"):
+    """A function-scoped fixture: a private copy (``tmp_path / folder``) of the session fixture ``base``."""
+    def fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+        return copy_tree(request.getfixturevalue(base), tmp_path / folder)
+
+    fixture.__doc__ = f"A private copy of ``{base}`` (``tmp_path / {folder!r}``) for a test that changes it."
+    return pytest.fixture(fixture)
+
+
 # ---------------------------------------------------------------------------------------------- fresh
 
 
@@ -88,14 +97,8 @@ def scored_stdout(_scored: tuple[Path, str]) -> str:
     return _scored[1]
 
 
-@pytest.fixture
-def split_project(split_base: Path, tmp_path: Path) -> Path:
-    return copy_tree(split_base, tmp_path / "proj")
-
-
-@pytest.fixture
-def scored_project(scored_base: Path, tmp_path: Path) -> Path:
-    return copy_tree(scored_base, tmp_path / "proj")
+split_project = private_copy("split_base")
+scored_project = private_copy("scored_base")
 
 
 # ---------------------------------------------------------------------------------------------- score tables
@@ -124,14 +127,8 @@ def uneven_scored_base(uneven_base: Path, tmp_path_factory: pytest.TempPathFacto
     return proj
 
 
-@pytest.fixture
-def uneven(uneven_base: Path, tmp_path: Path) -> Path:
-    return copy_tree(uneven_base, tmp_path / "proj")
-
-
-@pytest.fixture
-def uneven_scored(uneven_scored_base: Path, tmp_path: Path) -> Path:
-    return copy_tree(uneven_scored_base, tmp_path / "proj")
+uneven = private_copy("uneven_base")
+uneven_scored = private_copy("uneven_scored_base")
 
 
 @pytest.fixture(scope="session")
@@ -150,9 +147,7 @@ def camera_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return proj
 
 
-@pytest.fixture
-def camera(camera_base: Path, tmp_path: Path) -> Path:
-    return copy_tree(camera_base, tmp_path / "proj")
+camera = private_copy("camera_base")
 
 
 # ---------------------------------------------------------------------------------------------- pipeline repos
@@ -171,7 +166,4 @@ def base_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return repo
 
 
-@pytest.fixture
-def repo(base_repo: Path, tmp_path: Path) -> Path:
-    """A private copy of the base repo (git history, DVC cache, embedding cache and outputs included)."""
-    return copy_tree(base_repo, tmp_path / "repo")
+repo = private_copy("base_repo", "repo")  # git history, DVC cache, embedding cache and outputs included
