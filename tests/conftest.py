@@ -1,77 +1,169 @@
-"""Shared fixtures: project paths, a subprocess runner for stages and dvc, image makers."""
+"""Shared fixtures: fresh projects, and projects or pipeline repos prepared once per session.
+
+A ``*_base`` fixture is built once per session and never modified: a test that only reads
+outputs uses it directly; a test that changes anything takes the private copy fixture next to it
+(``shutil.copytree``, so it pays only for the stages it re-runs). The helpers they use are in
+``helpers.py``.
+"""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
+import pandas as pd
 import pytest
-from PIL import Image
 
-ROOT = Path(__file__).resolve().parents[1]
-DIGITS = ROOT / "data" / "digits"
-
-
-def tool_env() -> dict[str, str]:
-    """Environment for subprocesses: this interpreter's bin first, git identity, no DVC analytics."""
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONPATH"] = str(ROOT)
-    env.update(DVC_NO_ANALYTICS="1", GIT_AUTHOR_NAME="test", GIT_AUTHOR_EMAIL="test@example.com",
-               GIT_COMMITTER_NAME="test", GIT_COMMITTER_EMAIL="test@example.com")
-    return env
+from helpers import (CAMERAS, STAGES, UNEVEN_PER_LABEL, commit, copy_digits, copy_pipeline, copy_tree, git, git_init,
+                     new_project, repro, run_ok, save_image, set_params)
 
 
-def run(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    """Run a command; on an unexpected exit code fail with its output."""
-    proc = subprocess.run(args, cwd=cwd, env=tool_env(), capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        pytest.fail(f"{' '.join(args)} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
-    return proc
+def private_copy(base: str, folder: str = "proj"):
+    """A function-scoped fixture: a private copy (``tmp_path / folder``) of the session fixture ``base``."""
+    def fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+        return copy_tree(request.getfixturevalue(base), tmp_path / folder)
+
+    fixture.__doc__ = f"A private copy of ``{base}`` (``tmp_path / {folder!r}``) for a test that changes it."
+    return pytest.fixture(fixture)
 
 
-def run_module(module: str, *args: str, cwd: Path, check: bool = False) -> subprocess.CompletedProcess:
-    """Run ``python -m <module> args`` in ``cwd`` (a stage script, usually)."""
-    return run([sys.executable, "-m", module, *args], cwd=cwd, check=check)
-
-
-def dvc(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    return run([sys.executable, "-m", "dvc", *args], cwd=cwd, check=check)
-
-
-def git(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    return run(["git", *args], cwd=cwd, check=check)
-
-
-def save_image(path: Path, seed: int = 0, size: tuple[int, int] = (12, 12), mode: str = "RGB", fmt: str | None = None) -> Path:
-    """Write a small seeded random image (real pixels through Pillow)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    channels = {"RGB": 3, "L": 1}[mode]
-    arr = rng.integers(0, 256, size=(size[1], size[0], channels), dtype=np.uint8)
-    Image.fromarray(arr[..., 0] if channels == 1 else arr, mode).save(path, format=fmt)
-    return path
-
-
-def copy_digits(dest: Path, per_label: int) -> Path:
-    """Copy the first ``per_label`` committed digit images of every label into ``dest``."""
-    for label_dir in sorted(p for p in DIGITS.iterdir() if p.is_dir()):
-        target = dest / label_dir.name
-        target.mkdir(parents=True, exist_ok=True)
-        for img in sorted(label_dir.iterdir())[:per_label]:
-            shutil.copy2(img, target / img.name)
-    return dest
+# ---------------------------------------------------------------------------------------------- fresh
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A working directory with the project's params.yaml and a 20-per-label digits subset as data root."""
-    work = tmp_path / "proj"
-    work.mkdir()
-    shutil.copy2(ROOT / "params.yaml", work / "params.yaml")
-    copy_digits(work / "data" / "digits", per_label=20)
-    return work
+    return new_project(tmp_path / "proj")
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty working directory, the cwd (the split writes paths relative to the cwd)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+# ---------------------------------------------------------------------------------------------- encode
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """Write ``name.py`` into an importable folder; the modules are forgotten after the test."""
+    folder, names = tmp_path / "usermods", []
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+
+    def write(name, source):
+        (folder / f"{name}.py").write_text(source)
+        names.append(name)
+
+    yield write
+    for name in names:
+        sys.modules.pop(name, None)
+
+
+@pytest.fixture
+def big_jpeg(tmp_path):
+    return save_image(tmp_path / "big.jpg", seed=3, size=(2000, 1500), fmt="JPEG").read_bytes()
+
+
+# ---------------------------------------------------------------------------------------------- stage projects
+
+
+@pytest.fixture(scope="session")
+def split_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``project`` after the split stage (committed params). Never modified."""
+    proj = new_project(tmp_path_factory.mktemp("split_base") / "proj")
+    run_ok(proj, "split")
+    return proj
+
+
+@pytest.fixture(scope="session")
+def _scored(split_base: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    proj = copy_tree(split_base, tmp_path_factory.mktemp("scored_base") / "proj")
+    proc = run_ok(proj, "encode", "score")
+    return proj, proc.stdout
+
+
+@pytest.fixture(scope="session")
+def scored_base(_scored: tuple[Path, str]) -> Path:
+    """``project`` after split, encode (embedding cache in the project) and score. Never modified."""
+    return _scored[0]
+
+
+@pytest.fixture(scope="session")
+def scored_stdout(_scored: tuple[Path, str]) -> str:
+    """What the score stage printed when it built ``scored_base``."""
+    return _scored[1]
+
+
+split_project = private_copy("split_base")
+scored_project = private_copy("scored_base")
+
+
+# ---------------------------------------------------------------------------------------------- score tables
+
+
+@pytest.fixture(scope="session")
+def uneven_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Digits (20, 22 or 24 images per label) with split and encode done. Never modified.
+
+    Unequal label sizes make the per-class (unweighted) means differ from the per-query ones.
+    """
+    proj = new_project(tmp_path_factory.mktemp("uneven") / "proj", per_label=None)
+    root = copy_digits(proj / "data" / "digits", per_label=UNEVEN_PER_LABEL + 4)
+    for n, label_dir in enumerate(sorted(p for p in root.iterdir() if p.is_dir())):
+        for img in sorted(label_dir.iterdir())[UNEVEN_PER_LABEL + 2 * (n % 3):]:
+            img.unlink()
+    run_ok(proj, "split", "encode")
+    return proj
+
+
+@pytest.fixture(scope="session")
+def uneven_scored_base(uneven_base: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``uneven_base`` plus one score run with the committed params. Never modified."""
+    proj = copy_tree(uneven_base, tmp_path_factory.mktemp("uneven_scored") / "proj")
+    run_ok(proj, "score")
+    return proj
+
+
+uneven = private_copy("uneven_base")
+uneven_scored = private_copy("uneven_scored_base")
+
+
+@pytest.fixture(scope="session")
+def camera_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A manifest data root (path,label,camera) with real digit images; split and encode done. Never modified."""
+    proj = new_project(tmp_path_factory.mktemp("camera") / "proj", per_label=None)
+    root = copy_digits(proj / "data" / "cams", per_label=UNEVEN_PER_LABEL)
+    rows = []
+    for label_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for n, img in enumerate(sorted(label_dir.iterdir())):
+            rows.append({"path": f"{label_dir.name}/{img.name}", "label": label_dir.name,
+                         "camera": CAMERAS[n % len(CAMERAS)]})
+    pd.DataFrame(rows).to_csv(root / "manifest.csv", index=False)
+    set_params(proj, {"split.data_root": "data/cams", "split.csv": "manifest.csv"})
+    run_ok(proj, "split", "encode")
+    return proj
+
+
+camera = private_copy("camera_base")
+
+
+# ---------------------------------------------------------------------------------------------- pipeline repos
+
+
+@pytest.fixture(scope="session")
+def base_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A committed temp repo on branch ``main`` (the pipeline and a 20-per-label digits subset) that
+    already ran ``dvc repro`` once and committed the result. Never modified."""
+    repo = copy_pipeline(tmp_path_factory.mktemp("base") / "repo")
+    git_init(repo, "pipeline and data subset")
+    ran, _, out = repro(repo)
+    assert ran == set(STAGES), out
+    commit(repo, "dvc repro")
+    assert git("status", "--porcelain", cwd=repo).stdout == ""
+    return repo
+
+
+repo = private_copy("base_repo", "repo")  # git history, DVC cache, embedding cache and outputs included

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
+from helpers import DIGITS
 from recallk.digits import digit_images, write_digits
-
-from conftest import DIGITS
 
 
 def test_committed_digits_match_scikit_learn():

@@ -17,66 +17,36 @@ Every file is generated here (Pillow / numpy); the data is a few 8x8 images per 
 from __future__ import annotations
 
 import io
-import json
 import re
 import shutil
 import struct
 import zlib
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 from PIL import Image
 
-from conftest import ROOT, run_module, save_image
-from test_pipeline import CATALOG, IDS, METRICS, SPLIT
-from test_pipeline import EMBEDDINGS as EMB
+from helpers import (CATALOG, EMBEDDINGS, IDS, SCORE_OUTPUTS, SKIPPED, SPLIT, SPLIT_OUTPUTS, STAGES,
+                     assert_no_outputs, assert_user_error, new_project, plant_stale, read_csv, read_metrics, run_module,
+                     run_ok, save_image, set_params)
+from recallk.data import contract
 from recallk.encode.registry import encode_pixels
 
 LABELS = ("a", "b", "c", "d")
 PER_LABEL = 3
 RES = 4  # encode.pixels.resolution: every embedding is 3 * 4 * 4 = 48 values in [0, 1]
-STAGES = ("stages.split", "stages.encode", "stages.score")
-
-SKIPPED = "data/prepared/skipped.csv"
-SCORE_OUTPUTS = (METRICS, "metrics/per_class.csv", "metrics/recall_curve.csv", "data/scores/per_query.csv",
-                 "metrics/per_query.csv", "metrics/confusions.csv", "data/scores/neighbors.csv")
-SPLIT_OUTPUTS = (CATALOG, SPLIT, SKIPPED)
-ALL_OUTPUTS = SPLIT_OUTPUTS + (EMB, IDS) + SCORE_OUTPUTS
 
 
 # ================================================================ helpers
 
 
-def edit_params(proj: Path, change: Callable[[dict[str, Any]], None]) -> None:
-    path = proj / "params.yaml"
-    params = yaml.safe_load(path.read_text())
-    change(params)
-    path.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True))
-
-
-def set_params(proj: Path, **dotted: Any) -> None:
-    """``set_params(p, **{"split.seed": 3})``: set each dotted key (creating missing mappings)."""
-    def change(params: dict[str, Any]) -> None:
-        for key, value in dotted.items():
-            *parents, leaf = key.split(".")
-            node = params
-            for part in parents:
-                node = node.setdefault(part, {})
-            node[leaf] = value
-    edit_params(proj, change)
-
-
 def make_project(where: Path, labels: tuple[str, ...] = LABELS, per_label: int = PER_LABEL) -> Path:
     """params.yaml (tiny pixels backbone, few bootstrap resamples) + data/digits/<label>/<i>.png."""
-    proj = where / "proj"
-    proj.mkdir(parents=True)
-    shutil.copy2(ROOT / "params.yaml", proj / "params.yaml")
-    set_params(proj, **{"encode.pixels.resolution": RES, "score.ks": [1, 2],
-                        "score.bootstrap.resamples": 10})
+    proj = new_project(where / "proj", per_label=None)
+    set_params(proj, {"encode.pixels.resolution": RES, "score.ks": [1, 2], "score.bootstrap.resamples": 10})
     for j, label in enumerate(labels):
         for i in range(per_label):
             save_image(data_root(proj) / label / f"{i}.png", seed=100 * j + i, size=(8, 8))
@@ -92,26 +62,9 @@ def proj(tmp_path: Path) -> Path:
     return make_project(tmp_path)
 
 
-def run_ok(stage: str, proj: Path):
-    proc = run_module(stage, cwd=proj)
-    assert proc.returncode == 0, f"{stage} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
-
-
 def pipeline(proj: Path) -> list:
     """Run split, encode, score; each must succeed."""
-    return [run_ok(stage, proj) for stage in STAGES]
-
-
-def assert_user_error(proc, *fragments: str) -> None:
-    """Exit 2, exactly one ``error:`` message, no traceback, every fragment in stderr."""
-    out = f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    assert proc.returncode == 2, out
-    assert "Traceback" not in proc.stderr, out
-    assert len(re.findall(r"^error: ", proc.stderr, flags=re.M)) == 1, out
-    for fragment in fragments:
-        assert fragment in proc.stderr, f"{fragment!r} not in stderr:\n{proc.stderr}"
+    return [run_ok(proj, stage) for stage in STAGES]
 
 
 def assert_line_names(stderr: str, where: str, *details: str) -> None:
@@ -122,30 +75,9 @@ def assert_line_names(stderr: str, where: str, *details: str) -> None:
         f"no line naming {where!r} says {details}:\n" + "\n".join(lines)
 
 
-def assert_no_outputs(proj: Path, outputs: tuple[str, ...] = ALL_OUTPUTS) -> None:
-    left = [p for p in outputs if (proj / p).exists()]
-    assert not left, f"outputs left behind: {left}"
-    assert not list(proj.rglob("*.tmp")), f"temporary files left behind: {list(proj.rglob('*.tmp'))}"
-
-
-def plant_stale(proj: Path, outputs: tuple[str, ...]) -> None:
-    """Stale outputs of an 'earlier run': a failing stage must remove them."""
-    for p in outputs:
-        (proj / p).parent.mkdir(parents=True, exist_ok=True)
-        (proj / p).write_text("stale\n")
-
-
-def read_csv(proj: Path, rel: str) -> pd.DataFrame:
-    return pd.read_csv(proj / rel, dtype=str, keep_default_na=False)
-
-
-def metrics(proj: Path) -> dict[str, Any]:
-    return json.loads((proj / METRICS).read_text())
-
-
 def embeddings(proj: Path) -> dict[str, np.ndarray]:
     """image_id -> its embedding row, checked to align with the catalog."""
-    emb = np.load(proj / EMB, allow_pickle=False)
+    emb = np.load(proj / EMBEDDINGS, allow_pickle=False)
     ids = np.load(proj / IDS, allow_pickle=False).tolist()
     assert ids == read_csv(proj, CATALOG)["image_id"].tolist()
     assert emb.dtype == np.float32 and emb.shape == (len(ids), 3 * RES * RES)
@@ -165,7 +97,7 @@ def manifest(proj: Path, rows: list[str], header: str = "path,label", *, strateg
     change = {"split.csv": "manifest.csv"}
     if strategy:
         change["split.strategy"] = strategy
-    set_params(proj, **change)
+    set_params(proj, change)
 
 
 def base_rows() -> list[str]:
@@ -301,10 +233,10 @@ def skip_run(tmp_path_factory):
     """All unreadable files, `on_bad_image: skip`: split, encode, score (stops at the first failure)."""
     proj = make_project(tmp_path_factory.mktemp("unreadable_skip"))
     write_unreadable(proj)
-    set_params(proj, **{"split.on_bad_image": "skip"})
+    set_params(proj, {"split.on_bad_image": "skip"})
     procs = []
     for stage in STAGES:
-        procs.append(run_module(stage, cwd=proj))
+        procs.append(run_module(f"stages.{stage}", cwd=proj))
         if procs[-1].returncode != 0:
             break
     skipped = (proj / SKIPPED).read_bytes() if (proj / SKIPPED).is_file() else None
@@ -347,23 +279,23 @@ def test_skip_policy_completes_and_counts(skip_run):
     warnings = [ln for ln in procs[0].stderr.splitlines() if "WARNING" in ln and "skip" in ln.lower()]
     assert any(re.search(rf"\b{n}\b", ln) for ln in warnings), f"no warning with the count {n}:\n{procs[0].stderr}"
     assert len(read_csv(proj, CATALOG)) == len(LABELS) * PER_LABEL
-    assert metrics(proj)["num_skipped_images"] == n
+    assert read_metrics(proj)["num_skipped_images"] == n
 
 
 def test_skipped_csv_is_reproducible(skip_run):
     """skipped.csv is a DVC output: the same data must give the same bytes (no addresses, no timings)."""
     proj, procs, first = skip_run
     assert_all_ok(procs)
-    run_ok("stages.split", proj)
+    run_ok(proj, "split")
     again = (proj / SKIPPED).read_bytes()
     assert again == first, f"skipped.csv differs between two runs:\n{first.decode()}\n---\n{again.decode()}"
 
 
 def test_skip_policy_without_bad_images_writes_header_only(proj):
-    set_params(proj, **{"split.on_bad_image": "skip"})
+    set_params(proj, {"split.on_bad_image": "skip"})
     pipeline(proj)
     assert (proj / SKIPPED).read_text() == "path,reason\n"
-    assert metrics(proj)["num_skipped_images"] == 0
+    assert read_metrics(proj)["num_skipped_images"] == 0
 
 
 def test_skip_policy_keeps_missing_outside_and_symlink_errors(proj, tmp_path):
@@ -375,7 +307,7 @@ def test_skip_policy_keeps_missing_outside_and_symlink_errors(proj, tmp_path):
     rows = base_rows() + ["a/trunc.png,a", "a/missing.png,a", "../outside.png,a", f"{outside},a", "a/link.png,a"]
     save_image(proj / "data" / "outside.png", seed=8)
     manifest(proj, rows)
-    set_params(proj, **{"split.on_bad_image": "skip"})
+    set_params(proj, {"split.on_bad_image": "skip"})
     proc = run_module("stages.split", cwd=proj)
     assert_user_error(proc)
     assert_line_names(proc.stderr, f"CSV line {line_of(rows, 'a/missing.png,a')}", "a/missing.png", "does not exist")
@@ -386,7 +318,7 @@ def test_skip_policy_keeps_missing_outside_and_symlink_errors(proj, tmp_path):
 
 
 def test_on_bad_image_rejects_an_unknown_policy(proj):
-    set_params(proj, **{"split.on_bad_image": "ignore"})
+    set_params(proj, {"split.on_bad_image": "ignore"})
     proc = run_module("stages.split", cwd=proj)
     assert_user_error(proc, "`split.on_bad_image` must be one of error, skip. Got 'ignore' instead.")
     assert_no_outputs(proj)
@@ -400,7 +332,7 @@ def accepted_run(tmp_path_factory):
     """Every unusual-but-valid image in one data root, through split, encode and score."""
     proj = make_project(tmp_path_factory.mktemp("accepted"))
     write_accepted(proj)
-    procs = [run_module(stage, cwd=proj) for stage in STAGES]
+    procs = [run_module(f"stages.{stage}", cwd=proj) for stage in STAGES]
     return proj, procs
 
 
@@ -456,7 +388,7 @@ def test_animated_gif_uses_the_first_frame(accepted_run):
 def test_accepted_images_score_end_to_end(accepted_run):
     proj, procs = accepted_run
     assert_all_ok(procs)
-    m = metrics(proj)
+    m = read_metrics(proj)
     assert m["embedding_dim"] == 3 * RES * RES and m["num_queries"] > 0
 
 
@@ -497,7 +429,7 @@ def test_unicode_and_spaces_in_names_work_end_to_end(tmp_path):
     assert set(cat["label"]) == set(UNICODE_LABELS)
     assert sorted(np.load(proj / IDS).tolist()) == sorted(expected)
     per_query = read_csv(proj, "data/scores/per_query.csv")
-    assert len(per_query) == metrics(proj)["num_queries"] + metrics(proj)["num_excluded_queries"] > 0
+    assert len(per_query) == read_metrics(proj)["num_queries"] + read_metrics(proj)["num_excluded_queries"] > 0
     assert set(per_query["image_id"]) <= set(expected)
     assert set(read_csv(proj, "metrics/per_class.csv")["label"]) <= set(UNICODE_LABELS)
 
@@ -531,7 +463,7 @@ def test_manifest_absolute_path_is_rejected(proj, tmp_path):
 def test_manifest_with_utf8_bom_works(proj):
     rows = [f"id-{r.split(',')[0].replace('/', '-')},{r}" for r in base_rows()]
     manifest(proj, rows, header="image_id,path,label", bom=True)
-    run_ok("stages.split", proj)
+    run_ok(proj, "split")
     cat = read_csv(proj, CATALOG)
     assert list(cat.columns)[:3] == ["image_id", "path", "label"]
     assert sorted(cat["image_id"]) == sorted(r.split(",")[0] for r in rows)  # not defaulted to the path
@@ -540,7 +472,7 @@ def test_manifest_with_utf8_bom_works(proj):
 def test_manifest_extra_columns_are_kept_in_the_catalog(proj):
     rows = [f"{r},g{i % 2},\"note {i}, with \"\"quotes\"\"\"" if i else f"{r},g0," for i, r in enumerate(base_rows())]
     manifest(proj, rows, header="path,label,group,note")
-    run_ok("stages.split", proj)
+    run_ok(proj, "split")
     cat = read_csv(proj, CATALOG).set_index("image_id")
     assert list(cat.columns) == ["path", "label", "sha256", "width", "height", "group", "note"]
     assert cat.loc["a/0.png", "group"] == "g0" and cat.loc["a/0.png", "note"] == ""
@@ -565,13 +497,13 @@ def test_manifest_empty_label_is_rejected(proj):
 def test_manifest_labels_are_text(proj, texts):
     names = dict(zip(LABELS, texts))
     manifest(proj, [f"{label}/{i}.png,{names[label]}" for label in LABELS for i in range(PER_LABEL)])
-    set_params(proj, **{"split.fractions": {"train": 0.0, "val": 0.5, "gallery": 0.5}})
+    set_params(proj, {"split.fractions": {"train": 0.0, "val": 0.5, "gallery": 0.5}})
     pipeline(proj)
     assert sorted(read_csv(proj, CATALOG)["label"].unique()) == sorted(names.values())
     per_class = read_csv(proj, "metrics/per_class.csv")
     assert sorted(per_class["label"]) == sorted(names.values())
     assert per_class["num_queries"].tolist() == ["2"] * len(LABELS)
-    assert metrics(proj)["num_queries"] == 2 * len(LABELS)
+    assert read_metrics(proj)["num_queries"] == 2 * len(LABELS)
     # each query's positives are its own label's single gallery image, never another look-alike label
     assert set(read_csv(proj, "data/scores/per_query.csv")["num_positives"]) == {"1"}
 
@@ -586,26 +518,19 @@ def test_manifest_duplicate_rows_are_rejected(proj):
     assert_no_outputs(proj)
 
 
-def test_manifest_same_file_under_two_ids_never_retrieves_itself(proj):
-    """The same path as query (x1) and gallery item (x2): either rejected, naming both lines, or x1 may
-    not retrieve its own file (README, evaluate(): 'a path in both lists is the same image and never
-    retrieves itself'). Its only same-label gallery item is that file, so it must not count as a hit."""
+def test_manifest_same_file_under_two_ids_is_rejected(proj):
+    """The same path as query (x1) and gallery item (x2) would let x1 retrieve its own file (its only
+    same-label gallery item), since the score stage tells images apart by image_id: the data contract
+    rejects it (PATH_ONCE_RULE), naming both CSV lines, and the split writes nothing."""
     rows = [f"{label}{i},{label}/{i}.png,{label},{s}" for label in "ab" for i, s in enumerate(("val", "gallery", "gallery"))]
     rows += ["x1,c/0.png,c,val", "x2,c/0.png,c,gallery"] + [f"d{i},d/{i}.png,d,train" for i in range(PER_LABEL)]
     manifest(proj, rows, header="image_id,path,label,split", strategy="given")
+    plant_stale(proj, SPLIT_OUTPUTS)
     proc = run_module("stages.split", cwd=proj)
-    if proc.returncode == 2:
-        assert_user_error(proc)
-        assert_line_names(proc.stderr, f"CSV line {line_of(rows, 'x1,c/0.png,c,val')}", "c/0.png")
-        assert_line_names(proc.stderr, f"CSV line {line_of(rows, 'x2,c/0.png,c,gallery')}", "c/0.png")
-        assert_no_outputs(proj)
-        return
-    assert proc.returncode == 0, proc.stderr
-    run_ok("stages.encode", proj)
-    run_ok("stages.score", proj)
-    per_query = read_csv(proj, "data/scores/per_query.csv").set_index("image_id")
-    assert per_query.loc["x1", "first_positive_rank"] == "", \
-        f"query x1 retrieved its own file (listed again as x2):\n{per_query.loc['x1'].to_dict()}"
+    assert_user_error(proc, f"{contract.PATH_ONCE_RULE}: 2 row(s)")
+    assert_line_names(proc.stderr, f"CSV line {line_of(rows, 'x1,c/0.png,c,val')}", "'c/0.png'", "image_id 'x1'")
+    assert_line_names(proc.stderr, f"CSV line {line_of(rows, 'x2,c/0.png,c,gallery')}", "'c/0.png'", "image_id 'x2'")
+    assert_no_outputs(proj)
 
 
 def test_manifest_path_that_does_not_exist_is_rejected(proj):
@@ -622,11 +547,11 @@ def test_manifest_path_that_does_not_exist_is_rejected(proj):
 
 def test_single_image_label_query_is_excluded_and_counted(proj):
     save_image(data_root(proj) / "solo" / "only.png", seed=77, size=(8, 8))
-    set_params(proj, **{"split.protocol": "leave_one_out",
+    set_params(proj, {"split.protocol": "leave_one_out",
                         "split.fractions": {"train": 0.0, "val": 0.5, "gallery": 0.5}})
     split_proc, _, _ = pipeline(proj)
     assert "1 queries (labels: solo)" in split_proc.stderr
-    m = metrics(proj)
+    m = read_metrics(proj)
     assert m["num_excluded_queries"] == 1
     assert m["num_queries"] == len(LABELS) * PER_LABEL
     row = read_csv(proj, "data/scores/per_query.csv").set_index("image_id").loc["solo/only.png"]
@@ -638,14 +563,14 @@ def test_label_only_in_train_is_not_scored(proj):
                        "c": ("val", "gallery", "gallery"), "d": ("train",) * 3})
     manifest(proj, rows, header="path,label,split", strategy="given")
     pipeline(proj)
-    m = metrics(proj)
+    m = read_metrics(proj)
     assert (m["num_queries"], m["num_excluded_queries"], m["num_gallery"]) == (3, 0, 6)
     assert sorted(read_csv(proj, "metrics/per_class.csv")["label"]) == ["a", "b", "c"]
     assert "d" not in set(read_csv(proj, "data/scores/per_query.csv")["label"])
 
 
 def test_empty_gallery_is_a_clear_error(proj):
-    set_params(proj, **{"split.fractions": {"train": 0.5, "val": 0.5, "gallery": 0.0}})
+    set_params(proj, {"split.fractions": {"train": 0.5, "val": 0.5, "gallery": 0.0}})
     plant_stale(proj, SPLIT_OUTPUTS)
     proc = run_module("stages.split", cwd=proj)
     assert_user_error(proc, "0 gallery images", "`split.fractions`")
@@ -655,9 +580,9 @@ def test_empty_gallery_is_a_clear_error(proj):
 def test_every_query_excluded_is_a_clear_error_from_score(proj):
     rows = given_rows({"a": ("val",) * 3, "b": ("gallery",) * 3, "c": ("train",) * 3, "d": ("gallery",) * 3})
     manifest(proj, rows, header="path,label,split", strategy="given")
-    split_proc = run_ok("stages.split", proj)
+    split_proc = run_ok(proj, "split")
     assert "3 queries (labels: a) have no gallery image" in split_proc.stderr
-    run_ok("stages.encode", proj)
+    run_ok(proj, "encode")
     plant_stale(proj, SCORE_OUTPUTS)
     proc = run_module("stages.score", cwd=proj)
     assert_user_error(proc, "every one of the 3 queries is excluded", "gallery")
@@ -684,7 +609,7 @@ def test_near_identical_images_across_splits_are_allowed(proj):
     rows = given_rows({"a": ("val", "gallery", "gallery"), "b": ("val", "gallery", "gallery"),
                        "c": ("train", "val", "gallery"), "d": ("train",) * 3}) + ["c/near.png,c,gallery"]
     manifest(proj, rows, header="path,label,split", strategy="given")
-    run_ok("stages.split", proj)
+    run_ok(proj, "split")
     split = read_csv(proj, SPLIT).set_index("image_id")["split"]
     assert (split["c/0.png"], split["c/near.png"]) == ("train", "gallery")
 
@@ -719,21 +644,21 @@ def test_callable_backbone_returning_nan_or_inf_names_the_images(proj):
     bad = {"a/red.png": (255, 0, 0), "b/green.png": (0, 255, 0), "c/blue.png": (0, 0, 255)}
     for rel, colour in bad.items():
         Image.fromarray(rgb_block(8, 8, colour), "RGB").save(data_root(proj) / rel)
-    set_params(proj, **{"encode.backbone": "callable:hostile_encoder:embed"})
-    run_ok("stages.split", proj)
-    plant_stale(proj, (EMB, IDS))
+    set_params(proj, {"encode.backbone": "callable:hostile_encoder:embed"})
+    run_ok(proj, "split")
+    plant_stale(proj, (EMBEDDINGS, IDS))
     proc = run_module("stages.encode", cwd=proj)
     assert_user_error(proc, "NaN, inf or all-zero", f"{len(bad)} image(s)", *bad)
     for good in ("a/0.png", "b/0.png"):
         assert good not in proc.stderr
-    assert_no_outputs(proj, (EMB, IDS))
+    assert_no_outputs(proj, (EMBEDDINGS, IDS))
 
 
 @pytest.fixture(scope="module")
 def split_template(tmp_path_factory):
     """A project whose split already ran (the precomputed cases only re-run encode)."""
     proj = make_project(tmp_path_factory.mktemp("split_template"))
-    run_ok("stages.split", proj)
+    run_ok(proj, "split")
     return proj
 
 
@@ -762,11 +687,11 @@ def test_precomputed_embeddings_errors(split_template, tmp_path, case):
     make, fragments = PRECOMPUTED_CASES[case]
     stored_ids, stored = make(*_precomputed(ids))
     np.savez(proj / "emb.npz", ids=stored_ids, embeddings=stored)
-    set_params(proj, **{"encode.backbone": "precomputed", "encode.precomputed.path": "emb.npz"})
-    plant_stale(proj, (EMB, IDS))
+    set_params(proj, {"encode.backbone": "precomputed", "encode.precomputed.path": "emb.npz"})
+    plant_stale(proj, (EMBEDDINGS, IDS))
     proc = run_module("stages.encode", cwd=proj)
     assert_user_error(proc, "emb.npz", *(f.format(*ids) for f in fragments))
-    assert_no_outputs(proj, (EMB, IDS))
+    assert_no_outputs(proj, (EMBEDDINGS, IDS))
 
 
 # ================================================================ params
@@ -778,35 +703,35 @@ def test_precomputed_embeddings_errors(split_template, tmp_path, case):
     ("split.fractions.train", "0.5", "`split.fractions.train` must be a number between 0 and 1. Got '0.5' instead."),
 ], ids=["seed_string", "seed_bool", "fraction_string"])
 def test_params_wrong_type(proj, key, value, message):
-    set_params(proj, **{key: value})
+    set_params(proj, {key: value})
     proc = run_module("stages.split", cwd=proj)
     assert_user_error(proc, "invalid params.yaml", message)
     assert_no_outputs(proj)
 
 
 def test_params_unknown_key_typo_gets_a_suggestion(proj):
-    set_params(proj, **{"split.sed": 3})
+    set_params(proj, {"split.sed": 3})
     proc = run_module("stages.encode", cwd=proj)  # any stage sees a typo in any section
     assert_user_error(proc, "`split.sed` is not a known param", "Did you mean `seed`?", "Known keys: ")
     assert_no_outputs(proj)
 
 
 def test_params_out_of_range_fraction(proj):
-    set_params(proj, **{"split.fractions.val": 2})
+    set_params(proj, {"split.fractions.val": 2})
     proc = run_module("stages.split", cwd=proj)
     assert_user_error(proc, "`split.fractions.val` must be a number between 0 and 1. Got 2 instead.")
     assert_no_outputs(proj)
 
 
 def test_params_fractions_not_summing_to_1(proj):
-    set_params(proj, **{"split.fractions": {"train": 0.6, "val": 0.3, "gallery": 0.3}})
+    set_params(proj, {"split.fractions": {"train": 0.6, "val": 0.3, "gallery": 0.3}})
     proc = run_module("stages.split", cwd=proj)
     assert_user_error(proc, "`split.fractions` train + val + gallery must sum to 1. Got 1.2 instead.")
     assert_no_outputs(proj)
 
 
 def test_params_empty_ks(proj):
-    set_params(proj, **{"score.ks": []})
+    set_params(proj, {"score.ks": []})
     plant_stale(proj, SCORE_OUTPUTS)
     proc = run_module("stages.score", cwd=proj)
     assert_user_error(proc, "`score.ks` must be positive integers. Got [] instead.")
@@ -817,7 +742,7 @@ def test_params_empty_ks(proj):
 def test_params_several_errors_reported_together_before_any_work(proj):
     """One run names every params problem, before any data is read and with no output left."""
     (data_root(proj) / "a" / "0.png").write_bytes(b"")  # a data problem that must not be reached
-    set_params(proj, **{"split.seed": "x", "split.sed": 1, "split.fractions.train": 1.5,
+    set_params(proj, {"split.seed": "x", "split.sed": 1, "split.fractions.train": 1.5,
                         "split.on_bad_image": "sometimes", "score.kss": [1]})
     plant_stale(proj, SPLIT_OUTPUTS)
     proc = run_module("stages.split", cwd=proj)

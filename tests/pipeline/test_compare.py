@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import dvc, git, run_module
-from test_pipeline import commit, copy_project, git_init, repro
+from helpers import commit, copy_pipeline, dvc, git, git_init, repro, run_module
 
 pytestmark = pytest.mark.pipeline
 
@@ -20,7 +19,7 @@ def _recall_json(repo: Path, rev: str) -> dict:
 @pytest.fixture(scope="module")
 def scored(tmp_path_factory) -> Path:
     """A repo on main with pixels at 16x16 scored and committed, and an experiment `small` (pixels at 4x4)."""
-    repo = copy_project(tmp_path_factory.mktemp("cmp") / "repo")
+    repo = copy_pipeline(tmp_path_factory.mktemp("cmp") / "repo")
     git_init(repo)
     repro(repo)
     commit(repo, "scored")

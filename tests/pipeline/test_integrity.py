@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, copy_digits, dvc, git
+from helpers import ROOT, copy_digits, dvc, git
 
 pytestmark = pytest.mark.pipeline
 

@@ -10,7 +10,7 @@ import yaml
 from PIL import Image
 
 from recallk.score import gallery
-from conftest import run_module
+from helpers import run_module
 
 
 @pytest.mark.parametrize("rows, want", [

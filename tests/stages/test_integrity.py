@@ -20,7 +20,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from conftest import ROOT, run_module, save_image
+from helpers import ROOT, run_module, save_image
 from recallk import images
 from recallk.checks import quote
 from recallk.data import catalog, contract, prepare

@@ -7,22 +7,15 @@ import copy
 import pytest
 import yaml
 
+from helpers import ROOT, set_dotted
 from recallk.errors import InputError
 from stages.params import SCHEMA, load_section, validate_section
-
-from conftest import ROOT
 
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
 
 
 def with_change(path: str, value):
-    params = copy.deepcopy(PARAMS)
-    *parents, last = path.split(".")
-    node = params
-    for key in parents:
-        node = node.setdefault(key, {})
-    node[last] = value
-    return params
+    return set_dotted(copy.deepcopy(PARAMS), path, value)
 
 
 def test_committed_params_are_valid_and_complete():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from conftest import run_module
+from helpers import copy_tree, run_module
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 #: Flags of a quiet headless start on a closed network (no background fetches of Google's hosts).
@@ -69,18 +69,10 @@ def probe(page: Path, tmp_path: Path) -> dict:
     return json.loads(html.unescape(match.group(1)))
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory) -> Path:
-    from conftest import copy_digits, ROOT
-
-    work = tmp_path_factory.mktemp("html") / "proj"
-    work.mkdir()
-    shutil.copy2(ROOT / "params.yaml", work / "params.yaml")
-    copy_digits(work / "data" / "digits", per_label=20)
-    for stage in ("split", "encode", "score"):
-        proc = run_module(f"stages.{stage}", cwd=work)
-        assert proc.returncode == 0, proc.stderr
-    return work / "reports" / "index.html"
+@pytest.fixture
+def report(scored_base) -> Path:
+    """The page of the session's scored project (read only)."""
+    return scored_base / "reports" / "index.html"
 
 
 def test_the_report_is_self_contained(report):
@@ -110,7 +102,7 @@ def test_a_broken_page_is_caught(tmp_path):
     assert any("undefined_call" in line for line in problems(proc)), proc.stderr
 
 
-def test_the_report_is_byte_identical_on_re_run(report):
-    before = report.read_bytes()
-    proc = run_module("stages.score", cwd=report.parent.parent)
-    assert proc.returncode == 0 and report.read_bytes() == before
+def test_the_report_is_byte_identical_on_re_run(report, tmp_path):
+    project = copy_tree(report.parent.parent, tmp_path / "proj")
+    proc = run_module("stages.score", cwd=project)
+    assert proc.returncode == 0 and (project / "reports/index.html").read_bytes() == report.read_bytes()

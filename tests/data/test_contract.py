@@ -1,0 +1,100 @@
+"""recallk.data.contract: every rule of the image table, all failures reported at once, row by row."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from helpers import build, save_image, write_csv, write_images
+from recallk.data import catalog, contract
+from recallk.errors import InputError
+
+
+def test_contract_reports_every_failure_at_once(work):
+    root = work / "data"
+    write_images(root, {"a": 4, "b": 4})
+    (root / "a" / "notes.png").write_text("not an image")
+    png = (root / "a" / "000.png").read_bytes()
+    (root / "a" / "trunc.png").write_bytes(png[: len(png) // 2])
+    outside = save_image(work / "outside.png", seed=99)
+    write_csv(root / "m.csv", "image_id,path,label,split\n"
+                              "i0,a/000.png,a,train\n"                  # line 2: fine
+                              "i1,a/001.png,a,gallery\n"                # line 3: duplicate id (with line 4)
+                              "i1,a/002.png,a,val\n"                    # line 4: duplicate id
+                              "i3,a/missing.png,a,val\n"                # line 5: missing file
+                              "i4,a/notes.png,a,val\n"                  # line 6: not an image
+                              "i5,a/trunc.png,a,val\n"                  # line 7: truncated PNG
+                              f"i6,{outside},a,val\n"                   # line 8: absolute path
+                              "i7,../outside.png,a,val\n"               # line 9: '..' path
+                              "i8,b/000.png,,val\n"                     # line 10: empty label
+                              "i9,b/001.png,b,test\n"                   # line 11: invalid split
+                              "i10,b/002.png,b,gallery\n"               # line 12: fine
+                              "i11,b/003.png,b,val\n")                  # line 13: fine
+    with pytest.raises(InputError) as err:
+        build(csv="m.csv", strategy="given")
+    msg = str(err.value)
+    assert msg.startswith("data contract failed for data/m.csv")
+    expected = [
+        (contract.FILE_RULE, "CSV line 5, path 'a/missing.png'", "file does not exist"),
+        (contract.FILE_RULE, "CSV line 6, path 'a/notes.png'", "Pillow cannot decode it"),
+        (contract.FILE_RULE, "CSV line 7, path 'a/trunc.png'", "truncated"),
+        ("image_id must be unique", "CSV line 3, path 'a/001.png'", "image_id 'i1'"),
+        ("image_id must be unique", "CSV line 4, path 'a/002.png'", "image_id 'i1'"),
+        (contract.PATH_RULE, f"CSV line 8, path '{outside}'", "image_id 'i6'"),
+        (contract.PATH_RULE, "CSV line 9, path '../outside.png'", "image_id 'i7'"),
+        ("label must not be", "CSV line 10, path 'b/000.png'", "image_id 'i8'"),
+        (contract.SPLIT_RULE, "CSV line 11, path 'b/001.png'", "image_id 'i9'"),
+    ]
+    for rule, where, detail in expected:
+        assert rule in msg
+        line = next((ln for ln in msg.splitlines() if where in ln), None)
+        assert line is not None and detail in line, where
+    for fine in ("CSV line 2,", "CSV line 12,", "CSV line 13,"):
+        assert fine not in msg
+
+
+def test_contract_blank_label_is_reported(work):
+    write_images(work / "data", {"a": 2})
+    write_csv(work / "data" / "m.csv", "path,label\na/000.png,a\na/001.png,\"  \"\n")  # whitespace label
+    with pytest.raises(InputError, match=re.escape(contract.LABEL_RULE) + r": 1 row\(s\)\n.*CSV line 3"):
+        build(csv="m.csv")
+
+
+def test_missing_label_in_manifest_stays_missing(work):
+    write_images(work / "data", {"a": 2})
+    write_csv(work / "data" / "m.csv", "path,label\na/000.png,a\na/001.png,\n")
+    with pytest.raises(InputError, match=r"label must not be missing") as info:
+        build(csv="m.csv")
+    assert "CSV line 3" in str(info.value)
+
+
+def test_contract_reports_leakage_between_train_and_gallery(work):
+    root = work / "data"
+    write_images(root, {"a": 3})
+    shutil.copy(root / "a" / "000.png", root / "a" / "copy.png")  # same bytes, other name
+    write_csv(root / "m.csv", "path,label,split\n"
+                              "a/000.png,a,train\n"
+                              "a/001.png,a,val\n"
+                              "a/002.png,a,gallery\n"
+                              "a/copy.png,a,gallery\n")
+    with pytest.raises(InputError) as err:
+        build(csv="m.csv", strategy="given")
+    msg = str(err.value)
+    assert contract.LEAK_RULE in msg
+    assert "CSV line 2, path 'a/000.png'" in msg and "CSV line 5, path 'a/copy.png'" in msg
+    assert "a/001.png" not in msg and "a/002.png" not in msg
+
+
+def test_contract_rejects_a_label_on_both_sides_under_class_disjoint(work):
+    write_images(work / "data", {"a": 2, "b": 2})
+    frame = catalog.probe(Path("data"), catalog.scan_folder(Path("data")))
+    frame["split"] = ["train", "gallery", "val", "gallery"]  # label a is in train and in gallery
+    with pytest.raises(InputError, match=re.escape(contract.DISJOINT_RULE)) as info:
+        contract.validate(frame, contract.image_table_schema(class_disjoint=True), source="data/", csv_lines=False)
+    assert "path 'a/000.png'" in str(info.value) and "path 'a/001.png'" in str(info.value)
+    assert "b/000.png" not in str(info.value)
+    contract.validate(frame, contract.image_table_schema(class_disjoint=False), source="data/", csv_lines=False)  # fine for per_class
+

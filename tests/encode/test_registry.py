@@ -1,0 +1,82 @@
+"""recallk.encode.registry: the pixels backbone, fingerprints, registering, and callable backbones."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from helpers import image_catalog
+from recallk import images
+from recallk.encode import registry as backbones
+from recallk.encode.batches import encode_catalog
+from recallk.encode.registry import Backbone, get_backbone
+from recallk.errors import InputError
+
+MEAN_RGB = "import numpy as np\ndef embed(images):\n    return np.array([np.asarray(i, dtype=float).mean((0, 1)) for i in images])\n"
+
+
+@pytest.mark.parametrize("size", [1, 4, 16])
+def test_pixels_backbone_shape_and_values(size):
+    backbone = get_backbone("pixels", {"resolution": size})
+    white = Image.new("RGB", (30, 20), (255, 255, 255))
+    emb = backbone.encode([white, Image.new("RGB", (7, 7))])
+    assert emb.shape == (2, 3 * size * size) == (2, backbone.dim)
+    assert emb.dtype == np.float32
+    np.testing.assert_array_equal(emb[0], 1.0)  # white -> all ones
+    np.testing.assert_array_equal(emb[1], 0.0)  # black -> all zeros
+
+
+def test_fingerprint_changes_with_preprocessing():
+    assert get_backbone("pixels", {"resolution": 8}).fingerprint != get_backbone("pixels", {"resolution": 16}).fingerprint
+    assert get_backbone("pixels", {"resolution": 8}).fingerprint == get_backbone("pixels", {"resolution": 8}).fingerprint
+
+
+@pytest.mark.parametrize("name, match", [
+    ("pixel", "unknown backbone 'pixel'.*Did you mean `pixels`"),  # typo gets a suggestion
+    ("resnet", "unknown backbone 'resnet'.*Available backbones: .*pixels, precomputed, or `callable:"),
+])
+def test_unknown_backbone(name, match):
+    with pytest.raises(InputError, match=match):
+        get_backbone(name)
+
+
+def test_register_adds_a_backbone(monkeypatch):
+    monkeypatch.setattr(backbones, "REGISTRY", dict(backbones.REGISTRY))
+
+    @backbones.register("const")
+    def const() -> Backbone:
+        return Backbone("const", 2, lambda imgs: np.ones((len(imgs), 2)), "c")
+
+    assert get_backbone("const").dim == 2
+
+
+# --- callable backbones -----------------------------------------------------------------------------------------
+
+def test_callable_backbone_infers_dim_and_fingerprints_source(tmp_path, user_module):
+    user_module("mymod_ok", MEAN_RGB)
+    backbone = get_backbone("callable:mymod_ok:embed")
+    assert backbone.dim is None
+    cat = image_catalog(tmp_path, range(5))
+    out, n_enc, _ = encode_catalog(cat, backbone, batch_size=2, num_workers=1)
+    assert out.shape == (5, 3) and n_enc == 5
+    np.testing.assert_allclose(out[1], np.asarray(images.load(cat["path"][1]), dtype=float).mean((0, 1)), rtol=1e-6)
+    assert get_backbone("callable:mymod_ok:embed").fingerprint == backbone.fingerprint  # stable
+    user_module("mymod_ok", MEAN_RGB + "# edited\n")
+    assert get_backbone("callable:mymod_ok:embed").fingerprint != backbone.fingerprint
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("callable:nomodule", r"is not a valid callable; write it as `callable:package.module:function`"),  # no function
+    ("callable::embed", r"is not a valid callable"),                                                      # no module
+    ("callable:missing_mod_zz:f", r"cannot import module 'missing_mod_zz'"),                             # not importable
+    ("callable:mymod_err:absent", r"module 'mymod_err' has no function 'absent'"),                       # no such name
+    ("callable:mymod_err:CONSTANT", r"module 'mymod_err' has no function 'CONSTANT'"),                   # not callable
+    ("callable:mymod_syntax:embed", r"cannot import module 'mymod_syntax' for `encode.backbone` \(SyntaxError"),
+])
+def test_callable_backbone_errors(user_module, spec, match):
+    user_module("mymod_err", MEAN_RGB + "CONSTANT = 3\n")
+    user_module("mymod_syntax", "def embed(images)\n    return images\n")
+    with pytest.raises(InputError, match=match):
+        get_backbone(spec)
+

@@ -1,0 +1,401 @@
+"""Helpers shared by the tests (importable as ``helpers``: ``pythonpath = ["tests"]`` in pyproject.toml).
+
+* paths: the repository, the committed digits, the outputs of each stage;
+* subprocesses: a stage script, ``dvc`` and ``git`` with a clean environment;
+* data: seeded images, digit subsets, a project folder (``params.yaml`` + images);
+* params: :func:`set_params` (dotted keys) and :func:`edit_params` (any change);
+* stage runs: :func:`run_ok` and :func:`run_fails` (a clean user error: exit 2, one ``error:``
+  message, no traceback), :func:`assert_no_outputs`, :func:`plant_stale`;
+* pipelines: a temp git repo with the project's DVC files, ``dvc repro`` with what ran.
+
+Fixtures built on these live in ``conftest.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from PIL import Image
+
+from recallk.score.metrics import metric_keys
+from recallk.score.similarity import cosine_block, l2_normalize
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = ROOT / "data" / "digits"
+
+CATALOG = "data/prepared/catalog.csv"
+SPLIT = "data/prepared/split.csv"
+SKIPPED = "data/prepared/skipped.csv"
+EMBEDDINGS = "data/embeddings/embeddings.npy"
+IDS = "data/embeddings/ids.npy"
+METRICS = "metrics/recall.json"
+PER_CLASS = "metrics/per_class.csv"
+CURVE = "metrics/recall_curve.csv"
+PER_QUERY = "data/scores/per_query.csv"
+SPLIT_OUTPUTS = (CATALOG, SPLIT, SKIPPED, "data/prepared/provenance.json")
+ENCODE_OUTPUTS = (EMBEDDINGS, IDS, "data/embeddings/provenance.json")
+SCORE_OUTPUTS = (METRICS, "metrics/intervals.json", PER_CLASS, CURVE, PER_QUERY, "metrics/per_query.csv",
+                 "metrics/confusions.csv", "data/scores/neighbors.csv", "plots/failures.png", "reports/index.html")
+ALL_OUTPUTS = SPLIT_OUTPUTS + ENCODE_OUTPUTS + SCORE_OUTPUTS
+#: The score outputs that do not depend on score.backend (the report page names the backend it ran).
+RANKING_OUTPUTS = tuple(rel for rel in SCORE_OUTPUTS if rel != "reports/index.html")
+STAGES = ("split", "encode", "score")
+
+
+# ---------------------------------------------------------------------------------------------- subprocesses
+
+
+def tool_env(**extra: str) -> dict[str, str]:
+    """Environment for subprocesses: this interpreter's bin first, the repo on PYTHONPATH, a git
+    identity, no DVC analytics, plus ``extra``."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = str(ROOT)
+    env.update(DVC_NO_ANALYTICS="1", GIT_AUTHOR_NAME="test", GIT_AUTHOR_EMAIL="test@example.com",
+               GIT_COMMITTER_NAME="test", GIT_COMMITTER_EMAIL="test@example.com")
+    env.update(extra)
+    return env
+
+
+def run(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    """Run a command; on an unexpected exit code fail with its output."""
+    proc = subprocess.run(args, cwd=cwd, env=tool_env(), capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        pytest.fail(f"{' '.join(args)} exited {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+def run_module(module: str, *args: str, cwd: Path, check: bool = False) -> subprocess.CompletedProcess:
+    """Run ``python -m <module> args`` in ``cwd`` (a stage script, usually)."""
+    return run([sys.executable, "-m", module, *args], cwd=cwd, check=check)
+
+
+def dvc(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "dvc", *args], cwd=cwd, check=check)
+
+
+def git(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    return run(["git", *args], cwd=cwd, check=check)
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+
+def save_image(path: Path, seed: int = 0, size: tuple[int, int] = (12, 12), mode: str = "RGB", fmt: str | None = None) -> Path:
+    """Write a small seeded random image (real pixels through Pillow)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    channels = {"RGB": 3, "L": 1}[mode]
+    arr = rng.integers(0, 256, size=(size[1], size[0], channels), dtype=np.uint8)
+    Image.fromarray(arr[..., 0] if channels == 1 else arr, mode).save(path, format=fmt)
+    return path
+
+
+def copy_digits(dest: Path, per_label: int) -> Path:
+    """Copy the first ``per_label`` committed digit images of every label into ``dest``."""
+    for label_dir in sorted(p for p in DIGITS.iterdir() if p.is_dir()):
+        target = dest / label_dir.name
+        target.mkdir(parents=True, exist_ok=True)
+        for img in sorted(label_dir.iterdir())[:per_label]:
+            shutil.copy2(img, target / img.name)
+    return dest
+
+
+def new_project(dest: Path, per_label: int | None = 20) -> Path:
+    """A working directory with the project's params.yaml and (unless ``per_label`` is None) a
+    ``per_label`` digits subset as its data root."""
+    dest.mkdir(parents=True)
+    shutil.copy2(ROOT / "params.yaml", dest / "params.yaml")
+    if per_label is not None:
+        copy_digits(dest / "data" / "digits", per_label=per_label)
+    return dest
+
+
+def copy_tree(src: Path, dest: Path) -> Path:
+    """A private copy of a project or repo (outputs, embedding cache, git history and DVC cache
+    included; DVC's state DB and locks belong to the original)."""
+    shutil.copytree(src, dest, symlinks=True)
+    shutil.rmtree(dest / ".dvc" / "tmp", ignore_errors=True)
+    return dest
+
+
+def read_csv(project: Path, rel: str) -> pd.DataFrame:
+    """A CSV output as text (every cell a string, empty cells ``""``)."""
+    return pd.read_csv(project / rel, dtype=str, keep_default_na=False)
+
+
+def read_metrics(project: Path) -> dict[str, Any]:
+    """recall.json (means, counts) and, when present, intervals.json (intervals, class means) together."""
+    headline = json.loads((project / METRICS).read_text(encoding="utf-8"))
+    assert not [k for k in headline if k.endswith(("_ci_low", "_ci_high", "_class_mean"))], "detail in recall.json"
+    detail_path = project / "metrics/intervals.json"
+    detail = json.loads(detail_path.read_text(encoding="utf-8")) if detail_path.is_file() else {}
+    assert not set(headline) & set(detail)
+    return {**headline, **detail}
+
+
+def read_bytes(project: Path, rels: Iterable[str]) -> dict[str, bytes]:
+    return {rel: (project / rel).read_bytes() for rel in rels}
+
+
+# ---------------------------------------------------------------------------------------------- params
+
+
+def set_dotted(params: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
+    """Set ``section.key[.sub]`` in a params mapping (creating missing mappings); returns ``params``."""
+    *parents, leaf = dotted.split(".")
+    node = params
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value
+    return params
+
+
+def edit_params(project: Path, change: Callable[[dict[str, Any]], Any]) -> None:
+    """Apply ``change(params)`` to the project's params.yaml (rewritten with PyYAML)."""
+    path = project / "params.yaml"
+    params = yaml.safe_load(path.read_text(encoding="utf-8"))
+    change(params)
+    path.write_text(yaml.safe_dump(params, sort_keys=False, allow_unicode=True), encoding="utf-8")
+
+
+def set_params(project: Path, changes: dict[str, Any]) -> None:
+    """Set dotted params, ``{"score.bootstrap.seed": 1}``, in the project's params.yaml."""
+    def change(params: dict[str, Any]) -> None:
+        for key, value in changes.items():
+            set_dotted(params, key, value)
+
+    edit_params(project, change)
+
+
+# ---------------------------------------------------------------------------------------------- stage runs
+
+
+def _output(proc: subprocess.CompletedProcess) -> str:
+    return f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+
+
+def run_ok(project: Path, *stages: str) -> subprocess.CompletedProcess:
+    """Run each stage (``split``, ``encode``, ``score``) in ``project``; each must succeed. Returns the last run."""
+    proc = None
+    for stage in stages:
+        proc = run_module(f"stages.{stage}", cwd=project)
+        assert proc.returncode == 0, f"{stage} failed\n{_output(proc)}"
+        assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def assert_user_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    """A clean user error: exit 2, exactly one ``error:`` message, no traceback, every fragment in stderr."""
+    out = _output(proc)
+    assert proc.returncode == 2, out
+    assert "Traceback" not in proc.stderr, out
+    assert len(re.findall(r"^error: ", proc.stderr, flags=re.M)) == 1, out
+    for fragment in fragments:
+        assert fragment in proc.stderr, f"{fragment!r} not in stderr:\n{proc.stderr}"
+
+
+def run_fails(project: Path, stage: str, *fragments: str, args: Iterable[str] = ()) -> subprocess.CompletedProcess:
+    """Run a stage that must fail as a user error (:func:`assert_user_error`); returns the run."""
+    proc = run_module(f"stages.{stage}", *args, cwd=project)
+    assert_user_error(proc, *fragments)
+    return proc
+
+
+def assert_no_outputs(project: Path, outputs: Iterable[str] = ALL_OUTPUTS) -> None:
+    """None of ``outputs`` exists, and no temporary file is left anywhere in the project."""
+    left = [p for p in outputs if (project / p).exists()]
+    assert not left, f"outputs left behind: {left}"
+    assert not list(project.rglob("*.tmp")), f"temporary files left behind: {list(project.rglob('*.tmp'))}"
+
+
+def plant_stale(project: Path, outputs: Iterable[str]) -> None:
+    """Stale outputs of an 'earlier run': a failing stage must remove them."""
+    for p in outputs:
+        (project / p).parent.mkdir(parents=True, exist_ok=True)
+        (project / p).write_text("stale\n")
+
+
+# ---------------------------------------------------------------------------------------------- pipelines (dvc)
+
+
+PROJECT_FILES = (".dvc/config", ".dvc/.gitignore", ".dvcignore", ".gitignore", "dvc.yaml", "params.yaml")
+RAN_RE = re.compile(r"Running stage '([^']+)'")
+SKIPPED_RE = re.compile(r"Stage '([^']+)' didn't change, skipping")
+
+
+def copy_pipeline(dest: Path, *, per_label: int = 20, full_data: bool = False, with_results: bool = False) -> Path:
+    """Copy the project's pipeline (code, DVC files, params, a digits subset or all of them) into
+    ``dest``, not a git repo yet; ``with_results`` adds the committed dvc.lock and metrics."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for package in ("stages", "recallk"):  # the stages' code deps (dvc.yaml)
+        shutil.copytree(ROOT / package, dest / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for rel in PROJECT_FILES:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, dest / rel)
+    if full_data:
+        shutil.copytree(DIGITS, dest / "data" / "digits")
+    else:
+        copy_digits(dest / "data" / "digits", per_label=per_label)
+    if with_results:
+        for rel in ("dvc.lock", METRICS, "data/prepared/.gitignore", "data/embeddings/.gitignore"):
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, dest / rel)
+    return dest
+
+
+def commit(repo: Path, message: str) -> None:
+    git("add", "-A", cwd=repo)
+    git("commit", "-q", "--allow-empty", "-m", message, cwd=repo)
+
+
+def git_init(repo: Path, message: str = "init") -> None:
+    git("init", "-q", "-b", "main", cwd=repo)
+    commit(repo, message)
+
+
+def repro(repo: Path, *args: str, check: bool = True) -> tuple[set[str], set[str], str]:
+    """Run ``dvc repro``; return (stages run, stages skipped as unchanged, combined output)."""
+    proc = dvc("repro", *args, cwd=repo, check=check)
+    out = proc.stdout + proc.stderr
+    return set(RAN_RE.findall(out)), set(SKIPPED_RE.findall(out)), out
+
+
+# ---------------------------------------------------------------------------------------------- split in-process
+
+
+SPLIT_FRACTIONS = {"train": 0.5, "val": 0.25, "gallery": 0.25}
+
+
+def build(data_root: str = "data", csv: str | None = None, **overrides: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``recallk.data.prepare.prepare`` with per_class defaults (paths relative to the cwd): (catalog, split)."""
+    from recallk.data import prepare
+
+    params = dict(data_root=data_root, csv=csv, on_bad_image="error", strategy="per_class",
+                  protocol="query_gallery", seed=0, fractions=SPLIT_FRACTIONS) | overrides
+    cat, spl, skipped = prepare.prepare(**params)
+    assert skipped.empty or params["on_bad_image"] == "skip"
+    return cat, spl
+
+
+def write_images(root: Path, labels: dict[str, int], seed: int = 0) -> None:
+    """``n`` distinct PNGs per label folder: ``root/<label>/000.png`` ..."""
+    for j, (label, n) in enumerate(labels.items()):
+        for i in range(n):
+            save_image(root / label / f"{i:03d}.png", seed=seed + 100 * j + i)
+
+
+def write_csv(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------------------------------------- encode
+
+
+def image_row(path: Path, image_id: str) -> dict[str, str]:
+    """A catalog row (``image_id, path, sha256``) for an image file."""
+    return {"image_id": image_id, "path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def image_catalog(folder: Path, seeds: Iterable[int], prefix: str = "id") -> pd.DataFrame:
+    """One random PNG ``<prefix><i>.png`` (image_id ``<prefix><i>``) per seed; equal seeds give files with
+    identical content."""
+    return pd.DataFrame([image_row(save_image(folder / f"{prefix}{i}.png", seed=s), f"{prefix}{i}")
+                         for i, s in enumerate(seeds)])
+
+
+# ---------------------------------------------------------------------------------------------- score oracle
+
+
+#: The committed ``score.ks`` and metric keys (params.yaml).
+KS = [1, 5, 10]
+METRIC_KEYS = metric_keys(["recall", "precision", "r_precision", "map@r", "map", "mrr"], KS)
+#: The score-table projects (conftest): per-label counts 20, 22 and 24; a camera column cycling CAMERAS.
+UNEVEN_PER_LABEL = 20
+CAMERAS = ("cam0", "cam1", "cam2")
+
+
+def read_per_query(project: Path) -> pd.DataFrame:
+    return pd.read_csv(project / PER_QUERY, dtype={"image_id": str, "label": str})
+
+
+def eval_sets(project: Path) -> dict:
+    """Queries and gallery as the score stage sees them (split order), with their embeddings and catalog rows."""
+    split = pd.read_csv(project / SPLIT, dtype={"image_id": str})
+    cat = pd.read_csv(project / CATALOG, dtype=str, keep_default_na=False).set_index("image_id")
+    emb = np.load(project / EMBEDDINGS)
+    row = {i: n for n, i in enumerate(np.load(project / IDS).astype(str))}
+    q = split.loc[split["query"], "image_id"].tolist()
+    g = split.loc[split["gallery"], "image_id"].tolist()
+    train = split.loc[split["split"].eq("train") & ~split["query"] & ~split["gallery"], "image_id"].tolist()
+    return {"q": q, "g": g, "train": train, "cat": cat, "emb": emb, "row": row,
+            "q_emb": emb[[row[i] for i in q]], "g_emb": emb[[row[i] for i in g]],
+            "q_lab": cat.loc[q, "label"].to_numpy(), "g_lab": cat.loc[g, "label"].to_numpy()}
+
+
+def oracle(q_emb, g_emb, q_lab, g_lab, q_ids, g_ids, ks, exclude=()):
+    """Brute force, one query at a time, straight from the formulas in the recallk.score.metrics docstring.
+
+    ``exclude``: (query values, gallery values) pairs; a shared non-missing value hides the item.
+    Returns per-query arrays: n_pos, n_ret, first (1-based, 0 = none), first_opp, and values by metric key.
+    """
+    sims = cosine_block(l2_normalize(np.asarray(q_emb)), l2_normalize(np.asarray(g_emb)).T)
+    q_lab, g_lab = np.asarray(q_lab, dtype=str), np.asarray(g_lab, dtype=str)
+    g_ids = np.asarray(g_ids, dtype=object)
+    n = len(q_ids)
+    out = {"n_pos": np.zeros(n, int), "n_ret": np.zeros(n, int), "first": np.zeros(n, int),
+           "first_opp": np.zeros(n, int)}
+    values = {k: np.full(n, np.nan) for k in metric_keys(["recall", "precision", "r_precision", "map@r", "map",
+                                                           "mrr"], ks)}
+    for i in range(n):
+        allowed = g_ids != q_ids[i]
+        for qv, gv in exclude:
+            v = qv[i]
+            if v is not None and v == v and v != "":
+                allowed &= np.asarray([w != v for w in gv])
+        idx = np.flatnonzero(allowed)
+        s = sims[i, idx]
+        order = idx[np.lexsort((idx, -s))]            # descending similarity, smaller gallery index first
+        order_opp = idx[np.lexsort((-idx, -s))]       # the other tie rule
+        r = np.flatnonzero(g_lab[order] == q_lab[i]) + 1.0
+        M, R = idx.size, r.size
+        out["n_ret"][i], out["n_pos"][i] = M, R
+        if R == 0:
+            continue
+        out["first"][i] = int(r[0])
+        out["first_opp"][i] = int(np.flatnonzero(g_lab[order_opp] == q_lab[i])[0]) + 1
+        j = np.arange(1, R + 1)
+        for k in ks:
+            values[f"recall@{k}"][i] = float(r[0] <= k)
+            values[f"precision@{k}"][i] = np.count_nonzero(r <= k) / min(k, M)
+        values["r_precision"][i] = np.count_nonzero(r <= R) / R
+        values["map@r"][i] = math.fsum((j / r)[r <= R]) / R
+        values["map"][i] = math.fsum(j / r) / R
+        values["mrr"][i] = 1.0 / r[0]
+    out["values"] = values
+    return out
+
+
+def fmean(values) -> float:
+    kept = [v for v in values if not math.isnan(v)]
+    return math.fsum(kept) / len(kept)
+
+
+def approx(x, rel=1e-9):
+    return pytest.approx(x, rel=rel, abs=1e-12)
+

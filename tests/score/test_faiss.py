@@ -1,0 +1,25 @@
+"""recallk.score.ranking.faiss_backend through the score stage: the same outputs as numpy, a quiet loader.
+
+(The API-level cross-check of the two backends is in tests/test_metrics.py.)"""
+
+from __future__ import annotations
+
+from helpers import RANKING_OUTPUTS, read_metrics, run_ok, set_params
+
+
+def test_faiss_backend_matches_numpy(uneven_scored, uneven_scored_base):
+    import faiss  # noqa: F401  -- part of the test environment: a missing faiss fails here, never skips
+
+    set_params(uneven_scored, {"score.backend": "faiss"})
+    run_ok(uneven_scored, "score")
+    assert read_metrics(uneven_scored) == read_metrics(uneven_scored_base)
+    for rel in RANKING_OUTPUTS:  # the report page differs only where it names the backend
+        assert (uneven_scored / rel).read_bytes() == (uneven_scored_base / rel).read_bytes(), rel
+    page = (uneven_scored / "reports/index.html").read_text()
+    assert page.replace("backend faiss", "backend numpy") == (uneven_scored_base / "reports/index.html").read_text()
+
+
+def test_faiss_backend_keeps_its_loader_quiet(scored_project):
+    set_params(scored_project, {"score.backend": "faiss"})
+    proc = run_ok(scored_project, "score")
+    assert "faiss" not in proc.stderr.lower(), proc.stderr

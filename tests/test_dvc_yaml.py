@@ -1,0 +1,122 @@
+"""The DVC project files: each stage of dvc.yaml depends on exactly the code it imports and its own params
+section (dvc.yaml's comment points here), and no param hides from DVC's run-cache. Static checks, no dvc run."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import yaml
+
+from helpers import METRICS, ROOT, STAGES
+
+
+def test_no_param_named_like_dvc_metadata() -> None:
+    """DVC (3.x, treeverse/dvc#10296) drops every key named ``size`` or ``nfiles`` -- params included --
+    from the run-cache key, so changing such a param restores the previous run's outputs instead of
+    re-running the stage. No param may use those names."""
+    reserved = {"size", "nfiles"}
+
+    def keys(node, prefix=""):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield f"{prefix}{k}", k
+                yield from keys(v, f"{prefix}{k}.")
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+    bad = [dotted for dotted, k in keys(params) if k in reserved]
+    assert not bad, f"params {bad} are invisible to DVC's run-cache; rename them"
+
+
+PACKAGES = ("stages", "recallk")
+
+
+
+def _module_path(module: str) -> Path:
+    parts = module.split(".")
+    as_file = ROOT.joinpath(*parts).with_suffix(".py")
+    return as_file if as_file.is_file() else ROOT.joinpath(*parts, "__init__.py")
+
+
+def _is_ours(name: str) -> bool:
+    return name.split(".")[0] in PACKAGES
+
+
+def _direct_imports(module: str) -> set[str]:
+    """Our modules imported (at any nesting level, so lazy imports count) by ``module``, with the
+    packages above each one, whose ``__init__.py`` runs first."""
+    path = _module_path(module)
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if _is_ours(a.name))
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            if not _is_ours(base):
+                continue
+            found.add(base)
+            for alias in node.names:  # `from recallk.data import catalog` imports a submodule
+                sub = f"{base}.{alias.name}"
+                if _module_path(sub).is_file():
+                    found.add(sub)
+    parents = {".".join(m.split(".")[:i]) for m in found | {module} for i in range(1, m.count(".") + 1)}
+    return found | parents
+
+
+def _closure(module: str) -> set[str]:
+    seen, todo = set(), [module]
+    while todo:
+        mod = todo.pop()
+        if mod not in seen:
+            seen.add(mod)
+            todo.extend(_direct_imports(mod) - seen)
+    return seen
+
+
+def _covered(file: str, deps: set[str]) -> bool:
+    return any(file == d or file.startswith(d.rstrip("/") + "/") for d in deps)
+
+
+def test_dvc_yaml_stages_depend_on_their_code_and_params() -> None:
+    """Each stage's code deps are exactly its import closure: every file it may run is a dep
+    (a folder dep counts for the files in it) and no dep holds code it never imports."""
+    spec = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))
+    assert set(spec["stages"]) == set(STAGES)
+    for name, stage in spec["stages"].items():
+        match = re.match(r"python -m (stages\.\w+)\b", " ".join(stage["cmd"].split()))
+        assert match, f"stage {name}: unexpected cmd {stage['cmd']!r}"
+        module = match.group(1)
+        assert module == f"stages.{name}"
+        needed = {str(_module_path(m).relative_to(ROOT).as_posix()) for m in _closure(module)}
+        code_deps = {d for d in stage["deps"] if _is_ours(d.split("/")[0])}
+        missing = {f for f in needed if not _covered(f, code_deps)}
+        assert not missing, f"stage {name} imports {sorted(missing)} but does not list them in deps"
+        for dep in code_deps:
+            assert (ROOT / dep).exists(), f"stage {name}: dep {dep} does not exist"
+            files = ({p.relative_to(ROOT).as_posix() for p in (ROOT / dep).rglob("*.py")} if (ROOT / dep).is_dir()
+                     else {dep})
+            extra = files - needed
+            assert not extra, f"stage {name} lists code it does not import (needless re-runs): {sorted(extra)}"
+        assert stage.get("params") == [name], f"stage {name} must depend on exactly its own params section"
+
+    score_outs = spec["stages"]["score"]["outs"]
+    assert {METRICS: {"cache": False}} in score_outs
+    assert METRICS in spec.get("metrics", [])
+    # the split stage reads its data root through params interpolation
+    assert "${split.data_root}" in spec["stages"]["split"]["deps"]
+
+
+def test_closure_walker_sees_from_package_imports_and_parent_packages() -> None:
+    """Guard the helper above: ``from recallk.data import catalog`` imports recallk.data.catalog, and
+    importing a submodule runs its packages' ``__init__.py``."""
+    closure = _closure("stages.split")
+    assert {"recallk.data.catalog", "recallk.data.contract", "recallk.data.splitting", "recallk.images",
+            "recallk", "recallk.data"} <= closure
+    assert "recallk.score.metrics" not in closure and "recallk.encode.registry" not in closure
+
