@@ -29,7 +29,8 @@ from stages.score_inputs import load_inputs
 
 PATHS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.csv",
          "embeddings": "data/embeddings/embeddings.npy", "ids": "data/embeddings/ids.npy",
-         "metrics": "metrics/recall.json", "intervals": "metrics/intervals.json", "per-class": "metrics/per_class.csv", "curve": "metrics/recall_curve.csv",
+         "metrics": "metrics/recall.json", "intervals": "metrics/intervals.json",
+         "evaluated": "metrics/evaluated.json", "per-class": "metrics/per_class.csv", "curve": "metrics/recall_curve.csv",
          "per-query": "data/scores/per_query.csv", "compact": "metrics/per_query.csv",
          "neighbors": "data/scores/neighbors.csv", "confusions": "metrics/confusions.csv",
          "failures": "plots/failures.png", "report": "reports/index.html",
@@ -79,7 +80,8 @@ def show(metrics_json: str, intervals_json: str, evaluated: dict) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_stage_args(argv, "Score the metric suite and write the metrics, tables and curve.", PATHS,
                             flags={"show": "only print the report of an existing metrics file"})
-    outputs = [args.metrics, args.intervals] + [getattr(args, name) for name in TABLES] + [args.failures, args.report]
+    outputs = ([args.metrics, args.intervals, args.evaluated] + [getattr(args, name) for name in TABLES]
+               + [args.failures, args.report])
     if not args.show:
         remove_outputs(outputs)  # first: a failed run never leaves an old result looking current
     params = load_section("score", args.params)
@@ -98,7 +100,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     page = html.page(metrics, metric_keys(params["metrics"], params["ks"]), evaluated, tables["curve_band"],
                      tables["per_class"], sheet)
     headline, detail = split_metrics(metrics)
-    write_all([(args.metrics, json_file(headline)), (args.intervals, json_file(detail))]
+    write_all([(args.metrics, json_file(headline)), (args.intervals, json_file(detail)),
+               (args.evaluated, json_file(evaluated))]
               + [(getattr(args, name), csv_file(tables[name])) for name in TABLES]
               + [(args.failures, lambda tmp: (sheet or off_sheet()).save(tmp, format="PNG")),
                  (args.report, lambda tmp: tmp.write_text(page, encoding="utf-8", newline="\n"))])

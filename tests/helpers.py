@@ -47,7 +47,7 @@ CURVE = "metrics/recall_curve.csv"
 PER_QUERY = "data/scores/per_query.csv"
 SPLIT_OUTPUTS = (CATALOG, SPLIT, SKIPPED, "data/prepared/provenance.json")
 ENCODE_OUTPUTS = (EMBEDDINGS, IDS, "data/embeddings/provenance.json")
-SCORE_OUTPUTS = (METRICS, "metrics/intervals.json", PER_CLASS, CURVE, PER_QUERY, "metrics/per_query.csv",
+SCORE_OUTPUTS = (METRICS, "metrics/intervals.json", "metrics/evaluated.json", PER_CLASS, CURVE, PER_QUERY, "metrics/per_query.csv",
                  "metrics/confusions.csv", "data/scores/neighbors.csv", "plots/failures.png", "reports/index.html")
 ALL_OUTPUTS = SPLIT_OUTPUTS + ENCODE_OUTPUTS + SCORE_OUTPUTS
 #: The score outputs that do not depend on score.backend (the report page names the backend it ran).

@@ -48,11 +48,13 @@ def text_report(result: dict[str, Any], origin: Sequence[str]) -> str:
     table = [HEADER] + rows(result)
     widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
     unit = "labels (clusters of queries)" if result["by"] == "label" else "queries"
-    lines = [f"A: {origin[0]}", f"B: {origin[1]}",
-             f"{result['queries']} queries compared ({result['excluded']} without a positive left out"
-             + "".join(f"; {n} only in {side} dropped" for side, n in result["dropped"].items() if n)
-             + f"); resampling {unit}; {result['confidence']:.0%} paired bootstrap interval; two-sided paired "
-             "sign-flip p; Holm over the metrics below", ""]
+    lines = [f"A: {origin[0]}", f"B: {origin[1]}"]
+    for side, facts in zip("AB", result.get("evaluated", ({}, {}))):
+        lines += [f"   {side} {key}: {value}" for key, value in facts.items()]
+    lines += [f"{result['queries']} queries compared ({result['excluded']} without a positive left out"
+              + "".join(f"; {n} only in {side} dropped" for side, n in result["dropped"].items() if n)
+              + f"); resampling {unit}; {result['confidence']:.0%} paired bootstrap interval; two-sided paired "
+              "sign-flip p; Holm over the metrics below", ""]
     lines += ["  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths)))
               for r in table]
     for name, flips in result["flips"].items():
@@ -122,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"error: {exc}\n")
         return 2
     result["sources"] = [origin_a, origin_b]
+    result["evaluated"] = [sources.evaluated(args.a, args.repo), sources.evaluated(args.b, args.repo)]
     print(text_report(result, (origin_a, origin_b)))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

@@ -8,6 +8,7 @@ a fresh clone with no DVC cache, e.g. in CI against the base branch.
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 from pathlib import Path
 
@@ -48,6 +49,24 @@ def read_table(text: str, source: str) -> pd.DataFrame:
         return pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False).replace("", pd.NA)
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise InputError(f"{source} is not a readable per-query CSV ({exc}).") from None
+
+
+def evaluated(spec: str, repo: str | Path = ".") -> dict[str, str]:
+    """What the score stage says it evaluated (``metrics/evaluated.json``) beside ``spec``'s per-query
+    table: in a folder, or at a revision; empty when there is none (a CSV file, an older revision)."""
+    path = Path(spec)
+    if path.is_file():
+        candidates = [path.parent / "evaluated.json"]
+    elif path.is_dir():
+        candidates = [path / "evaluated.json", path / "metrics" / "evaluated.json"]
+    else:
+        commit = resolve_revision(spec, Path(repo))
+        shown = _git("show", f"{commit}:metrics/evaluated.json", cwd=Path(repo)) if commit else None
+        return json.loads(shown.stdout) if shown is not None and shown.returncode == 0 else {}
+    for candidate in candidates:
+        if candidate.is_file():
+            return json.loads(candidate.read_text(encoding="utf-8"))
+    return {}
 
 
 def load(spec: str, repo: str | Path = ".") -> tuple[pd.DataFrame, str]:

@@ -41,6 +41,8 @@ def test_compare_a_revision_with_an_experiment(scored, tmp_path):
         assert m["mean_a"] == pytest.approx(base[key], abs=1e-9) and m["mean_b"] == pytest.approx(small[key], abs=1e-9)
         assert m["ci_low"] <= m["delta"] <= m["ci_high"] and 0 < m["p"] <= 1 and m["p_holm"] >= m["p"]
     assert "main (" in proc.stdout and "small (" in proc.stdout and "recall@1" in proc.stdout
+    assert "A backbone: pixels" in proc.stdout and "B backbone: pixels" in proc.stdout  # what each side evaluated
+    assert result["evaluated"][0]["split"] == "class_disjoint, query_gallery, seed 0"
     assert (tmp_path / "r.md").read_text().startswith("**A**: `main (")
 
 
@@ -66,6 +68,17 @@ def test_ci_recipe_compares_branches_in_a_fresh_clone_without_a_dvc_cache(scored
     assert gate.returncode == (1 if worse["p_holm"] < 0.05 else 0), gate.stderr
     if gate.returncode:
         assert "significantly worse than A on map@r" in gate.stderr
+
+
+def test_compare_two_experiments(scored, tmp_path):
+    dvc("exp", "run", "-n", "tiny", "-S", "encode.pixels.resolution=2", cwd=scored)
+    out = tmp_path / "two.json"
+    proc = run_module("recallk.compare", "small", "tiny", "--json", str(out), cwd=scored)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    small = _recall_json(scored, git("rev-parse", "refs/exps/" + _exp_ref(scored), cwd=scored).stdout.strip())
+    assert result["metrics"]["recall@1"]["mean_a"] == pytest.approx(small["recall@1"], abs=1e-9)
+    assert result["queries"] == small["num_queries"]
 
 
 def test_an_unknown_revision_is_one_clear_error(scored):
