@@ -60,7 +60,7 @@ def per_query(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str]) -> di
     if ranking.cap is not None and (needs_all or "mrr" in metrics or max(ks, default=0) > ranking.cap):
         raise ValueError(f"this ranking's first ranks are capped at {ranking.cap}: it serves recall@K for "
                          f"K <= {ranking.cap} only; rank with cap=None.")
-    first = ranking.first_rank.astype(np.float64)  # 0-based; a property computed over every query: once
+    first = ranking.first_rank  # 0-based (int64); computed over every query once
     if ranking.ranks.size <= _SPAN_PAIRS:  # one span: every query at once
         values = _span_values(ranking, first, 0, first.size, ks, metrics)
         return {key: values[key] for key in metric_keys(metrics, ks)}

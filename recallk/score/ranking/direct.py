@@ -56,7 +56,7 @@ def direct_ranks(p: Problem, complete: bool, cap: int | None) -> tuple[np.ndarra
     offsets[0] = 0
     np.cumsum(n_pos if complete else has, out=offsets[1:])
     ranks = _every_rank(sims, positive, retrievable, p.gindex) if complete else first[has]
-    opposite[~has] = -1
+    opposite = np.where(has, opposite, -1)
     if cap is not None:
         ranks, opposite[has] = np.minimum(ranks, cap), np.minimum(opposite[has], cap)
     return n_pos, offsets, ranks, opposite

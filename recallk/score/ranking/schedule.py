@@ -29,7 +29,7 @@ _TILE_WIDTH = 2048
 #: above 65,536 x 4): no threadpoolctl call for them.
 _ONE_THREAD_MACS = 2**18
 
-_blas_libraries = None  # threadpoolctl's controller of the BLAS libraries loaded (numpy's among them), found once
+_blas_libraries = None  # threadpoolctl's controllers of the BLAS libraries loaded (numpy's among them), found once
 
 
 class TileWorker:
@@ -155,10 +155,27 @@ def single_threaded_blas(macs: float | None = None) -> AbstractContextManager:
     if _blas_libraries is None:
         from threadpoolctl import ThreadpoolController
 
-        _blas_libraries = ThreadpoolController().select(user_api="blas")
-    if all(lib.num_threads == 1 for lib in _blas_libraries.lib_controllers):
+        _blas_libraries = ThreadpoolController().select(user_api="blas").lib_controllers
+    threads = [lib.get_num_threads() for lib in _blas_libraries]
+    if all(t == 1 for t in threads):
         return nullcontext()
-    return _blas_libraries.limit(limits=1)
+    return _OneThread(_blas_libraries, threads)
+
+
+class _OneThread:
+    """:func:`single_threaded_blas`'s context: each library on one thread, then back to ``threads``
+    (threadpoolctl's own limiter reads every library's full info first, which takes longer than a small product)."""
+
+    def __init__(self, libraries: list, threads: list[int]) -> None:
+        self.libraries, self.threads = libraries, threads
+
+    def __enter__(self) -> None:
+        for lib in self.libraries:
+            lib.set_num_threads(1)
+
+    def __exit__(self, *exc: object) -> None:
+        for lib, n in zip(self.libraries, self.threads):
+            lib.set_num_threads(n)
 
 
 def _n_workers() -> int:
