@@ -22,17 +22,21 @@ fresh subprocess so peak memory is per method:
   for every positive needs exact products; the fast path needs them only near the first
   positive). For leave-one-out the suite computes half of these products.
 
+Scenario S: a training loop's call, 64 x 64 x 256-d, 1,000 calls per method (``bench/small_batch.py``):
+``recall_at_k`` and ``retrieval_metrics`` against plain numpy (normalise, matmul, argsort); target <= 2x.
 Scenario A: 10,000 queries x 50,000 gallery x 512-d (disjoint), recall@{1,5,10}.
 Scenario B: leave-one-out, 20,000 x 512-d (queries == gallery, self excluded by id).
 Scenario C: A's sizes, clustered (class centre + noise, recall@10 about 0.66), engine and FAISS only:
 random vectors make nearly every query miss, which lets recall-only stop early; here most hit.
 Targets (the issue's): A engine <= 1.0x FAISS and <= 1.15x floor; B engine
 <= 0.65x FAISS; engine extra memory <= 512 MB; suite <= 1.3x recall-only. Peak extra memory is
-``ru_maxrss`` at the end minus the RSS after imports and data generation.
+``ru_maxrss`` at the end minus the RSS after imports and data generation. The FAISS child starts with
+``OPENBLAS_CORETYPE`` set to numpy's OpenBLAS kernel (faiss-cpu's older OpenBLAS may fall back to a generic
+one), and every child reports the BLAS library and kernel it ran (``bench/blas_report.py``).
 
-Run from the project root (``--quick``: sizes 20x smaller, a smoke run):
+Run from the project root (``--quick``: A, B and C 20x smaller, a smoke run):
 
-    python bench/score_bench.py [--quick] [--seed 0] [--repeat 1]
+    python bench/score_bench.py [--quick] [--seed 0] [--repeat 1] [--scenarios S,A,B,C]
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ if str(ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
+import small_batch  # noqa: E402
+from blas_report import blas_libraries, blas_lines, blas_summary, faiss_env, numpy_kernel, ran_blas  # noqa: E402
 from full_matrix import full_matrix_estimate_bytes, full_matrix_recall, unit as _unit  # noqa: E402
 
 KS = (1, 5, 10)
@@ -64,6 +70,7 @@ TARGETS = {"A": {"faiss": 1.0, "floor": 1.15}, "B": {"faiss": 0.65}, "C": {}}
 SUITE_TARGET = 1.3
 METHODS = ("engine", "engine ranks", "engine suite", "faiss", "full matrix", "floor", "floor float64")
 SCENARIO_METHODS = {"A": METHODS, "B": METHODS, "C": ("engine", "engine ranks", "faiss")}
+SCENARIOS = ("S", "A", "B", "C")
 CLUSTER_NOISE = 3.6  # per-dimension noise around unit-variance class centres: recall@10 about 0.66
 
 
@@ -192,8 +199,13 @@ def _maxrss_bytes() -> int:
 
 
 def child(method: str, scenario: str, quick: bool, seed: int, repeat: int) -> None:
+    numpy_paths = {p["filepath"] for p in blas_libraries()}  # numpy's BLAS: the only one loaded so far
     import faiss  # noqa: F401  (imported before the baseline in every child, so the baseline is comparable)
     import recallk.score.metrics  # noqa: F401
+    blas = ran_blas(method, numpy_paths)
+    if scenario == "S":
+        print(json.dumps(dict(small_batch.run(method, seed, KS), blas=blas)))
+        return
     d = make_data(scenario, quick, seed)
     base, max_before = _rss_bytes(), _maxrss_bytes()
     times = []
@@ -209,35 +221,19 @@ def child(method: str, scenario: str, quick: bool, seed: int, repeat: int) -> No
     secs = min(times)
     peak = _maxrss_bytes()
     print(json.dumps({"seconds": secs, "extra_bytes": peak - base, "hidden": peak <= max_before,
-                      "baseline_bytes": base, "info": info}))
+                      "baseline_bytes": base, "info": info, "blas": blas}))
 
 
 # --------------------------------------------------------------------------- parent
 
-def blas_summary() -> list[str]:
-    lines = []
-    try:
-        import faiss  # noqa: F401  (so its OpenBLAS / OpenMP show up)
-        from threadpoolctl import threadpool_info
-        for p in threadpool_info():
-            who = "numpy" if "numpy" in p["filepath"] else "faiss" if "faiss" in p["filepath"] else "?"
-            extra = f", {p.get('threading_layer')}, {p.get('architecture')}" if p["user_api"] == "blas" else ""
-            lines.append(f"  {who:5s} {p['internal_api']} {p.get('version') or ''} threads={p['num_threads']}"
-                         f"{extra} ({Path(p['filepath']).name})")
-    except ImportError:
-        cfg = np.show_config(mode="dicts") if "mode" in np.show_config.__code__.co_varnames else {}
-        blas = cfg.get("Build Dependencies", {}).get("blas", {}) if cfg else {}
-        lines.append(f"  numpy blas: {blas.get('name', '?')} {blas.get('version', '')} (threadpoolctl not installed)")
-    env = {k: os.environ[k] for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-           if k in os.environ}
-    lines.append(f"  cpus={os.cpu_count()} env={env or 'no thread env vars'}")
-    return lines
+#: The FAISS child's environment (:func:`blas_report.faiss_env`), set by :func:`main`; None: this one.
+FAISS_ENV: dict | None = None
 
 
 def run_child(method: str, scenario: str, quick: bool, seed: int, repeat: int) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--method", method, "--scenario", scenario,
            "--seed", str(seed), "--repeat", str(repeat)] + (["--quick"] if quick else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=FAISS_ENV if method == "faiss" else None)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
         return {"error": f"failed (rc={proc.returncode}) {tail[0][:200]}"}
@@ -287,6 +283,8 @@ def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
         rec = _fmt_recall(r["info"]) if not m.startswith("floor") else f"(blocks of {r['info']['block_rows']} queries)"
         note = f"   est. {full_matrix_estimate_bytes(nq, ng, loo) / 2**30:.2f} GB" if m == "full matrix" else ""
         print(f"  {m:14s} {r['seconds']:8.2f} {mem:>14s}   {rec}{note}")
+    for line in blas_lines(res):
+        print(line)
 
     eng = res.get("engine", {})
     if "seconds" not in eng:
@@ -348,12 +346,16 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="sizes 20x smaller (smoke run)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=1, help="time each method this many times, keep the best")
-    ap.add_argument("--method", choices=METHODS, help=argparse.SUPPRESS)
-    ap.add_argument("--scenario", choices=("A", "B", "C"), help=argparse.SUPPRESS)
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="which to run, e.g. S or A,B (default: all)")
+    ap.add_argument("--method", choices=METHODS + small_batch.METHODS, help=argparse.SUPPRESS)
+    ap.add_argument("--scenario", choices=SCENARIOS, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.method:
         child(args.method, args.scenario, args.quick, args.seed, max(1, args.repeat))
         return
+    global FAISS_ENV
+    kernel = numpy_kernel()  # before faiss brings its own OpenBLAS
+    FAISS_ENV = faiss_env(kernel)
     import faiss
     t0 = time.perf_counter()
     print(f"score_bench: {'QUICK (20x smaller)' if args.quick else 'full'} sizes, seed {args.seed}, "
@@ -362,10 +364,15 @@ def main() -> None:
     print("BLAS / threads:")
     for line in blas_summary():
         print(line)
+    print(f"FAISS child: OPENBLAS_CORETYPE={kernel} (the kernel of numpy's OpenBLAS)" if kernel
+          else "FAISS child: OPENBLAS_CORETYPE not set (numpy's BLAS reports no OpenBLAS kernel)")
     print("each method runs in a fresh subprocess on the same seeded data; wall s = the method call only; "
           "peak extra = ru_maxrss - RSS after data generation")
-    for sc in ("A", "B", "C"):
-        scenario_report(sc, args.quick, args.seed, max(1, args.repeat))
+    for sc in args.scenarios.split(","):
+        if sc == "S":
+            small_batch.report(lambda m: run_child(m, "S", args.quick, args.seed, 1), KS)
+        else:
+            scenario_report(sc, args.quick, args.seed, max(1, args.repeat))
     print(f"\ntotal {time.perf_counter() - t0:.1f} s")
 
 
