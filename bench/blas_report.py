@@ -3,7 +3,8 @@
 faiss-cpu bundles its own, older OpenBLAS, which may not know a new CPU and fall back
 to a generic kernel (``Prescott``) where numpy's OpenBLAS runs an optimised one. To
 compare like with like the FAISS child starts with ``OPENBLAS_CORETYPE`` set to the
-kernel numpy's OpenBLAS chose (:func:`numpy_kernel`), and every child reports the
+kernel numpy's OpenBLAS chose (:func:`numpy_kernel`, :func:`child_env`; pytorch-metric-learning's child
+too, as it searches with faiss), and every child reports the
 library and kernel it ran (:func:`ran_blas`), read with threadpoolctl after its imports.
 """
 
@@ -13,6 +14,8 @@ import os
 from pathlib import Path
 
 THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_CORETYPE")
+#: Contenders whose products run in faiss (pytorch-metric-learning finds its neighbours with faiss).
+FAISS_METHODS = ("faiss", "pml", "small pml")
 
 
 def blas_libraries() -> list[dict]:
@@ -37,13 +40,15 @@ def describe(p: dict) -> str:
 
 
 def ran_blas(method: str, numpy_paths: set[str]) -> str:
-    """In a child, after its imports: the BLAS that ``method`` ran. FAISS runs the libraries that came with it
-    (those not loaded with numpy, ``numpy_paths``; numpy's when it shares them), every other method numpy's."""
+    """In a child, after its imports: the BLAS that ``method`` ran. The :data:`FAISS_METHODS` run the
+    libraries that came with faiss (those not loaded with numpy, ``numpy_paths``; numpy's when it shares
+    them), every other method numpy's."""
     libs = blas_libraries()
     if not libs:
         return "unknown (threadpoolctl not installed)"
-    mine = [p for p in libs if (p["filepath"] not in numpy_paths) == (method == "faiss")]
-    where = "faiss's own" if method == "faiss" and mine else "numpy's"
+    in_faiss = method in FAISS_METHODS
+    mine = [p for p in libs if (p["filepath"] not in numpy_paths) == in_faiss]
+    where = "faiss's own" if in_faiss and mine else "numpy's"
     mine = mine or [p for p in libs if p["filepath"] in numpy_paths]
     forced = os.environ.get("OPENBLAS_CORETYPE")
     taken = not forced or all((p.get("architecture") or "").lower() == forced.lower() for p in mine)
@@ -60,9 +65,13 @@ def blas_lines(results: dict[str, dict]) -> list[str]:
     return [f"  BLAS of {', '.join(methods)}: {text}" for text, methods in groups.items()]
 
 
-def faiss_env(kernel: str | None) -> dict[str, str] | None:
-    """The FAISS child's environment: this one with ``OPENBLAS_CORETYPE`` set to numpy's ``kernel``."""
-    return None if not kernel else dict(os.environ, OPENBLAS_CORETYPE=kernel)
+def child_env(method: str, kernel: str | None, extra: dict[str, str]) -> dict[str, str]:
+    """A child's environment: this one plus ``extra``, and for the :data:`FAISS_METHODS` ``OPENBLAS_CORETYPE``
+    set to numpy's ``kernel``."""
+    env = dict(os.environ, **extra)
+    if kernel and method in FAISS_METHODS:
+        env["OPENBLAS_CORETYPE"] = kernel
+    return env
 
 
 def blas_summary() -> list[str]:

@@ -14,6 +14,8 @@ fresh subprocess so peak memory is per method:
 * ``faiss``: ``faiss.IndexFlatIP`` on L2-normalised float32 vectors, ``search``
   with k = max(ks) (+1 for leave-one-out, self dropped), then the same recall
   (hit if any of the top K shares the label; queries without a positive excluded);
+* ``pml``: pytorch-metric-learning's ``AccuracyCalculator(k="max_bin_count")`` (precision@1, R-precision,
+  MAP@R, checked against the suite; ``bench/pml_anchor.py``), A and B, skipped when not importable;
 * ``full matrix``: a full N x M similarity-matrix implementation of recall@K
   (argpartition + argsort, ``bench/full_matrix.py``), run only when its estimated memory fits;
 * ``floor``: the bare float32 product ``q_block @ g.T`` over query blocks into a
@@ -57,8 +59,9 @@ if str(ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
+import pml_anchor  # noqa: E402
 import small_batch  # noqa: E402
-from blas_report import blas_libraries, blas_lines, blas_summary, faiss_env, numpy_kernel, ran_blas  # noqa: E402
+from blas_report import blas_libraries, blas_lines, blas_summary, child_env, numpy_kernel, ran_blas  # noqa: E402
 from full_matrix import full_matrix_estimate_bytes, full_matrix_recall, unit as _unit  # noqa: E402
 
 KS = (1, 5, 10)
@@ -68,7 +71,7 @@ FULL_LIMIT_BYTES = 16 * 2**30          # run the full matrix only below this est
 FULL_AVAILABLE_FRACTION = 0.8          # ... and below this share of MemAvailable
 TARGETS = {"A": {"faiss": 1.0, "floor": 1.15}, "B": {"faiss": 0.65}, "C": {}}
 SUITE_TARGET = 1.3
-METHODS = ("engine", "engine ranks", "engine suite", "faiss", "full matrix", "floor", "floor float64")
+METHODS = ("engine", "engine ranks", "engine suite", "faiss", "pml", "full matrix", "floor", "floor float64")
 SCENARIO_METHODS = {"A": METHODS, "B": METHODS, "C": ("engine", "engine ranks", "faiss")}
 SCENARIOS = ("S", "A", "B", "C")
 CLUSTER_NOISE = 3.6  # per-dimension noise around unit-variance class centres: recall@10 about 0.66
@@ -128,7 +131,7 @@ def run_engine(d: dict, metrics=("recall",)) -> dict:
     from recallk.score.metrics import retrieval_summary
     s = retrieval_summary(d["q"], d["g"], d["ql"], d["gl"], ks=KS, query_ids=d["qid"], gallery_ids=d["gid"],
                           max_memory_mb=MAX_MEMORY_MB, metrics=metrics)
-    return {k: v for k, v in s.items() if k.startswith("recall@") or k == "num_queries"}
+    return {k: v for k, v in s.items() if k.startswith("recall@") or k in ("num_queries", *pml_anchor.KEYS.values())}
 
 
 def run_ranks(d: dict) -> dict:
@@ -159,6 +162,11 @@ def run_faiss(d: dict) -> dict:
         drop[~drop.any(axis=1), -1] = True     # self not in the k+1: drop the last one instead
         nbr = nbr[~drop].reshape(n_q, k)
     return _recall_from_neighbours(nbr, ql, gl, n_pos, KS)
+
+
+def run_pml(d: dict) -> dict:
+    return pml_anchor.pml_metrics(pml_anchor.calculator(), _unit(d["q"]), _unit(d["g"]), d["ql"], d["gl"],
+                                  d["qid"] is not None)
 
 
 def run_full_matrix(d: dict) -> dict:
@@ -213,7 +221,8 @@ def child(method: str, scenario: str, quick: bool, seed: int, repeat: int) -> No
         if method.startswith("floor"):
             info, secs = run_floor(d, np.float64 if method == "floor float64" else np.float32)
         else:
-            fn = {"engine": run_engine, "engine ranks": run_ranks, "engine suite": run_suite, "faiss": run_faiss, "full matrix": run_full_matrix}[method]
+            fn = {"engine": run_engine, "engine ranks": run_ranks, "engine suite": run_suite, "faiss": run_faiss,
+                  "pml": run_pml, "full matrix": run_full_matrix}[method]
             t0 = time.perf_counter()
             info = fn(d)
             secs = time.perf_counter() - t0
@@ -226,14 +235,15 @@ def child(method: str, scenario: str, quick: bool, seed: int, repeat: int) -> No
 
 # --------------------------------------------------------------------------- parent
 
-#: The FAISS child's environment (:func:`blas_report.faiss_env`), set by :func:`main`; None: this one.
-FAISS_ENV: dict | None = None
+#: numpy's OpenBLAS kernel, the FAISS children's OPENBLAS_CORETYPE (:func:`blas_report.child_env`); set by main.
+KERNEL: str | None = None
 
 
 def run_child(method: str, scenario: str, quick: bool, seed: int, repeat: int) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--method", method, "--scenario", scenario,
            "--seed", str(seed), "--repeat", str(repeat)] + (["--quick"] if quick else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=FAISS_ENV if method == "faiss" else None)
+    env = child_env(method, KERNEL, small_batch.ENV if scenario == "S" else {})
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
         return {"error": f"failed (rc={proc.returncode}) {tail[0][:200]}"}
@@ -267,6 +277,9 @@ def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
     print(f"  {'method':14s} {'wall s':>8s} {'peak extra MB':>14s}   recall@{','.join(map(str, KS))}")
     res = {}
     for m in SCENARIO_METHODS[scenario]:
+        if m == "pml" and not pml_anchor.available():
+            print(f"  {m:14s} {pml_anchor.SKIP_NOTE}")
+            continue
         if m == "full matrix":
             need = full_matrix_estimate_bytes(nq, ng, loo)
             limit = min(FULL_LIMIT_BYTES, FULL_AVAILABLE_FRACTION * _mem_available())
@@ -280,7 +293,8 @@ def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
             continue
         mb = r["extra_bytes"] / 2**20
         mem = f"{'<=' if r['hidden'] else ''}{mb:.0f}"
-        rec = _fmt_recall(r["info"]) if not m.startswith("floor") else f"(blocks of {r['info']['block_rows']} queries)"
+        rec = f"(blocks of {r['info']['block_rows']} queries)" if m.startswith("floor") else \
+            pml_anchor.fmt(r["info"]) if m == "pml" else _fmt_recall(r["info"])
         note = f"   est. {full_matrix_estimate_bytes(nq, ng, loo) / 2**30:.2f} GB" if m == "full matrix" else ""
         print(f"  {m:14s} {r['seconds']:8.2f} {mem:>14s}   {rec}{note}")
     for line in blas_lines(res):
@@ -339,6 +353,8 @@ def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
     if "info" in sd:
         agree = all(eng["info"][f"recall@{k}"] == sd["info"][f"recall@{k}"] for k in KS)
         print(f"  full matrix recall agrees with engine: {'yes' if agree else 'no'} ({_fmt_recall(sd['info'])})")
+    for line in pml_anchor.compare(suite, res.get("pml", {})):
+        print(line)
 
 
 def main() -> None:
@@ -353,9 +369,8 @@ def main() -> None:
     if args.method:
         child(args.method, args.scenario, args.quick, args.seed, max(1, args.repeat))
         return
-    global FAISS_ENV
-    kernel = numpy_kernel()  # before faiss brings its own OpenBLAS
-    FAISS_ENV = faiss_env(kernel)
+    global KERNEL
+    kernel = KERNEL = numpy_kernel()  # before faiss brings its own OpenBLAS
     import faiss
     t0 = time.perf_counter()
     print(f"score_bench: {'QUICK (20x smaller)' if args.quick else 'full'} sizes, seed {args.seed}, "
@@ -364,8 +379,8 @@ def main() -> None:
     print("BLAS / threads:")
     for line in blas_summary():
         print(line)
-    print(f"FAISS child: OPENBLAS_CORETYPE={kernel} (the kernel of numpy's OpenBLAS)" if kernel
-          else "FAISS child: OPENBLAS_CORETYPE not set (numpy's BLAS reports no OpenBLAS kernel)")
+    print(f"FAISS and pml children: OPENBLAS_CORETYPE={kernel} (the kernel of numpy's OpenBLAS)" if kernel
+          else "FAISS and pml children: OPENBLAS_CORETYPE not set (numpy's BLAS reports no OpenBLAS kernel)")
     print("each method runs in a fresh subprocess on the same seeded data; wall s = the method call only; "
           "peak extra = ru_maxrss - RSS after data generation")
     for sc in args.scenarios.split(","):
