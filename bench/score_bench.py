@@ -14,6 +14,8 @@ fresh subprocess so peak memory is per method:
 * ``faiss``: ``faiss.IndexFlatIP`` on L2-normalised float32 vectors, ``search``
   with k = max(ks) (+1 for leave-one-out, self dropped), then the same recall
   (hit if any of the top K shares the label; queries without a positive excluded);
+* ``pml``: pytorch-metric-learning's ``AccuracyCalculator(k="max_bin_count")`` (precision@1, R-precision,
+  MAP@R, checked against the suite; ``bench/pml_anchor.py``), A and B, skipped when not importable;
 * ``full matrix``: a full N x M similarity-matrix implementation of recall@K
   (argpartition + argsort, ``bench/full_matrix.py``), run only when its estimated memory fits;
 * ``floor``: the bare float32 product ``q_block @ g.T`` over query blocks into a
@@ -22,17 +24,21 @@ fresh subprocess so peak memory is per method:
   for every positive needs exact products; the fast path needs them only near the first
   positive). For leave-one-out the suite computes half of these products.
 
+Scenario S: a training loop's call, 64 x 64 x 256-d, 1,000 calls per method (``bench/small_batch.py``):
+``recall_at_k`` and ``retrieval_metrics`` against plain numpy (normalise, matmul, argsort); target <= 2x.
 Scenario A: 10,000 queries x 50,000 gallery x 512-d (disjoint), recall@{1,5,10}.
 Scenario B: leave-one-out, 20,000 x 512-d (queries == gallery, self excluded by id).
 Scenario C: A's sizes, clustered (class centre + noise, recall@10 about 0.66), engine and FAISS only:
 random vectors make nearly every query miss, which lets recall-only stop early; here most hit.
 Targets (the issue's): A engine <= 1.0x FAISS and <= 1.15x floor; B engine
 <= 0.65x FAISS; engine extra memory <= 512 MB; suite <= 1.3x recall-only. Peak extra memory is
-``ru_maxrss`` at the end minus the RSS after imports and data generation.
+``ru_maxrss`` at the end minus the RSS after imports and data generation. The FAISS child starts with
+``OPENBLAS_CORETYPE`` set to numpy's OpenBLAS kernel (faiss-cpu's older OpenBLAS may fall back to a generic
+one), and every child reports the BLAS library and kernel it ran (``bench/blas_report.py``).
 
-Run from the project root (``--quick``: sizes 20x smaller, a smoke run):
+Run from the project root (``--quick``: A, B and C 20x smaller, a smoke run):
 
-    python bench/score_bench.py [--quick] [--seed 0] [--repeat 1]
+    python bench/score_bench.py [--quick] [--seed 0] [--repeat 1] [--scenarios S,A,B,C]
 """
 
 from __future__ import annotations
@@ -53,6 +59,9 @@ if str(ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
+import pml_anchor  # noqa: E402
+import small_batch  # noqa: E402
+from blas_report import blas_libraries, blas_lines, blas_summary, child_env, numpy_kernel, ran_blas  # noqa: E402
 from full_matrix import full_matrix_estimate_bytes, full_matrix_recall, unit as _unit  # noqa: E402
 
 KS = (1, 5, 10)
@@ -62,8 +71,9 @@ FULL_LIMIT_BYTES = 16 * 2**30          # run the full matrix only below this est
 FULL_AVAILABLE_FRACTION = 0.8          # ... and below this share of MemAvailable
 TARGETS = {"A": {"faiss": 1.0, "floor": 1.15}, "B": {"faiss": 0.65}, "C": {}}
 SUITE_TARGET = 1.3
-METHODS = ("engine", "engine ranks", "engine suite", "faiss", "full matrix", "floor", "floor float64")
+METHODS = ("engine", "engine ranks", "engine suite", "faiss", "pml", "full matrix", "floor", "floor float64")
 SCENARIO_METHODS = {"A": METHODS, "B": METHODS, "C": ("engine", "engine ranks", "faiss")}
+SCENARIOS = ("S", "A", "B", "C")
 CLUSTER_NOISE = 3.6  # per-dimension noise around unit-variance class centres: recall@10 about 0.66
 
 
@@ -121,7 +131,7 @@ def run_engine(d: dict, metrics=("recall",)) -> dict:
     from recallk.score.metrics import retrieval_summary
     s = retrieval_summary(d["q"], d["g"], d["ql"], d["gl"], ks=KS, query_ids=d["qid"], gallery_ids=d["gid"],
                           max_memory_mb=MAX_MEMORY_MB, metrics=metrics)
-    return {k: v for k, v in s.items() if k.startswith("recall@") or k == "num_queries"}
+    return {k: v for k, v in s.items() if k.startswith("recall@") or k in ("num_queries", *pml_anchor.KEYS.values())}
 
 
 def run_ranks(d: dict) -> dict:
@@ -152,6 +162,11 @@ def run_faiss(d: dict) -> dict:
         drop[~drop.any(axis=1), -1] = True     # self not in the k+1: drop the last one instead
         nbr = nbr[~drop].reshape(n_q, k)
     return _recall_from_neighbours(nbr, ql, gl, n_pos, KS)
+
+
+def run_pml(d: dict) -> dict:
+    return pml_anchor.pml_metrics(pml_anchor.calculator(), _unit(d["q"]), _unit(d["g"]), d["ql"], d["gl"],
+                                  d["qid"] is not None)
 
 
 def run_full_matrix(d: dict) -> dict:
@@ -192,8 +207,13 @@ def _maxrss_bytes() -> int:
 
 
 def child(method: str, scenario: str, quick: bool, seed: int, repeat: int) -> None:
+    numpy_paths = {p["filepath"] for p in blas_libraries()}  # numpy's BLAS: the only one loaded so far
     import faiss  # noqa: F401  (imported before the baseline in every child, so the baseline is comparable)
     import recallk.score.metrics  # noqa: F401
+    blas = ran_blas(method, numpy_paths)
+    if scenario == "S":
+        print(json.dumps(dict(small_batch.run(method, seed, KS), blas=blas)))
+        return
     d = make_data(scenario, quick, seed)
     base, max_before = _rss_bytes(), _maxrss_bytes()
     times = []
@@ -201,7 +221,8 @@ def child(method: str, scenario: str, quick: bool, seed: int, repeat: int) -> No
         if method.startswith("floor"):
             info, secs = run_floor(d, np.float64 if method == "floor float64" else np.float32)
         else:
-            fn = {"engine": run_engine, "engine ranks": run_ranks, "engine suite": run_suite, "faiss": run_faiss, "full matrix": run_full_matrix}[method]
+            fn = {"engine": run_engine, "engine ranks": run_ranks, "engine suite": run_suite, "faiss": run_faiss,
+                  "pml": run_pml, "full matrix": run_full_matrix}[method]
             t0 = time.perf_counter()
             info = fn(d)
             secs = time.perf_counter() - t0
@@ -209,35 +230,20 @@ def child(method: str, scenario: str, quick: bool, seed: int, repeat: int) -> No
     secs = min(times)
     peak = _maxrss_bytes()
     print(json.dumps({"seconds": secs, "extra_bytes": peak - base, "hidden": peak <= max_before,
-                      "baseline_bytes": base, "info": info}))
+                      "baseline_bytes": base, "info": info, "blas": blas}))
 
 
 # --------------------------------------------------------------------------- parent
 
-def blas_summary() -> list[str]:
-    lines = []
-    try:
-        import faiss  # noqa: F401  (so its OpenBLAS / OpenMP show up)
-        from threadpoolctl import threadpool_info
-        for p in threadpool_info():
-            who = "numpy" if "numpy" in p["filepath"] else "faiss" if "faiss" in p["filepath"] else "?"
-            extra = f", {p.get('threading_layer')}, {p.get('architecture')}" if p["user_api"] == "blas" else ""
-            lines.append(f"  {who:5s} {p['internal_api']} {p.get('version') or ''} threads={p['num_threads']}"
-                         f"{extra} ({Path(p['filepath']).name})")
-    except ImportError:
-        cfg = np.show_config(mode="dicts") if "mode" in np.show_config.__code__.co_varnames else {}
-        blas = cfg.get("Build Dependencies", {}).get("blas", {}) if cfg else {}
-        lines.append(f"  numpy blas: {blas.get('name', '?')} {blas.get('version', '')} (threadpoolctl not installed)")
-    env = {k: os.environ[k] for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-           if k in os.environ}
-    lines.append(f"  cpus={os.cpu_count()} env={env or 'no thread env vars'}")
-    return lines
+#: numpy's OpenBLAS kernel, the FAISS children's OPENBLAS_CORETYPE (:func:`blas_report.child_env`); set by main.
+KERNEL: str | None = None
 
 
 def run_child(method: str, scenario: str, quick: bool, seed: int, repeat: int) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--method", method, "--scenario", scenario,
            "--seed", str(seed), "--repeat", str(repeat)] + (["--quick"] if quick else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    env = child_env(method, KERNEL, small_batch.ENV if scenario == "S" else {})
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
         return {"error": f"failed (rc={proc.returncode}) {tail[0][:200]}"}
@@ -271,6 +277,9 @@ def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
     print(f"  {'method':14s} {'wall s':>8s} {'peak extra MB':>14s}   recall@{','.join(map(str, KS))}")
     res = {}
     for m in SCENARIO_METHODS[scenario]:
+        if m == "pml" and not pml_anchor.available():
+            print(f"  {m:14s} {pml_anchor.SKIP_NOTE}")
+            continue
         if m == "full matrix":
             need = full_matrix_estimate_bytes(nq, ng, loo)
             limit = min(FULL_LIMIT_BYTES, FULL_AVAILABLE_FRACTION * _mem_available())
@@ -284,9 +293,12 @@ def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
             continue
         mb = r["extra_bytes"] / 2**20
         mem = f"{'<=' if r['hidden'] else ''}{mb:.0f}"
-        rec = _fmt_recall(r["info"]) if not m.startswith("floor") else f"(blocks of {r['info']['block_rows']} queries)"
+        rec = f"(blocks of {r['info']['block_rows']} queries)" if m.startswith("floor") else \
+            pml_anchor.fmt(r["info"]) if m == "pml" else _fmt_recall(r["info"])
         note = f"   est. {full_matrix_estimate_bytes(nq, ng, loo) / 2**30:.2f} GB" if m == "full matrix" else ""
         print(f"  {m:14s} {r['seconds']:8.2f} {mem:>14s}   {rec}{note}")
+    for line in blas_lines(res):
+        print(line)
 
     eng = res.get("engine", {})
     if "seconds" not in eng:
@@ -341,6 +353,8 @@ def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
     if "info" in sd:
         agree = all(eng["info"][f"recall@{k}"] == sd["info"][f"recall@{k}"] for k in KS)
         print(f"  full matrix recall agrees with engine: {'yes' if agree else 'no'} ({_fmt_recall(sd['info'])})")
+    for line in pml_anchor.compare(suite, res.get("pml", {})):
+        print(line)
 
 
 def main() -> None:
@@ -348,12 +362,15 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="sizes 20x smaller (smoke run)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=1, help="time each method this many times, keep the best")
-    ap.add_argument("--method", choices=METHODS, help=argparse.SUPPRESS)
-    ap.add_argument("--scenario", choices=("A", "B", "C"), help=argparse.SUPPRESS)
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="which to run, e.g. S or A,B (default: all)")
+    ap.add_argument("--method", choices=METHODS + small_batch.METHODS, help=argparse.SUPPRESS)
+    ap.add_argument("--scenario", choices=SCENARIOS, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.method:
         child(args.method, args.scenario, args.quick, args.seed, max(1, args.repeat))
         return
+    global KERNEL
+    kernel = KERNEL = numpy_kernel()  # before faiss brings its own OpenBLAS
     import faiss
     t0 = time.perf_counter()
     print(f"score_bench: {'QUICK (20x smaller)' if args.quick else 'full'} sizes, seed {args.seed}, "
@@ -362,10 +379,15 @@ def main() -> None:
     print("BLAS / threads:")
     for line in blas_summary():
         print(line)
+    print(f"FAISS and pml children: OPENBLAS_CORETYPE={kernel} (the kernel of numpy's OpenBLAS)" if kernel
+          else "FAISS and pml children: OPENBLAS_CORETYPE not set (numpy's BLAS reports no OpenBLAS kernel)")
     print("each method runs in a fresh subprocess on the same seeded data; wall s = the method call only; "
           "peak extra = ru_maxrss - RSS after data generation")
-    for sc in ("A", "B", "C"):
-        scenario_report(sc, args.quick, args.seed, max(1, args.repeat))
+    for sc in args.scenarios.split(","):
+        if sc == "S":
+            small_batch.report(lambda m: run_child(m, "S", args.quick, args.seed, 1), KS)
+        else:
+            scenario_report(sc, args.quick, args.seed, max(1, args.repeat))
     print(f"\ntotal {time.perf_counter() - t0:.1f} s")
 
 

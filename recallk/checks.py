@@ -206,11 +206,10 @@ def check_matrix(x: Any, name: str) -> np.ndarray:
         raise InputError(f"`{name}` must be a 2-D array (n, d). Got shape {arr.shape} instead.")
     if arr.shape[1] == 0 and arr.shape[0]:
         raise InputError(f"`{name}` has dimension 0 (shape {arr.shape}); each row needs at least one value.")
-    if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
+    if arr.dtype.kind not in "iufm":  # numpy's real numbers (not bools, complex, text or objects)
         raise InputError(f"`{name}` must hold real numbers. Got dtype {arr.dtype} instead.")
-    bad = ~np.isfinite(arr).all(axis=1)
-    if bad.any():
-        rows = np.flatnonzero(bad)
+    if arr.dtype.kind in "fm" and not np.isfinite(arr).all():  # integers are always finite
+        rows = np.flatnonzero(~np.isfinite(arr).all(axis=1))
         raise InputError(f"`{name}` has NaN or inf in {rows.size} row(s), first rows {rows[:10].tolist()}; "
                          "fix the encoder or drop those items.")
     return arr

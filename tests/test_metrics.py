@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
@@ -579,6 +580,36 @@ def test_symmetric_path_equals_query_gallery_path(kind, memory):
         _assert_same_ranking(_rank(case, names, max_memory_mb=memory), _rank(doubled, names, max_memory_mb=memory))
         assert _summary(case, metrics=metrics, max_memory_mb=memory) == _summary(doubled, metrics=metrics,
                                                                                  max_memory_mb=memory)
+
+
+@pytest.mark.parametrize("kind, seed", [(k, s) for k in KINDS for s in SEEDS] + [(k, 0) for k in BIG_KINDS])
+def test_direct_path_equals_the_tiles(kind, seed, monkeypatch, caplog):
+    # Small problems take the direct path (one exact product of every cell, ranks from order keys); the
+    # Budget's DIRECT_CELLS forces each path. Every field of the Ranking must be identical, and the oracle's.
+    case = make_big_case(kind, seed) if kind in BIG_KINDS else make_case(kind, seed)
+    _, detail = _oracle(case)
+    oracle_first = np.array([r[0] if r else -1 for r in detail["ranks"]])
+    for names, cap in ((METRICS, None), (["recall", "mrr"], None), (["recall"], 1), (["recall"], 5)):
+        got = {}
+        for path, cells in (("direct", 2**40), ("tiles", 0)):
+            with monkeypatch.context() as patch, caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
+                patch.setattr(Budget, "DIRECT_CELLS", cells)
+                caplog.clear()
+                got[path] = _rank(case, names, cap=cap)
+            assert ("direct path" in _ranking_logs(caplog)[0]) is (path == "direct")
+        for field in dataclasses.fields(ranking.Ranking):
+            a, b = getattr(got["direct"], field.name), getattr(got["tiles"], field.name)
+            assert type(a) is type(b), field.name
+            np.testing.assert_array_equal(a, b, err_msg=field.name)
+            if isinstance(a, np.ndarray):
+                assert a.dtype == b.dtype, field.name
+        direct = got["direct"]
+        np.testing.assert_array_equal(direct.first_rank, oracle_first if cap is None else np.minimum(oracle_first, cap))
+        np.testing.assert_array_equal(direct.first_rank_opposite, detail["opposite"] if cap is None
+                                      else np.minimum(detail["opposite"], cap))
+        assert direct.n_retrievable.tolist() == detail["n_retrievable"]
+        if direct.complete:
+            assert _ranks_per_query(direct) == detail["ranks"]
 
 
 # --------------------------------------------------------------------------- 3. faiss backend

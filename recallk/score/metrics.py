@@ -60,7 +60,10 @@ def per_query(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str]) -> di
     if ranking.cap is not None and (needs_all or "mrr" in metrics or max(ks, default=0) > ranking.cap):
         raise ValueError(f"this ranking's first ranks are capped at {ranking.cap}: it serves recall@K for "
                          f"K <= {ranking.cap} only; rank with cap=None.")
-    first = ranking.first_rank.astype(np.float64)  # 0-based; a property computed over every query: once
+    first = ranking.first_rank  # 0-based (int64); computed over every query once
+    if ranking.ranks.size <= _SPAN_PAIRS:  # one span: every query at once
+        values = _span_values(ranking, first, 0, first.size, ks, metrics)
+        return {key: values[key] for key in metric_keys(metrics, ks)}
     spans = [_span_values(ranking, first[a:b], a, b, ks, metrics)
              for a, b in consecutive_runs(np.diff(ranking.offsets), _SPAN_PAIRS)]
     return {key: np.concatenate([s[key] for s in spans]) for key in metric_keys(metrics, ks)}
@@ -82,7 +85,7 @@ def _span_values(ranking: Ranking, first: np.ndarray, a: int, b: int, ks: Sequen
         r = ranking.ranks[ranking.offsets[a]:ranking.offsets[b]] + 1.0  # 1-based rank
         owner = np.repeat(np.arange(n), R)
         j = np.arange(r.size) - np.repeat(np.cumsum(R) - R, R) + 1.0
-    safe_R = np.maximum(R, 1)
+        safe_R = np.maximum(R, 1)
 
     def per(weights: np.ndarray) -> np.ndarray:
         return np.bincount(owner, weights=weights, minlength=n)
@@ -90,7 +93,7 @@ def _span_values(ranking: Ranking, first: np.ndarray, a: int, b: int, ks: Sequen
     for name in metrics:
         if name == "recall":
             for k in ks:
-                out[f"recall@{k}"] = nan_out((first < k).astype(np.float64))
+                out[f"recall@{k}"] = nan_out(first < k)
         elif name == "precision":
             for k in ks:
                 out[f"precision@{k}"] = nan_out(per((r <= k).astype(np.float64))
@@ -110,7 +113,7 @@ def mean(values: np.ndarray) -> float:
     """Mean of the non-NaN entries (NaN marks excluded queries): the correctly rounded sum
     (``math.fsum``, so the order never changes a bit) divided once, then kept within the
     entries' range, so a metric equal for every query reports exactly that value."""
-    kept = values[~np.isnan(values)]
+    kept = values[values == values]  # NaN is the one value unequal to itself
     if not kept.size:
         return math.nan
     return float(min(max(math.fsum(kept.tolist()) / kept.size, kept.min()), kept.max()))
@@ -118,8 +121,11 @@ def mean(values: np.ndarray) -> float:
 
 def tie_sensitivity(ranking: Ranking, ks: Sequence[int]) -> dict[str, int]:
     """Queries whose hit at K flips when exact ties are broken the other way (larger gallery index first)."""
-    included = ranking.n_positives > 0
-    first, other = ranking.first_rank[included], ranking.first_rank_opposite[included]
+    first, other = ranking.first_rank, ranking.first_rank_opposite  # both -1 for a query without positives
+    differ = first != other  # a hit can flip only where they differ
+    if not differ.any():
+        return {f"tie_sensitive@{k}": 0 for k in ks}
+    first, other = first[differ], other[differ]
     return {f"tie_sensitive@{k}": int(np.count_nonzero((first < k) != (other < k))) for k in ks}
 
 
@@ -160,7 +166,9 @@ def summarize(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str]) -> tu
         raise InputError(f"every one of the {ranking.n_positives.size} queries is excluded: none has a gallery "
                          "item of its label that it may retrieve, so the metrics are undefined. "
                          "Put same-label images in the gallery.")
-    out: dict[str, Any] = {key: mean(v) for key, v in values.items()}
+    # a recall value is 0 or 1: its fsum is the number of hits, so mean() is hits / n_in exactly
+    out: dict[str, Any] = {key: np.count_nonzero(v == 1.0) / n_in if key.startswith("recall@") else mean(v)
+                           for key, v in values.items()}
     out.update(num_queries=n_in, num_excluded_queries=int(ranking.n_positives.size - n_in))
     out.update(tie_sensitivity(ranking, ks))
     return out, values

@@ -16,6 +16,8 @@ import numpy as np
 
 #: Rows normalised at a time (float64 scratch of at most 2 threads x 2 x 512 x d x 8 bytes).
 _NORMALIZE_ROWS = 512
+#: The smallest positive float64: what a zero row is divided by (any positive divisor leaves it zero).
+_TINY = np.float64(5e-324)
 
 
 def l2_normalize(x: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
@@ -32,13 +34,17 @@ def l2_normalize(x: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
 
     def chunk_at(start: int) -> None:  # each chunk is independent: two threads share the work
         pick = slice(start, start + _NORMALIZE_ROWS) if rows is None else rows[start:start + _NORMALIZE_ROWS]
-        chunk = x[pick].astype(np.float64)  # in place from here: small scratch, no fresh pages per chunk
-        peak = np.abs(chunk).max(axis=1, keepdims=True) if chunk.size else np.ones((chunk.shape[0], 1))
-        chunk /= np.where(peak > 0, peak, 1.0)
-        norms = np.sqrt(np.einsum("ij,ij->i", chunk, chunk))[:, None]
-        chunk /= np.where(norms > 0, norms, 1.0)
-        out[start:start + _NORMALIZE_ROWS] = chunk
+        part = x[pick] if x.dtype.kind == "f" else x[pick].astype(np.float64)  # |x| and max are exact in floats
+        # a zero row's peak and norm read _TINY, not 0: 0 / _TINY is 0 (-0 stays -0), as 0 / 1
+        peak = np.maximum(np.maximum.reduce(np.abs(part), axis=1, keepdims=True), _TINY) if part.size \
+            else np.ones((part.shape[0], 1))
+        chunk = np.divide(part, peak, dtype=np.float64)
+        norms = np.maximum(np.sqrt(np.einsum("ij,ij->i", chunk, chunk)), _TINY)[:, None]
+        np.divide(chunk, norms, out=out[start:start + _NORMALIZE_ROWS], casting="same_kind")  # rounded once
 
+    if n <= _NORMALIZE_ROWS:  # one chunk: no threads to start (they cost more than the work)
+        chunk_at(0)
+        return out
     with ThreadPoolExecutor(max_workers=2) as pool:
         list(pool.map(chunk_at, range(0, n, _NORMALIZE_ROWS)))
     return out

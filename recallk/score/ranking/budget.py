@@ -52,6 +52,14 @@ class Budget:
     TILE_FLOOR: ClassVar[float] = 0.25
     #: Share of each core's tile budget for the float64 copies of an exact tile's rows and columns.
     VECTOR_SHARE: ClassVar[float] = 0.25
+    #: Direct path: most query x gallery cells of a problem ranked from one exact product, without tiles or
+    #: threads (:mod:`~recallk.score.ranking.direct`); larger problems take the tiles. Measured on 2 cores
+    #: (d = 64 to 512, BLAS on one thread): the direct path costs 0.7 to 1.1 times the tiles at 2**17 cells,
+    #: up to 1.6 times at 2**18 and 1.1 to 2.1 times at 2**19 (docs/engine.md).
+    DIRECT_CELLS: ClassVar[int] = 2**17
+    #: Direct path, per cell: the float64 product and its float32 rounding, then the int64 order keys, their
+    #: opposite-rule copy and the boolean masks.
+    DIRECT_BYTES_PER_CELL: ClassVar[int] = 24
 
     @property
     def bytes(self) -> float:
@@ -91,6 +99,13 @@ class Budget:
         :attr:`VECTOR_SHARE` of each of ``workers`` threads' share; at least the side of :attr:`MIN_PAIRS`."""
         per_core = self.bytes / workers
         return max(math.isqrt(self.MIN_PAIRS), int(per_core * self.VECTOR_SHARE // (2 * 8 * dim)))
+
+    def direct(self, n_query: int, n_gallery: int, unit_bytes: int) -> bool:
+        """Whether ``n_query`` x ``n_gallery`` takes the direct path: at most :attr:`DIRECT_CELLS` cells, and the
+        unit copies (``unit_bytes``), their float64 copies (twice as many bytes) and
+        :attr:`DIRECT_BYTES_PER_CELL` per cell fit the budget."""
+        cells = n_query * n_gallery
+        return cells <= self.DIRECT_CELLS and 3 * unit_bytes + self.DIRECT_BYTES_PER_CELL * cells <= self.bytes
 
     def search_rows(self, gallery_size: int) -> int:
         """Queries per faiss search of the whole gallery (:attr:`SEARCH_BYTES_PER_CELL` per cell; at least one)."""

@@ -47,12 +47,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
 from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.counting import _Counter
+from recallk.score.ranking.direct import direct_ranks
 from recallk.score.ranking.exact import _exact_tiles
 from recallk.score.ranking.fast import _fast_tiles
 from recallk.score.ranking.positives import _positives
@@ -96,9 +98,9 @@ class Ranking:
     complete: bool
     cap: int | None = None
 
-    @property
+    @cached_property
     def first_rank(self) -> np.ndarray:
-        """Rank of each query's best positive, -1 when it has none."""
+        """Rank of each query's best positive, -1 when it has none (computed once)."""
         has = self.offsets[1:] > self.offsets[:-1]
         if not self.ranks.size:
             return np.full(has.size, -1, dtype=np.int64)
@@ -167,6 +169,13 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
                       same_set)
     n, m = p.q.shape[0], p.gp.shape[0]
     budget = Budget(max_memory_mb)
+    kind = ("exact pass (every positive)" if complete else "fast pass (first positive)" if cap is None
+            else f"fast pass (first positive, cap {cap})")
+    if budget.direct(n, m, p.q.nbytes + p.gp.nbytes):  # small: one exact product, no tiles, no threads
+        n_pos, offsets, ranks, opposite = direct_ranks(p, complete, cap)
+        log.debug("ranked %d queries x %d gallery items: direct path (one exact product), %s, %s, %.3f s", n, m,
+                  kind, "leave-one-out" if p.same_set else "query x gallery", time.perf_counter() - started)
+        return Ranking(n_pos, m - p.n_excluded(), offsets, ranks, opposite, complete, cap)
     chunks = _query_chunks(p, budget) if complete else [np.arange(n)]
     if len(chunks) == 1:
         n_pos, offsets, ranks, opposite, jobs, tiles = _rank_part(p, p.q.nbytes, budget, complete, cap)
@@ -182,8 +191,6 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
             jobs, tiles = jobs + part.jobs, tiles + part.tiles
         ranks, offsets = ranks[:filled], np.r_[0, np.cumsum(n_pos)]
     result = Ranking(n_pos, m - p.n_excluded(), offsets, ranks, opposite, complete, cap)
-    kind = ("exact pass (every positive)" if complete else "fast pass (first positive)" if cap is None
-            else f"fast pass (first positive, cap {cap})")
     path = "leave-one-out" if p.same_set and len(chunks) == 1 else "query x gallery"
     log.debug("ranked %d queries x %d gallery items: %s, %s, %d chunk(s), %d jobs, %d tiles, %.3f s", n, m, kind,
               path, len(chunks), jobs, tiles, time.perf_counter() - started)

@@ -22,17 +22,37 @@ Group = tuple[np.ndarray, list[np.ndarray], np.ndarray]
 
 
 def _codes(*columns: Any, missing: bool = False) -> list[np.ndarray]:
-    """Joint integer codes of label-like columns compared as strings; with ``missing``, None/NaN/"" is -1."""
+    """Joint integer codes of label-like columns compared as strings; with ``missing``, None/NaN/"" is -1.
+
+    Codes number the distinct values in the order of their text. Integer columns (all signed or all
+    unsigned) and text columns get the same codes without turning every value into a Python object."""
+    if not missing:
+        plain = [np.asarray(c).reshape(-1) for c in columns]
+        kinds = {a.dtype.kind for a in plain}
+        if kinds in ({"i"}, {"u"}, {"U"}):
+            joint = np.concatenate(plain)
+            values = np.unique(joint)
+            codes = np.searchsorted(values, joint)
+            if kinds != {"U"} and values.size and not 0 <= values[0] <= values[-1] <= 9:
+                by_text = np.empty(values.size, dtype=np.int64)  # integers: number them in the order of their text
+                by_text[np.argsort(values.astype(str))] = np.arange(values.size)
+                codes = by_text[codes]
+            return _split(codes.astype(np.int64, copy=False), plain)
     arrays = [np.asarray(c, dtype=object).reshape(-1) for c in columns]
     text = np.concatenate([a.astype(str) for a in arrays])
     _, codes = np.unique(text, return_inverse=True)
     if missing:
         gone = np.concatenate([np.array([is_missing(v) for v in a], dtype=bool) for a in arrays])
         codes = np.where(gone, -1, codes)
+    return _split(codes.reshape(-1).astype(np.int64), arrays)
+
+
+def _split(codes: np.ndarray, arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """``codes`` of the concatenated ``arrays``, cut back into one array per column."""
     out, start = [], 0
     for a in arrays:
-        out.append(codes[start:start + len(a)].astype(np.int64))
-        start += len(a)
+        out.append(codes[start:start + a.size])
+        start += a.size
     return out
 
 
@@ -50,6 +70,8 @@ class Problem:
         (m,) gallery index of each sorted column (the tie rule: smaller first).
     lo, hi : ndarray
         (n,) query ``i``'s label occupies sorted columns ``lo[i]:hi[i]``.
+    q_label, g_label : ndarray
+        (n,) and (m,) label codes of the queries and of the sorted gallery (equal codes: the same label).
     self_col : ndarray
         (n,) sorted column of the query's own image, or -1.
     groups : list of Group
@@ -65,6 +87,8 @@ class Problem:
     gindex: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
+    q_label: np.ndarray
+    g_label: np.ndarray
     self_col: np.ndarray
     groups: list[Group]
     tol: float
@@ -93,12 +117,12 @@ class Problem:
         order = np.argsort(g_codes, kind="stable")
         q, gp = l2_normalize(query_emb), l2_normalize(gallery_emb, rows=order)  # gallery sorted by label
         n, m = q.shape[0], gp.shape[0]
-        column = np.empty(m, dtype=np.int64)
-        column[order] = np.arange(m)
         gp_codes = g_codes[order]
         lo, hi = np.searchsorted(gp_codes, q_codes, "left"), np.searchsorted(gp_codes, q_codes, "right")
         self_col = np.full(n, -1, dtype=np.int64)
         if query_ids is not None and gallery_ids is not None:
+            column = np.empty(m, dtype=np.int64)
+            column[order] = np.arange(m)
             where = {str(gid): j for j, gid in enumerate(gallery_ids)}  # compared as text, like the labels (unique)
             own = np.array([where.get(str(qid), -1) for qid in query_ids], dtype=np.int64)
             self_col = np.where(own >= 0, column[np.maximum(own, 0)], -1)
@@ -120,11 +144,13 @@ class Problem:
         elif same_set and not (same_ids and query_ids is not None and np.shape(query_emb) == np.shape(gallery_emb)):
             raise InputError("`same_set=True` needs the queries to be the gallery row for row: the same ids "
                              "(`query_ids` equal to `gallery_ids`) and embeddings of the same shape.")
-        return cls(q, gp, order, lo, hi, self_col, groups, float32_dot_error_bound(q.shape[1]), bool(same_set))
+        return cls(q, gp, order, lo, hi, q_codes, gp_codes, self_col, groups, float32_dot_error_bound(q.shape[1]),
+                   bool(same_set))
 
     def queries(self, rows: np.ndarray) -> Problem:
         """The problem of queries ``rows`` alone against the whole gallery; never leave-one-out."""
-        return replace(self, q=self.q[rows], lo=self.lo[rows], hi=self.hi[rows], self_col=self.self_col[rows],
+        return replace(self, q=self.q[rows], lo=self.lo[rows], hi=self.hi[rows], q_label=self.q_label[rows],
+                       self_col=self.self_col[rows],
                        groups=[(q_code[rows], cols, g_code) for q_code, cols, g_code in self.groups],
                        same_set=False)
 

@@ -13,6 +13,7 @@ import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable
 
 import numpy as np
@@ -24,6 +25,11 @@ from recallk.score.ranking.scan import _Buffers
 
 #: Fast tiles' gallery width (query x gallery); leave-one-out tiles are square.
 _TILE_WIDTH = 2048
+#: Products of at most this many multiply-adds run on one BLAS thread anyway (OpenBLAS threads a gemm only
+#: above 65,536 x 4): no threadpoolctl call for them.
+_ONE_THREAD_MACS = 2**18
+
+_blas_libraries = None  # threadpoolctl's controllers of the BLAS libraries loaded (numpy's among them), found once
 
 
 class TileWorker:
@@ -118,8 +124,6 @@ def _each_core(jobs: list, new_worker: Callable[[], TileWorker]) -> None:
     """Do ``jobs`` on every core: each thread makes its worker with ``new_worker()``, calls its ``run(job)``
     for jobs taken in turn from the shared list, then its ``finish()``. BLAS runs single-threaded meanwhile:
     one product per core, with no BLAS threads spinning beside the numpy work."""
-    from threadpoolctl import threadpool_limits
-
     pending, lock = iter(jobs), threading.Lock()
 
     def work() -> None:
@@ -132,9 +136,46 @@ def _each_core(jobs: list, new_worker: Callable[[], TileWorker]) -> None:
             worker.run(job)
 
     threads = max(1, min(_n_workers(), len(jobs)))
-    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(max_workers=threads) as pool:
+    with single_threaded_blas(), ThreadPoolExecutor(max_workers=threads) as pool:
         for future in [pool.submit(work) for _ in range(threads)]:
             future.result()
+
+
+def single_threaded_blas(macs: float | None = None) -> AbstractContextManager:
+    """A context in which BLAS runs on one thread (threadpoolctl), for a product of ``macs`` multiply-adds
+    (None: any size). Nothing to do, and no threadpoolctl call, when the product is tiny (at most
+    ``_ONE_THREAD_MACS``) or BLAS already runs one thread.
+
+    The libraries are found once, at the first call that needs them (finding them takes about 0.5 ms; numpy's
+    BLAS, the one the engine's products use, is loaded with numpy).
+    """
+    global _blas_libraries
+    if macs is not None and macs <= _ONE_THREAD_MACS:
+        return nullcontext()
+    if _blas_libraries is None:
+        from threadpoolctl import ThreadpoolController
+
+        _blas_libraries = ThreadpoolController().select(user_api="blas").lib_controllers
+    threads = [lib.get_num_threads() for lib in _blas_libraries]
+    if all(t == 1 for t in threads):
+        return nullcontext()
+    return _OneThread(_blas_libraries, threads)
+
+
+class _OneThread:
+    """:func:`single_threaded_blas`'s context: each library on one thread, then back to ``threads``
+    (threadpoolctl's own limiter reads every library's full info first, which takes longer than a small product)."""
+
+    def __init__(self, libraries: list, threads: list[int]) -> None:
+        self.libraries, self.threads = libraries, threads
+
+    def __enter__(self) -> None:
+        for lib in self.libraries:
+            lib.set_num_threads(1)
+
+    def __exit__(self, *exc: object) -> None:
+        for lib, n in zip(self.libraries, self.threads):
+            lib.set_num_threads(n)
 
 
 def _n_workers() -> int:

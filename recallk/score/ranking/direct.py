@@ -1,0 +1,115 @@
+"""The direct path for small problems: one exact product of every cell, every rank counted from it.
+
+A training loop's call on a batch (64 queries x 64 gallery items x 256-d, say) spent
+milliseconds in the tiled engine's fixed costs (a thread pool, threadpoolctl, the
+tiling, the positives' products) around a product of microseconds. Up to
+:attr:`~recallk.score.ranking.budget.Budget.DIRECT_CELLS` cells, when they fit the
+budget (:meth:`~recallk.score.ranking.budget.Budget.direct`), the engine takes this
+path instead: no threads, the exact similarity of every cell from one float64
+product of the unit rows rounded once to float32
+(:func:`recallk.score.similarity.cosine_block`, on one BLAS thread), the positive and
+excluded cells masked, and every rank counted exactly with the engine's tie rule.
+
+* First positive (recall@K, MRR): a row's best positive is its largest positive
+  similarity; its rank is the number of retrievable cells above it. When no other
+  cell equals it, that is its rank under either tie rule; the rows where one does
+  are counted with order keys.
+* Order keys: each cell's similarity and gallery index as one int64 that orders a row
+  as the ranking does. The float32 similarity's bits map to an integer in the same
+  order (:func:`_value_keys`); times ``m``, plus ``m - 1 - gallery index``, a larger
+  key ranks earlier and ties go to the smaller gallery index, and no two cells of a
+  row share a key. With ``+ gallery index`` instead the larger index wins a tie: the
+  opposite rule of tie sensitivity.
+* Every positive (the complete ranking): each row's keys, with the positive flag in
+  their lowest bit, sorted; a positive's place from the top is its rank.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from recallk.score.ranking.problem import Problem
+from recallk.score.ranking.schedule import single_threaded_blas
+from recallk.score.similarity import cosine_block
+
+#: Below every real key: a cell the query may not retrieve (the complete ranking's sorted rows), and the
+#: best positive key of a row without positives.
+_BELOW = np.iinfo(np.int64).min
+
+
+def direct_ranks(p: Problem, complete: bool, cap: int | None) -> tuple[np.ndarray, ...]:
+    """:func:`recallk.score.ranking.engine._rank_part` for the whole problem from one exact product:
+    (positives per query, offsets, ranks, first ranks under the opposite tie rule)."""
+    n, m = p.q.shape[0], p.gp.shape[0]
+    with single_threaded_blas(n * m * p.q.shape[1]):
+        sims = cosine_block(p.q, p.gp.astype(np.float64).T)
+    positive = p.q_label[:, None] == p.g_label
+    if p.groups or p.self_col.max() >= 0:  # some cells may not be retrieved
+        retrievable = ~p.excluded(np.arange(n), 0, m)
+        positive &= retrievable
+        n_pos = positive.sum(axis=1)
+    else:
+        retrievable, n_pos = None, p.hi - p.lo
+    has = n_pos > 0
+    first, opposite = _first_ranks(sims, positive, retrievable, p.gindex, has)
+    offsets = np.empty(n + 1, dtype=np.int64)
+    offsets[0] = 0
+    np.cumsum(n_pos if complete else has, out=offsets[1:])
+    ranks = _every_rank(sims, positive, retrievable, p.gindex) if complete else first[has]
+    opposite = np.where(has, opposite, -1)
+    if cap is not None:
+        ranks, opposite[has] = np.minimum(ranks, cap), np.minimum(opposite[has], cap)
+    return n_pos, offsets, ranks, opposite
+
+
+def _first_ranks(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | None, gindex: np.ndarray,
+                 has: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the first positive's rank under the engine's tie rule and under the opposite one (rows
+    without positives, ``~has``: any value). Without a tie the two are the retrievable cells above the
+    best positive; the rows where another cell equals it are counted by their order keys."""
+    best = np.where(positive, sims, -np.inf).max(axis=1)[:, None]
+    above = sims > best
+    if retrievable is not None:
+        above &= retrievable
+    first = above.sum(axis=1)
+    opposite = first.copy()
+    equal = sims == best  # the best positive itself, and any cell tied with it
+    if np.count_nonzero(equal) > np.count_nonzero(has):
+        tied = np.flatnonzero(equal.sum(axis=1) > 1)
+        m = sims.shape[1]
+        value = _value_keys(sims[tied])
+        part = None if retrievable is None else retrievable[tied]
+        opposite[tied] = _above_best(value + gindex, positive[tied], part)  # ties: larger index first
+        first[tied] = _above_best(np.add(value, m - 1 - gindex, out=value), positive[tied], part)
+    return first, opposite
+
+
+def _value_keys(sims: np.ndarray) -> np.ndarray:
+    """int64 keys, ``m`` apart, in the order of the float32 ``sims`` (m columns; equal values, 0.0 and -0.0
+    too, share a key): the bits of a negative float, read as an int32, grow as it falls, so all but the
+    sign bit are flipped."""
+    bits = (sims + np.float32(0.0)).view(np.int32)  # -0.0 + 0.0 is 0.0: the two zeros tie, as equal floats do
+    value = (bits ^ ((bits >> 31) & np.int32(0x7FFFFFFF))).astype(np.int64)
+    value *= sims.shape[1]
+    return value
+
+
+def _above_best(key: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | None) -> np.ndarray:
+    """Per row, the retrievable cells whose key beats every positive's: the first positive's rank."""
+    above = key > np.where(positive, key, _BELOW).max(axis=1)[:, None]
+    return (above if retrievable is None else above & retrievable).sum(axis=1)
+
+
+def _every_rank(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | None,
+                gindex: np.ndarray) -> np.ndarray:
+    """Every positive's rank, row by row in ascending order (CSR): each row's order keys, doubled with the
+    positive flag in the low bit (no two keys of a row are equal, so the order holds), sorted in descending
+    order; the positives' places are their ranks (cells the query may not retrieve sort last)."""
+    key = _value_keys(sims)
+    key += sims.shape[1] - 1 - gindex
+    key *= 2
+    key += positive
+    if retrievable is not None:
+        key[~retrievable] = _BELOW
+    key.sort(axis=1)
+    return np.nonzero(key[:, ::-1] & 1)[1].astype(np.int64)
