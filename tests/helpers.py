@@ -50,8 +50,10 @@ ENCODE_OUTPUTS = (EMBEDDINGS, IDS, "data/embeddings/provenance.json")
 SCORE_OUTPUTS = (METRICS, "metrics/intervals.json", "metrics/evaluated.json", PER_CLASS, CURVE, PER_QUERY, "metrics/per_query.csv",
                  "metrics/confusions.csv", "data/scores/neighbors.csv", "plots/failures.png", "reports/index.html")
 ALL_OUTPUTS = SPLIT_OUTPUTS + ENCODE_OUTPUTS + SCORE_OUTPUTS
-#: The score outputs that do not depend on score.backend (the report page names the backend it ran).
-RANKING_OUTPUTS = tuple(rel for rel in SCORE_OUTPUTS if rel != "reports/index.html")
+#: Score outputs that name the settings they ran with (score.backend among them).
+EVALUATED_OUTPUTS = ("metrics/evaluated.json", "reports/index.html")
+#: The score outputs that do not depend on score.backend.
+RANKING_OUTPUTS = tuple(rel for rel in SCORE_OUTPUTS if rel not in EVALUATED_OUTPUTS)
 STAGES = ("split", "encode", "score")
 
 
