@@ -20,7 +20,7 @@ def tool_env() -> dict[str, str]:
     """Environment for subprocesses: this interpreter's bin first, git identity, no DVC analytics."""
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env.update(DVC_NO_ANALYTICS="1", GIT_AUTHOR_NAME="test", GIT_AUTHOR_EMAIL="test@example.com",
                GIT_COMMITTER_NAME="test", GIT_COMMITTER_EMAIL="test@example.com")
     return env
