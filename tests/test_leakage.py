@@ -219,6 +219,18 @@ def test_group_without_pairs_is_the_plain_assignment(tmp_path, monkeypatch):
         pd.testing.assert_frame_equal(plain.split, grouped.split)
 
 
+def test_group_warns_when_chained_pairs_make_a_large_cluster(caplog):
+    frame = pd.DataFrame({"image_id": [f"i{k}" for k in range(100)], "label": ["a"] * 100})
+    frame["sha256"] = frame["image_id"]
+    chain = np.arange(11)  # i0~i1, i1~i2, ..., i10~i11: one cluster of 12
+    keys = prepare._cluster_keys(frame, (chain, chain + 1, np.ones(11, dtype=np.int64)))
+    assert keys[:12].nunique() == 1 and keys[12:].tolist() == frame["sha256"][12:].tolist()
+    assert "the largest near-duplicate cluster holds 12 of 100 images (12%): pairs chain" in caplog.text
+    caplog.clear()
+    prepare._cluster_keys(frame, (chain[:9], chain[:9] + 1, np.ones(9, dtype=np.int64)))
+    assert "largest" not in caplog.text
+
+
 def test_group_under_class_disjoint_takes_joined_labels_together():
     frame = pd.DataFrame({"image_id": [f"{lab}/{i}" for lab in "abcd" for i in range(3)],
                           "label": [lab for lab in "abcd" for _ in range(3)]})
@@ -330,7 +342,7 @@ def test_report_block_warns_and_names_the_backbone():
     text = format_report(metrics, provenance(split, encode, score))
     assert "near-dups:     pHash within 10 of 64 bits, policy report: 3 pair(s)" in text
     assert "cosine >= 0.999 in mynet embeddings" in text
-    assert "warning: 2 near-duplicate pair(s) cross train and val/gallery and 1 pair a query" in text
+    assert "warning: 2 near-duplicate pair(s) cross train and val/gallery, 1 pair a query with a" in text
     assert "queries with a near copy (embeddings): 1 of 20" in text
     assert f"recall@1:  {metrics['recall@1']:.4f} with them, " in text
     assert "map@r_without" not in text and "[recall]" in text

@@ -34,6 +34,9 @@ from recallk.errors import InputError
 log = logging.getLogger(__name__)
 
 NEAR_DUPLICATES = {"policy": "report", "max_distance": 10}
+#: ``policy: group`` warns when one cluster holds more than this share of the images, and more than this
+#: many (chained pairs).
+LARGE_CLUSTER, LARGE_CLUSTER_IMAGES = 0.05, 10
 #: Pairs an error message lists before summarising the rest.
 MAX_LISTED = 20
 
@@ -158,6 +161,12 @@ def _cluster_keys(frame: pd.DataFrame, pairs: tuple[np.ndarray, np.ndarray, np.n
     if multi.any():
         log.info("split.near_duplicates.policy: group: %d images in %d near-duplicate clusters, each kept in one "
                  "split", int(multi.sum()), pd.Series(component[multi]).nunique())
+        largest = int(np.bincount(component).max())
+        if largest > max(LARGE_CLUSTER_IMAGES, LARGE_CLUSTER * len(frame)):
+            log.warning("split.near_duplicates.policy: group: the largest near-duplicate cluster holds %d of %d images "
+                        "(%.0f%%): pairs chain (a~b and b~c put a, b and c together), so the splits can be far from "
+                        "split.fractions; lower split.near_duplicates.max_distance, or use policy report",
+                        largest, len(frame), 100 * largest / len(frame))
     return pd.Series(np.where(multi, keys.to_numpy(), own), index=frame.index)
 
 

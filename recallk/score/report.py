@@ -109,10 +109,11 @@ def near_duplicate_lines(metrics: dict[str, Any], keys: list[str]) -> list[str]:
         lines += [f"  {(what + ':').ljust(20)} {metrics.get(k, 0)}" for k, what in PAIR_COUNTS.items()]
         crossing = metrics.get("near_duplicates_train_eval", 0) + metrics.get("near_duplicates_query_gallery", 0)
         if crossing:
-            lines.append(f"  warning: {metrics.get('near_duplicates_train_eval', 0)} near-duplicate pair(s) cross "
-                         f"train and val/gallery and {metrics.get('near_duplicates_query_gallery', 0)} pair a query "
-                         "with a gallery image: the numbers may be inflated (data/prepared/near_duplicates.csv; "
-                         "split.near_duplicates.policy: group keeps each cluster in one split)")
+            lines += [f"  warning: {metrics.get('near_duplicates_train_eval', 0)} near-duplicate pair(s) cross train "
+                      f"and val/gallery, {metrics.get('near_duplicates_query_gallery', 0)} pair a query with a "
+                      "gallery image:",
+                      "           the numbers may be inflated (data/prepared/near_duplicates.csv; "
+                      "split.near_duplicates.policy: group)"]
     if "num_near_duplicate_queries" in metrics:
         lines.append(f"  queries with a near copy (embeddings): {metrics['num_near_duplicate_queries']} of "
                      f"{metrics['num_queries'] + metrics['num_excluded_queries']}")
