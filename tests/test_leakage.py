@@ -209,6 +209,16 @@ def test_group_keeps_every_cluster_in_one_split(planted_root, strategy, seed):
         assert (report.split["split"][untouched] == grouped.split["split"][untouched]).all()
 
 
+def test_group_under_leave_one_out_keeps_clusters_off_the_train_eval_border(planted_root, caplog):
+    out = run_prepare(planted_root, protocol="leave_one_out", near_duplicates={"policy": "group", "max_distance": 10})
+    table = out.near_duplicates
+    assert (table["split_a"] == table["split_b"]).all() and out.summary["near_duplicates_train_eval"] == 0
+    eval_pairs = int(table["split_a"].eq("gallery").sum())  # every eval image is a query and a gallery item
+    assert out.summary["near_duplicates_query_gallery"] == eval_pairs
+    if eval_pairs:
+        assert "under leave_one_out every eval image is a query" in caplog.text
+
+
 def test_group_without_pairs_is_the_plain_assignment(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write_images(tmp_path / "data", LABELS)

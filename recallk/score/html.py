@@ -86,7 +86,7 @@ def page(metrics: dict[str, Any], keys: list[str], provenance: dict[str, Any], c
         headline += _table(["metric", "all queries", "without the queries with a near copy"], without)
     classes = _table(list(per_class.columns), per_class.values.tolist())
     gallery = (f'<img alt="failure gallery" src="{png_data_uri(failures)}">' if failures is not None
-               else "<p>off (score.failures.queries: 0)</p>")
+               else "<p>off (score.failures.queries: 0, or an embeddings-only catalog: no image to show)</p>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Recall@K report</title>"
             f"<style>{STYLE}</style></head><body><h1>Recall@K report</h1><h2>What was evaluated</h2>"
             f"<dl>{facts}</dl><h2>Metrics</h2>{headline}{counts}<h2>recall@K</h2>{curve_svg(curve)}"
