@@ -81,6 +81,30 @@ def _open_fraction(v: Any) -> str | None:
     return None
 
 
+def _cosine(v: Any) -> str | None:
+    if v is None:
+        return None
+    if not (is_int(v) or isinstance(v, float)) or not 0.0 < v <= 1.0:
+        return f"must be a cosine above 0 and at most 1, such as 0.95, or null (off). Got {quote(v)} instead."
+    return None
+
+
+#: The default of `encode.precomputed.path` (recallk.encode.precomputed.PLACEHOLDER; not imported, so the
+#: params schema stays free of the encode code).
+PRECOMPUTED_PLACEHOLDER = "recallk/encode/no_precomputed_embeddings.txt"
+
+
+def _tracked_path(v: Any) -> str | None:
+    if not isinstance(v, str) or not v.strip():
+        return (f"must be a path: the encode stage depends on it in dvc.yaml, so that replacing the file re-runs "
+                f"encode, and DVC cannot track null. Keep {PRECOMPUTED_PLACEHOLDER} (none) when another backbone "
+                f"is used. Got {quote(v)} instead.")
+    return None
+
+
+#: Largest `split.near_duplicates.max_distance` (of 64 bits): beyond it unrelated photos match and the search slows.
+MAX_HAMMING = 16
+
 SCHEMA: dict[str, dict[str, Any]] = {
     "split": {
         "data_root": Param("data/digits", _path(False)),
@@ -89,6 +113,11 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "strategy": Param("class_disjoint", _choice("class_disjoint", "per_class", "given")),
         "protocol": Param("query_gallery", _choice("query_gallery", "leave_one_out")),
         "seed": Param(0, _int(0)),
+        "images": Param("auto", _choice("auto", "files", "none")),
+        "near_duplicates": {
+            "policy": Param("report", _choice("report", "group", "error")),
+            "max_distance": Param(10, _int(0, MAX_HAMMING)),
+        },
         "fractions": {
             "train": Param(0.5, _fraction),
             "val": Param(0.25, _fraction),
@@ -100,7 +129,8 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "batch_size": Param(64, _int(1, 65536)),
         "num_workers": Param(2, _int(1, 256)),
         "pixels": {"resolution": Param(16, _int(1, 1024))},
-        "precomputed": {"path": Param(None, _path(True)), "ids": Param(None, _path(True))},
+        # path: DVC tracks it (dvc.yaml), so never null; the default is a committed placeholder for "none"
+        "precomputed": {"path": Param(PRECOMPUTED_PLACEHOLDER, _tracked_path), "ids": Param(None, _path(True))},
     },
     "score": {
         "ks": Param([1, 5, 10], ks_problem),
@@ -116,6 +146,7 @@ SCHEMA: dict[str, dict[str, Any]] = {
             "unit": Param("query", _choice("query", "label")),
         },
         "failures": {"queries": Param(8, _int(0, 1000)), "k": Param(5, _int(0, 100))},
+        "near_duplicates": {"min_cosine": Param(None, _cosine)},
     },
 }
 

@@ -17,10 +17,11 @@ import pandas as pd
 from PIL import Image
 
 from recallk import images
+from recallk.data.contract import has_files
 from recallk.errors import InputError
 from recallk.score import html
 from recallk.score.metrics import metric_keys
-from recallk.score.report import format_report, provenance, split_metrics
+from recallk.score.report import PAIR_COUNTS, format_report, provenance, split_metrics
 from recallk.score.suite import score_split
 from recallk.score.tables import compact_per_query
 from stages.params import load_section
@@ -33,13 +34,14 @@ PATHS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.c
          "evaluated": "metrics/evaluated.json", "per-class": "metrics/per_class.csv", "curve": "metrics/recall_curve.csv",
          "per-query": "data/scores/per_query.csv", "compact": "metrics/per_query.csv",
          "neighbors": "data/scores/neighbors.csv", "confusions": "metrics/confusions.csv",
+         "near-duplicates": "data/scores/near_duplicates.csv",
          "failures": "plots/failures.png", "report": "reports/index.html",
          "split-provenance": "data/prepared/provenance.json", "encode-provenance": "data/embeddings/provenance.json",
          "skipped": "data/prepared/skipped.csv"}
 
 
 #: The tables written as CSV, by their argument name.
-TABLES = ("per_class", "curve", "per_query", "compact", "neighbors", "confusions")
+TABLES = ("per_class", "curve", "per_query", "compact", "neighbors", "confusions", "near_duplicates")
 
 
 def csv_file(frame: pd.DataFrame) -> Callable[[Path], None]:
@@ -85,14 +87,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not args.show:
         remove_outputs(outputs)  # first: a failed run never leaves an old result looking current
     params = load_section("score", args.params)
-    evaluated = provenance(read_provenance(args.split_provenance), read_provenance(args.encode_provenance), params)
+    split_provenance = read_provenance(args.split_provenance)
+    evaluated = provenance(split_provenance, read_provenance(args.encode_provenance), params)
     if args.show:
         return show(args.metrics, args.intervals, evaluated)
     inputs = load_inputs(args.catalog, args.split, args.embeddings, args.ids, train=params["whiten"] == "pca")
     paths = inputs.catalog["path"]
+    # an embeddings-only catalog has no image to draw: the failure gallery stays a placeholder
+    load = (lambda image_id: images.load(paths[image_id])) if has_files(inputs.catalog) else None
     metrics, tables = score_split(inputs.emb, inputs.row, inputs.catalog, queries=inputs.queries,
                                   gallery=inputs.gallery, train=inputs.train, same_set=inputs.same_set,
-                                  load=lambda image_id: images.load(paths[image_id]), **params)
+                                  load=load, **params)
+    pair_counts = (split_provenance or {}).get("near_duplicates") or {}  # the split stage's pHash pairs
+    metrics.update({k: pair_counts[k] for k in PAIR_COUNTS if k in pair_counts})
     if Path(args.skipped).is_file():  # written by split; absent only when scoring by hand
         metrics["num_skipped_images"] = len(read_input_csv(args.skipped, required=["path", "reason"]))
     tables["compact"] = compact_per_query(tables["per_query"])  # every metric per query, kept in git

@@ -1,8 +1,8 @@
 """Stage ``split``: the image catalog and the split assignment, checked by the data contracts.
 
-argv -> the ``split`` section of params.yaml -> :func:`recallk.data.prepare.prepare`
--> the catalog, the split and the skipped-images CSVs, and what they describe
-(``provenance.json``: data root, strategy, protocol, counts), all or none.
+argv -> the ``split`` section of params.yaml -> :func:`recallk.data.prepare.prepare_all`
+-> the catalog, the split, the skipped-images and the near-duplicate CSVs, and what they describe
+(``provenance.json``: data root, strategy, protocol, counts, the near-duplicate counts), all or none.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Sequence
 
 import pandas as pd
 
-from recallk.data.prepare import prepare
+from recallk.data.near_duplicates import PAIR_COLUMNS
+from recallk.data.prepare import prepare_all
 from recallk.data.splitting import SPLITS
 from stages.params import load_section
 from stages.runner import json_file, parse_stage_args, remove_outputs, run_stage, write_all
@@ -20,7 +21,8 @@ from stages.runner import json_file, parse_stage_args, remove_outputs, run_stage
 log = logging.getLogger("stages.split" if __name__ == "__main__" else __name__)
 
 PATHS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.csv",
-         "skipped": "data/prepared/skipped.csv", "provenance": "data/prepared/provenance.json"}
+         "skipped": "data/prepared/skipped.csv", "near-duplicates": "data/prepared/near_duplicates.csv",
+         "provenance": "data/prepared/provenance.json"}
 
 
 def write_outputs(frames: Sequence[pd.DataFrame], paths: Sequence[str], provenance: dict | None = None) -> None:
@@ -33,14 +35,19 @@ def write_outputs(frames: Sequence[pd.DataFrame], paths: Sequence[str], provenan
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_stage_args(argv, "Build the image catalog and the split assignment.", PATHS)
-    outputs = [args.catalog, args.split, args.skipped, args.provenance]
+    outputs = [args.catalog, args.split, args.skipped, args.near_duplicates, args.provenance]
     remove_outputs(outputs)
     params = load_section("split", args.params)
-    cat, split, skipped = prepare(**params)
+    out = prepare_all(**params)
+    cat, split, skipped = out.catalog, out.split, out.skipped
+    pairs = out.near_duplicates if out.files else pd.DataFrame(columns=PAIR_COLUMNS)
     provenance = {"data_root": params["data_root"], "manifest": params["csv"], "strategy": params["strategy"],
                   "protocol": params["protocol"], "seed": params["seed"], "num_images": len(cat),
-                  "num_labels": int(cat["label"].nunique()), "num_skipped_images": len(skipped)}
-    write_outputs([cat, split, skipped], outputs, provenance)
+                  "num_labels": int(cat["label"].nunique()), "num_skipped_images": len(skipped),
+                  "images": "files" if out.files else "none",
+                  # null for an embeddings-only catalog: no file, so no exact or near-duplicate check
+                  "near_duplicates": out.summary}
+    write_outputs([cat, split, skipped, pairs], outputs, provenance)
     if len(skipped):
         log.warning("the %d skipped images and their reasons are listed in %s", len(skipped), args.skipped)
     counts = split["split"].value_counts()

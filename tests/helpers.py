@@ -14,6 +14,7 @@ Fixtures built on these live in ``conftest.py``.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import os
@@ -30,6 +31,7 @@ import pytest
 import yaml
 from PIL import Image
 
+from recallk.images import decode
 from recallk.score.metrics import metric_keys
 from recallk.score.similarity import cosine_block, l2_normalize
 
@@ -65,7 +67,7 @@ def tool_env(**extra: str) -> dict[str, str]:
     identity, no DVC analytics, plus ``extra``."""
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env.update(DVC_NO_ANALYTICS="1", GIT_AUTHOR_NAME="test", GIT_AUTHOR_EMAIL="test@example.com",
                GIT_COMMITTER_NAME="test", GIT_COMMITTER_EMAIL="test@example.com")
     env.update(extra)
@@ -401,3 +403,42 @@ def fmean(values) -> float:
 def approx(x, rel=1e-9):
     return pytest.approx(x, rel=rel, abs=1e-12)
 
+
+# ---------------------------------------------------------------------------------------------- near-duplicates
+
+
+def smooth(seed: int, size: int = 64) -> Image.Image:
+    """A seeded smooth colour image (a 6x6 random grid, bicubic): its pHash is stable under small edits."""
+    rng = np.random.default_rng(seed)
+    return Image.fromarray(rng.integers(0, 256, size=(6, 6, 3), dtype=np.uint8)).resize((size, size),
+                                                                                        Image.Resampling.BICUBIC)
+
+
+def near_copy(img: Image.Image) -> Image.Image:
+    """A JPEG (quality 70) of the image at 3/4 of its size, decoded: a planted near-copy."""
+    buf = io.BytesIO()
+    img.resize((img.width * 3 // 4, img.height * 3 // 4), Image.Resampling.BILINEAR).save(buf, "JPEG", quality=70)
+    return decode(buf.getvalue())
+
+
+def write_planted_images(root: Path, spec: dict[str, list[int]], planted: dict[str, tuple[str, int]] = {}) -> None:
+    """``spec``: label -> seeds of its distinct images (``<label>/<seed>.png``); ``planted``: relative path ->
+    (label, seed) of the image it is a near copy of."""
+    for label, seeds in spec.items():
+        (root / label).mkdir(parents=True, exist_ok=True)
+        for seed in seeds:
+            smooth(seed).save(root / label / f"{seed}.png")
+    for rel, (_, seed) in planted.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        near_copy(smooth(seed)).save(root / rel)
+
+
+#: near-duplicate fixtures: label -> seeds of its distinct images
+LEAK_LABELS = {f"l{k}": list(range(10 * k, 10 * k + 8)) for k in range(4)}
+#: a near copy of each of three images in its own label, and one of l0's image under l3 (cross-label)
+LEAK_PLANTED = {"l0/copy_0.png": ("l0", 0), "l1/copy_11.png": ("l1", 11), "l2/copy_23.png": ("l2", 23),
+           "l3/copy_of_l0_2.png": ("l0", 2)}
+
+
+def planted_pairs() -> set[tuple[str, str]]:
+    return {tuple(sorted((rel, f"{label}/{seed}.png"))) for rel, (label, seed) in LEAK_PLANTED.items()}

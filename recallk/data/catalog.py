@@ -2,8 +2,9 @@
 
 :func:`read_source` gives one row per image (``image_id, path, label`` plus any
 extra CSV columns and the CSV's ``split``), and :func:`probe` adds what the file
-itself says (``sha256, width, height``, a ``problem`` when it cannot be used, and its
-``real_path``, the file's identity).
+itself says (``sha256, width, height, phash``, a ``problem`` when it cannot be used, and its
+``real_path``, the file's identity). A manifest of ids without image files (no ``path``
+column, or ``split.images: none``) gets those columns empty from :func:`without_files`.
 Nothing is judged here; :mod:`recallk.data.contract` decides what is acceptable.
 """
 
@@ -21,6 +22,7 @@ import pandas as pd
 
 from recallk.checks import clip, quote
 from recallk.data.contract import is_safe_relative
+from recallk.data.near_duplicates import phash
 from recallk.errors import InputError
 from recallk.images import DECODE_ERRORS, decode, describe_error
 from recallk.progress import Progress
@@ -29,7 +31,9 @@ log = logging.getLogger(__name__)
 
 REQUIRED_CSV_COLUMNS = ("path", "label")
 #: Catalog columns, in order; extra CSV columns follow them.
-CATALOG_COLUMNS = ("image_id", "path", "label", "sha256", "width", "height")
+CATALOG_COLUMNS = ("image_id", "path", "label", "sha256", "width", "height", "phash")
+#: The catalog columns that describe an image file (empty in an embeddings-only catalog).
+FILE_COLUMNS = ("path", "sha256", "width", "height", "phash")
 
 
 def check_root(root: Path) -> None:
@@ -121,11 +125,14 @@ def scan_folder(root: Path) -> pd.DataFrame:
     return frame
 
 
-def read_manifest(root: Path, csv_name: str) -> pd.DataFrame:
+def read_manifest(root: Path, csv_name: str, images: str = "files") -> pd.DataFrame:
     """Read a manifest CSV (``path,label`` and optional ``image_id``, ``split``, extra columns).
 
     ``csv_name`` must name a file inside ``root`` (relative, no ``..``, no link out of it): DVC
     tracks only the data root, so a manifest elsewhere could change without re-running the split.
+    ``images`` is ``split.images``: ``files`` needs a ``path`` column; ``auto`` reads a manifest
+    without one as ids only (``image_id,label``: embeddings-only); ``none`` never reads images (a
+    ``path`` column is dropped).
 
     Every column is read as text, so label ``1`` and ``1.0`` stay different, and
     empty cells become missing values for the contract to report.
@@ -146,23 +153,50 @@ def read_manifest(root: Path, csv_name: str) -> pd.DataFrame:
         raise InputError(f"manifest {quote(str(csv_path))} is not a readable UTF-8 CSV ({exc}); "
                          "fix the file.") from None
     frame.columns = [str(c).strip() for c in frame.columns]
-    missing = [c for c in REQUIRED_CSV_COLUMNS if c not in frame.columns]
+    if images == "none" and "path" in frame.columns:
+        log.warning("split.images: none: ignoring the path column of %s (no image is read)", csv_path)
+        frame = frame.drop(columns="path")
+    ids_only = images != "files" and "path" not in frame.columns
+    required = ("image_id", "label") if ids_only else REQUIRED_CSV_COLUMNS
+    missing = [c for c in required if c not in frame.columns]
     if missing:
+        ids_hint = ("" if images == "files" else " or, for embeddings without image files, image_id,label")
         raise InputError(
             f"manifest {quote(str(csv_path))} lacks column(s) {', '.join(missing)}; it needs a header with "
-            f"path,label (optional: image_id, split, extra columns). Found: {', '.join(map(clip, frame.columns))}."
+            f"path,label{ids_hint} (optional: image_id, split, extra columns). "
+            f"Found: {', '.join(map(clip, frame.columns))}."
+            + (" A manifest of ids without image files needs `split.images: auto` or `none`."
+               if images == "files" and "path" in missing and "image_id" in frame.columns else "")
         )
     if frame.empty:
         raise InputError(f"manifest {quote(str(csv_path))} has no rows; list one image per row.")
     frame = frame.astype(object).where(frame != "", None)
     if "image_id" not in frame.columns:
         frame.insert(0, "image_id", frame["path"])
-    first = ["image_id", "path", "label"]
+    first = ["image_id", "label"] if ids_only else ["image_id", "path", "label"]
     return frame[first + [c for c in frame.columns if c not in first]]
 
 
-def read_source(root: Path, csv_name: str | None) -> pd.DataFrame:
-    return scan_folder(root) if csv_name is None else read_manifest(root, csv_name)
+def read_source(root: Path, csv_name: str | None, images: str = "files") -> pd.DataFrame:
+    """The image table of a folder per label, or of a manifest (without a ``path`` column: ids only)."""
+    if csv_name is None:
+        if images == "none":
+            raise InputError("`split.images: none` builds the catalog from a manifest of ids and labels: set "
+                             "`split.csv` to a CSV (image_id,label[,split,...]) inside `split.data_root`, or set "
+                             "`split.images: auto` to read the image folders.")
+        return scan_folder(root)
+    return read_manifest(root, csv_name, images)
+
+
+def without_files(frame: pd.DataFrame) -> pd.DataFrame:
+    """The image table of a manifest of ids (embeddings-only): the file columns empty, nothing read."""
+    out = frame.copy()
+    out.insert(1, "path", pd.Series([None] * len(out), index=out.index, dtype=object))
+    for column in ("sha256", "phash", *PROBE_ONLY_COLUMNS):
+        out[column] = pd.Series([None] * len(out), index=out.index, dtype=object)
+    for column in ("width", "height"):
+        out[column] = pd.Series([pd.NA] * len(out), index=out.index, dtype="Int64")
+    return out
 
 
 #: Problems that make an image unreadable (``split.on_bad_image: skip`` drops these rows).
@@ -175,8 +209,10 @@ def unreadable(frame: pd.DataFrame) -> pd.Series:
 
 
 def probe_file(root: Path, rel: object, resolved_root: Path | None = None,
-               ) -> tuple[str | None, int | None, int | None, str | None, str | None]:
-    """Return ``(sha256, width, height, problem, real_path)`` for one image path relative to ``root``.
+               ) -> tuple[str | None, int | None, int | None, str | None, str | None, str | None]:
+    """Return ``(sha256, width, height, phash, problem, real_path)`` for one image path relative to ``root``.
+
+    ``phash`` is :func:`recallk.data.near_duplicates.phash` of the decoded (upright RGB) image.
 
     ``real_path`` is the file's absolute path with ``.``, ``//`` and symlinks resolved, the
     identity the contract's path-once rule compares (``a/./0.png``, ``a//0.png`` and a
@@ -184,29 +220,31 @@ def probe_file(root: Path, rel: object, resolved_root: Path | None = None,
     opened at all (the contract reports them); files that resolve outside ``root`` are not read.
     """
     if not is_safe_relative(rel):
-        return None, None, None, None, None
+        return None, None, None, None, None, None
     full = root / str(rel)
     real = os.path.realpath(full)  # never raises: a symlink loop stays unresolved and fails the stat below
     if not Path(real).is_relative_to(resolved_root or root.resolve()):
-        return None, None, None, "resolves outside the data root (a symlink?); copy the file into the data root", real
+        return (None, None, None, None, "resolves outside the data root (a symlink?); copy the file into the data root",
+                real)
     try:
         is_file = stat.S_ISREG(os.stat(full).st_mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            return None, None, None, "is a symlink loop; point the link at a file or remove it", real
+            return None, None, None, None, "is a symlink loop; point the link at a file or remove it", real
         is_file = False
     if not is_file:
-        return None, None, None, "file does not exist; fix the path or remove the row", real
+        return None, None, None, None, "file does not exist; fix the path or remove the row", real
     try:
         data = full.read_bytes()
     except OSError as exc:
-        return None, None, None, f"cannot read the file ({exc.strerror}); fix its permissions or remove it", real
+        return None, None, None, None, f"cannot read the file ({exc.strerror}); fix its permissions or remove it", real
     digest = hashlib.sha256(data).hexdigest()
     try:
-        width, height = decode(data).size
+        image = decode(data)
     except DECODE_ERRORS as exc:
-        return digest, None, None, f"Pillow cannot decode it ({describe_error(exc)}); replace or remove the file", real
-    return digest, width, height, None, real
+        return (digest, None, None, None,
+                f"Pillow cannot decode it ({describe_error(exc)}); replace or remove the file", real)
+    return digest, image.width, image.height, phash(image), None, real
 
 
 #: Columns :func:`probe` adds that only the contract reads (the catalog file does not keep them).
@@ -214,7 +252,7 @@ PROBE_ONLY_COLUMNS = ("problem", "real_path")
 
 
 def probe(root: Path, frame: pd.DataFrame, workers: int = 4) -> pd.DataFrame:
-    """Add ``sha256, width, height, problem, real_path`` columns by reading every image once (threads)."""
+    """Add ``sha256, width, height, phash, problem, real_path`` columns by reading every image once (threads)."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
         resolved = root.resolve()
         results = []
@@ -223,10 +261,12 @@ def probe(root: Path, frame: pd.DataFrame, workers: int = 4) -> pd.DataFrame:
                 results.append(result)
                 bar.update(1)
     out = frame.copy()
-    probed = pd.DataFrame(results, columns=["sha256", "width", "height", *PROBE_ONLY_COLUMNS], index=frame.index)
+    probed = pd.DataFrame(results, columns=["sha256", "width", "height", "phash", *PROBE_ONLY_COLUMNS],
+                          index=frame.index)
     out["sha256"] = probed["sha256"].astype(object)
     out["width"] = probed["width"].astype("Int64")
     out["height"] = probed["height"].astype("Int64")
+    out["phash"] = probed["phash"].astype(object)
     for column in PROBE_ONLY_COLUMNS:
         out[column] = probed[column].astype(object)
     return out

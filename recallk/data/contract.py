@@ -41,6 +41,8 @@ COUNT_RULE = "width and height must be positive integers"
 LEAK_RULE = ("the same file (equal sha256) must not be in train and in val/gallery "
              "(leakage: delete the duplicate or move both copies to one split)")
 DISJOINT_RULE = "class_disjoint: a label must not be in train and in val/gallery"
+FILES_RULE = ("every catalog row describes an image file (path, sha256, width, height and phash all filled in), "
+              "or none does (an embeddings-only catalog: all five empty)")
 
 
 def is_safe_relative(path: object) -> bool:
@@ -73,6 +75,21 @@ def _repeated_in_eval(df: pd.DataFrame) -> pd.Series:
     return known_eval & df["sha256"].where(known_eval).duplicated(keep=False)
 
 
+def _blank(s: pd.Series) -> pd.Series:
+    """Missing or empty cells (a catalog read back from CSV holds ``""`` where it was written empty)."""
+    return s.isna() | s.astype(object).eq("")
+
+
+def _files_mixed(df: pd.DataFrame) -> pd.Series:
+    """Rows that break :data:`FILES_RULE`: some file columns filled and others empty, or a row without a
+    file in a catalog whose other rows have one (the majority of rows decides which rows are named)."""
+    blank = pd.concat([_blank(df[c]) for c in ("path", "sha256", "width", "height", "phash")], axis=1)
+    partial = blank.any(axis=1) & ~blank.all(axis=1)
+    with_files = ~blank.any(axis=1)
+    odd = ~with_files if with_files.sum() * 2 >= len(df) else with_files
+    return partial | (odd if with_files.any() and not with_files.all() else False)
+
+
 def _label_overlap(df: pd.DataFrame) -> pd.Series:
     train_labels = set(df.loc[df["split"].eq("train"), "label"].dropna())
     eval_labels = set(df.loc[df["split"].isin(EVAL_SPLITS), "label"].dropna())
@@ -90,6 +107,11 @@ def _columns() -> dict[str, pa.Column]:
     def count() -> pa.Column:
         return pa.Column(str, pa.Check.str_matches(r"^[1-9][0-9]*$", error=COUNT_RULE), nullable=False)
 
+    def blank_or(pattern: str, error: str | None = None) -> pa.Column:
+        """A text column that matches ``pattern`` or is empty (an embeddings-only catalog; FILES_RULE decides)."""
+        return pa.Column(str, pa.Check(lambda s: _blank(s) | s.astype(str).str.fullmatch(pattern),
+                                       error=error or f"str_matches('{pattern}')"), nullable=True)
+
     return {
         "image_id": pa.Column(str, pa.Check(lambda s: ~s.str.contains(r"[\x00-\x1f]", regex=True),
                                             error=IMAGE_ID_RULE), nullable=False, unique=True),
@@ -98,50 +120,63 @@ def _columns() -> dict[str, pa.Column]:
         "real_path": pa.Column(str, nullable=True),  # none for a path that is not safe (the path rule says so)
         "label": pa.Column(str, pa.Check(lambda s: s.str.strip().str.len() > 0, error=LABEL_RULE), nullable=False),
         "sha256": sha256(nullable=True),  # none for an unreadable file, which the problem rule reports
-        "sha256_file": sha256(nullable=False),
+        "sha256_file": blank_or(r"[0-9a-f]{64}"),
+        "phash": pa.Column(str, pa.Check.str_matches(r"^[0-9a-f]{16}$"), nullable=True),
+        "phash_file": blank_or(r"[0-9a-f]{16}"),
         "width": pa.Column("Int64", pa.Check.gt(0), nullable=True),
         "height": pa.Column("Int64", pa.Check.gt(0), nullable=True),
         "problem": pa.Column(str, pa.Check(lambda s: s.isna(), error=FILE_RULE), nullable=True),
         "split": pa.Column(str, pa.Check.isin(SPLITS, error=SPLIT_RULE), nullable=False),
         "query": flag(),
         "gallery": flag(),
-        "width_text": count(),
-        "height_text": count(),
+        "width_text": blank_or(r"[1-9][0-9]*", error=COUNT_RULE),
+        "height_text": blank_or(r"[1-9][0-9]*", error=COUNT_RULE),
     }
 
 
-def image_table_schema(*, class_disjoint: bool) -> pa.DataFrameSchema:
+def image_table_schema(*, class_disjoint: bool, files: bool = True) -> pa.DataFrameSchema:
     """The contract every image table must meet before the split stage writes anything.
 
     Columns: ``image_id`` (str, unique, non-null), ``path`` (str, safe relative),
     ``real_path`` (the probe's resolved path), ``label`` (str, non-empty), ``sha256`` (str),
-    ``width``/``height`` (Int64, > 0), ``problem`` (must be empty: the probe found no fault
-    in the file) and ``split`` (train | val | gallery). Frame-wide: every file listed once
-    (by real path, so ``a/./0.png``, ``a//0.png`` and a symlink alias are ``a/0.png``), no
-    train/eval leakage by file content, no file content twice in val/gallery (a byte-identical
+    ``width``/``height`` (Int64, > 0), ``phash`` (16 hex characters), ``problem`` (must be empty:
+    the probe found no fault in the file) and ``split`` (train | val | gallery). Frame-wide: every
+    file listed once (by real path, so ``a/./0.png``, ``a//0.png`` and a symlink alias are ``a/0.png``),
+    no train/eval leakage by file content, no file content twice in val/gallery (a byte-identical
     copy is the same image: refused rather than silently excluded, so the numbers never depend
     on which copy a query is), and under ``class_disjoint`` no label on both sides.
+
+    ``files=False`` (a manifest of ids, embeddings-only): only ``image_id``, ``label`` and ``split``,
+    and the label rule of ``class_disjoint``; nothing about files can be checked.
     """
     checks = [pa.Check(lambda df: ~_same_file(df), error=PATH_ONCE_RULE),
               pa.Check(lambda df: ~_leaking(df), error=LEAK_RULE),
-              pa.Check(lambda df: ~_repeated_in_eval(df), error=EVAL_ONCE_RULE)]
+              pa.Check(lambda df: ~_repeated_in_eval(df), error=EVAL_ONCE_RULE)] if files else []
     if class_disjoint:
         checks.append(pa.Check(lambda df: ~_label_overlap(df), error=DISJOINT_RULE))
     columns = _columns()
-    return pa.DataFrameSchema({c: columns[c] for c in ("image_id", "path", "real_path", "label", "sha256", "width",
-                                                       "height", "problem", "split")},
-                              checks=checks, strict=False, name="image table")
+    names = (("image_id", "path", "real_path", "label", "sha256", "width", "height", "phash", "problem", "split")
+             if files else ("image_id", "label", "split"))
+    return pa.DataFrameSchema({c: columns[c] for c in names}, checks=checks, strict=False, name="image table")
 
 
 def catalog_schema() -> pa.DataFrameSchema:
     """The catalog file as text: ``image_id`` (unique), ``path`` (where the encode stage reads the
     image: relative to the working directory or absolute), ``label``, ``sha256``, ``width``,
-    ``height``; extra manifest columns are kept as they are."""
+    ``height``, ``phash``; extra manifest columns are kept as they are. The five file columns are
+    all filled in on every row, or all empty on every row (an embeddings-only catalog)."""
     columns = _columns()
-    return pa.DataFrameSchema({"image_id": columns["image_id"], "path": pa.Column(str, nullable=False),
+    return pa.DataFrameSchema({"image_id": columns["image_id"], "path": pa.Column(str, nullable=True),
                                "label": columns["label"], "sha256": columns["sha256_file"],
-                               "width": columns["width_text"], "height": columns["height_text"]},
+                               "width": columns["width_text"], "height": columns["height_text"],
+                               "phash": columns["phash_file"]},
+                              checks=[pa.Check(lambda df: ~_files_mixed(df), error=FILES_RULE)],
                               strict=False, name="catalog")
+
+
+def has_files(catalog: pd.DataFrame) -> bool:
+    """Whether a catalog (checked by :func:`catalog_schema`) lists image files, or only ids (embeddings-only)."""
+    return bool(len(catalog)) and not bool(_blank(catalog["path"]).all())
 
 
 def split_schema() -> pa.DataFrameSchema:
@@ -166,9 +201,10 @@ _BUILTIN_RULES = {
 def _describe_row(frame: pd.DataFrame, index: int, csv_lines: bool) -> str:
     row = frame.loc[index]
     parts = [f"CSV line {index + 2}"] if csv_lines else []
-    if "path" in row:
+    has_path = isinstance(row.get("path"), str) and row.get("path") != ""
+    if has_path:
         parts.append(f"path {quote(row['path'])}")
-    if "path" not in row or row["image_id"] != row["path"]:
+    if not has_path or row["image_id"] != row["path"]:
         parts.append(f"image_id {quote(row['image_id'])}")
     if isinstance(row.get("problem"), str):
         parts.append(row["problem"])

@@ -1,35 +1,132 @@
 """The split stage's computation: the catalog and the split assignment of a data root.
 
-The catalog (``image_id, path, label, sha256, width, height`` + extra manifest
+The catalog (``image_id, path, label, sha256, width, height, phash`` + extra manifest
 columns) depends only on the images, never on split params, so a split-only
 change leaves it byte-identical and the encode stage is skipped. The split table
 is ``image_id, split, query, gallery``; the skipped table ``path, reason``; both tables give paths as
 :func:`recallk.data.catalog.location` does (relative to the working directory when inside it).
+
+Near-duplicates (``split.near_duplicates``): every pair of images whose pHash (the catalog's
+``phash``) differ in at most ``max_distance`` of 64 bits (:mod:`recallk.data.near_duplicates`), with
+``policy`` ``report`` (listed and counted), ``group`` (each cluster kept in one split) or ``error``
+(a pair across the train/eval border, or a query with a near copy in the gallery, stops the stage).
+
+A manifest of ids without image files (no ``path`` column, or ``split.images: none``) gives an
+embeddings-only catalog: the file columns stay empty, nothing is read or hashed, and neither
+exact nor near-duplicate checks can run.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from recallk.checks import quote
 from recallk.data import catalog, contract, splitting
+from recallk.data import near_duplicates as nd
 from recallk.errors import InputError
 
 log = logging.getLogger(__name__)
 
+NEAR_DUPLICATES = {"policy": "report", "max_distance": 10}
+#: ``policy: group`` warns when one cluster holds more than this share of the images, and more than this
+#: many (chained pairs).
+LARGE_CLUSTER, LARGE_CLUSTER_IMAGES = 0.05, 10
+#: Pairs an error message lists before summarising the rest.
+MAX_LISTED = 20
 
-def prepare(*, data_root: str, csv: str | None, on_bad_image: str, strategy: str, protocol: str, seed: int,
-          fractions: dict[str, float]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """The catalog, split and skipped-images tables of a data root (the ``split`` params).
 
-    Returns ``(catalog, split, skipped)``; each row set passed the image-table contract, and
-    the catalog and split frames the contracts of their files (checked again on read).
-    Raises :class:`~recallk.errors.InputError` listing every failing row.
+@dataclass
+class Prepared:
+    """What the split stage writes: the tables, and what the near-duplicate check found."""
+
+    catalog: pd.DataFrame
+    split: pd.DataFrame
+    skipped: pd.DataFrame
+    #: ``id_a, id_b, label_a, label_b, split_a, split_b, distance``; None without image files.
+    near_duplicates: pd.DataFrame | None
+    #: For provenance.json: policy, max_distance, pairs and the three counts (None without image files).
+    summary: dict[str, Any] | None = field(default=None)
+
+    @property
+    def files(self) -> bool:
+        return self.near_duplicates is not None
+
+
+def prepare(**params: Any) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """``(catalog, split, skipped)`` of :func:`prepare_all` (the same params)."""
+    out = prepare_all(**params)
+    return out.catalog, out.split, out.skipped
+
+
+def prepare_all(*, data_root: str, csv: str | None, on_bad_image: str, strategy: str, protocol: str, seed: int,
+                fractions: dict[str, float], images: str = "files",
+                near_duplicates: dict[str, Any] | None = None) -> Prepared:
+    """The catalog, split, skipped-images and near-duplicate tables of a data root (the ``split`` params).
+
+    Each row set passed the image-table contract, and the catalog and split frames the contracts
+    of their files (checked again on read). Raises :class:`~recallk.errors.InputError` listing every
+    failing row (and, under ``near_duplicates.policy: error``, every leaking pair).
     """
+    nd_params = {**NEAR_DUPLICATES, **(near_duplicates or {})}
     root = Path(data_root)
-    frame = catalog.read_source(root, csv)
+    frame = catalog.read_source(root, csv, images)
+    files = "path" in frame.columns
+    skipped = pd.DataFrame({"path": pd.Series(dtype=object), "reason": pd.Series(dtype=object)})
+    if files:
+        frame, skipped = _probe(root, frame, on_bad_image)
+    else:
+        frame = catalog.without_files(frame)
+        log.info("embeddings-only catalog: %d ids from %s, no image read (split.images: %s); exact and "
+                 "near-duplicate checks are unavailable", len(frame), root / csv, images)
+    pairs = _near_pairs(frame, nd_params["max_distance"]) if files else None
+    groups = None
+    if files and nd_params["policy"] == "group" and strategy != "given":
+        groups = _cluster_keys(frame, pairs)
+    frame["split"] = splitting.assign_splits(frame, strategy=strategy, protocol=protocol,
+                                             fractions=fractions, seed=seed, groups=groups)
+    source = f"{root / csv}" if csv else f"{root}/"
+    contract.validate(frame, contract.image_table_schema(class_disjoint=strategy == "class_disjoint", files=files),
+                      source=source, csv_lines=csv is not None)
+    table = None
+    if files:
+        table = nd.pair_table(frame["image_id"], frame["label"], frame["split"], *pairs)
+
+    frame = frame.sort_values("image_id", kind="stable").reset_index(drop=True)
+    query, gallery = splitting.roles(frame["split"], protocol)
+    if not query.any() or not gallery.any():
+        counts = frame["split"].value_counts().to_dict()
+        raise InputError(f"the split has {int(query.sum())} queries and {int(gallery.sum())} gallery images "
+                        f"(split sizes: {counts}); adjust `split.fractions` or the manifest's split column "
+                        f"so that both are non-empty.")
+    summary = None
+    if table is not None:
+        summary = _check_pairs(table, dict(zip(frame["image_id"], query)), dict(zip(frame["image_id"], gallery)),
+                               nd_params, strategy, protocol)
+    orphans = splitting.queries_without_positive(frame["label"], query, gallery)
+    if orphans.any():
+        labels = sorted(frame.loc[orphans, "label"].unique())
+        log.warning("%d queries (labels: %s) have no gallery image of their label other than themselves; "
+                    "score will exclude and count them", int(orphans.sum()), ", ".join(labels[:10]))
+
+    extras = [c for c in frame.columns if c not in catalog.CATALOG_COLUMNS + catalog.PROBE_ONLY_COLUMNS + ("split",)]
+    cat = frame[list(catalog.CATALOG_COLUMNS) + extras].copy()
+    if files:
+        cat["path"] = [catalog.location(root, p) for p in cat["path"]]
+    split = pd.DataFrame({"image_id": frame["image_id"], "split": frame["split"],
+                          "query": query, "gallery": gallery})
+    for frame, schema in ((cat, contract.catalog_schema()), (split, contract.split_schema())):
+        contract.validate(contract.as_text(frame), schema, source=f"the {schema.name} table", csv_lines=True)
+    return Prepared(cat, split, skipped, table, summary)
+
+
+def _probe(root: Path, frame: pd.DataFrame, on_bad_image: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Read every image (:func:`recallk.data.catalog.probe`); drop the unreadable ones under ``skip``."""
     frame = catalog.probe(root, frame)
     bad = catalog.unreadable(frame) if on_bad_image == "skip" else pd.Series(False, index=frame.index)
     # the catalog's path convention (where a stage run from the working directory finds the file)
@@ -43,30 +140,67 @@ def prepare(*, data_root: str, csv: str | None, on_bad_image: str, strategy: str
         if frame.empty:
             raise InputError(f"every one of the {int(bad.sum())} images is unreadable (e.g. {skipped['path'][0]}: "
                             f"{skipped['reason'][0]}); check the data root {root}.")
-    frame["split"] = splitting.assign_splits(frame, strategy=strategy, protocol=protocol,
-                                             fractions=fractions, seed=seed)
-    source = f"{root / csv}" if csv else f"{root}/"
-    contract.validate(frame, contract.image_table_schema(class_disjoint=strategy == "class_disjoint"),
-                      source=source, csv_lines=csv is not None)
+    return frame, skipped
 
-    frame = frame.sort_values("image_id", kind="stable").reset_index(drop=True)
-    query, gallery = splitting.roles(frame["split"], protocol)
-    if not query.any() or not gallery.any():
-        counts = frame["split"].value_counts().to_dict()
-        raise InputError(f"the split has {int(query.sum())} queries and {int(gallery.sum())} gallery images "
-                        f"(split sizes: {counts}); adjust `split.fractions` or the manifest's split column "
-                        f"so that both are non-empty.")
-    orphans = splitting.queries_without_positive(frame["label"], query, gallery)
-    if orphans.any():
-        labels = sorted(frame.loc[orphans, "label"].unique())
-        log.warning("%d queries (labels: %s) have no gallery image of their label other than themselves; "
-                    "score will exclude and count them", int(orphans.sum()), ", ".join(labels[:10]))
 
-    extras = [c for c in frame.columns if c not in catalog.CATALOG_COLUMNS + catalog.PROBE_ONLY_COLUMNS + ("split",)]
-    cat = frame[list(catalog.CATALOG_COLUMNS) + extras].copy()
-    cat["path"] = [catalog.location(root, p) for p in cat["path"]]
-    split = pd.DataFrame({"image_id": frame["image_id"], "split": frame["split"],
-                          "query": query, "gallery": gallery})
-    for frame, schema in ((cat, contract.catalog_schema()), (split, contract.split_schema())):
-        contract.validate(contract.as_text(frame), schema, source=f"the {schema.name} table", csv_lines=True)
-    return cat, split, skipped
+def _near_pairs(frame: pd.DataFrame, max_distance: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row positions ``(i, j)`` and distance of every near-duplicate pair (rows without a hash take no part:
+    the contract reports their files)."""
+    hashed = np.flatnonzero(frame["phash"].notna().to_numpy())
+    i, j, dist = nd.near_pairs(nd.to_codes(frame["phash"].iloc[hashed]), max_distance)
+    return hashed[i], hashed[j], dist
+
+
+def _cluster_keys(frame: pd.DataFrame, pairs: tuple[np.ndarray, np.ndarray, np.ndarray]) -> pd.Series:
+    """``policy: group``: each row's unit key, the smallest content key of its near-duplicate cluster (a row
+    in no pair keeps its own, so the assignment only changes where clusters are)."""
+    own = splitting._unit_keys(frame).to_numpy()
+    component = nd.clusters(len(frame), pairs[0], pairs[1])
+    keys = pd.Series(own).groupby(component).transform("min")
+    multi = pd.Series(component).duplicated(keep=False).to_numpy()
+    if multi.any():
+        log.info("split.near_duplicates.policy: group: %d images in %d near-duplicate clusters, each kept in one "
+                 "split", int(multi.sum()), pd.Series(component[multi]).nunique())
+        largest = int(np.bincount(component).max())
+        if largest > max(LARGE_CLUSTER_IMAGES, LARGE_CLUSTER * len(frame)):
+            log.warning("split.near_duplicates.policy: group: the largest near-duplicate cluster holds %d of %d images "
+                        "(%.0f%%): pairs chain (a~b and b~c put a, b and c together), so the splits can be far from "
+                        "split.fractions; lower split.near_duplicates.max_distance, or use policy report",
+                        largest, len(frame), 100 * largest / len(frame))
+    return pd.Series(np.where(multi, keys.to_numpy(), own), index=frame.index)
+
+
+def _describe(table: pd.DataFrame) -> str:
+    rows = [f"{quote(r.id_a)} ({r.label_a}, {r.split_a}) ~ {quote(r.id_b)} ({r.label_b}, {r.split_b}): "
+            f"{r.distance} bits" for r in table.head(MAX_LISTED).itertuples(index=False)]
+    more = [f"... and {len(table) - MAX_LISTED} more"] if len(table) > MAX_LISTED else []
+    return "\n  - " + "\n  - ".join(rows + more)
+
+
+def _check_pairs(table: pd.DataFrame, query: dict, gallery: dict, params: dict[str, Any], strategy: str,
+                 protocol: str) -> dict[str, Any]:
+    """The counts of the pairs, logged; the ``error`` policy (and ``group`` under ``given``, which cannot
+    move an image) stops on a leaking pair."""
+    counts = nd.counts(table, query, gallery)
+    leaks = table[nd.leaking(table, query, gallery)]
+    d, policy = params["max_distance"], params["policy"]
+    if len(leaks) and (policy == "error" or (policy == "group" and strategy == "given")):
+        why = ("`split.strategy: given` fixes every split, so `policy: group` cannot keep them together: put each "
+               "pair in one split in the manifest's split column" if policy == "group" else
+               "remove the copies, or set `split.near_duplicates.policy: group` to keep each cluster in one split "
+               "(or `report` to list them in data/prepared/near_duplicates.csv and go on)")
+        raise InputError(f"{len(leaks)} near-duplicate pair(s) (pHash within {d} of 64 bits) leak across the split: "
+                         f"across train and val/gallery, or a query and a gallery image (split.near_duplicates."
+                         f"policy: {policy}); {why}:{_describe(leaks)}")
+    text = (f"near-duplicates (pHash within {d} of 64 bits): {len(table)} pair(s); "
+            f"{counts['near_duplicates_train_eval']} across train and val/gallery, "
+            f"{counts['near_duplicates_query_gallery']} query-gallery, "
+            f"{counts['near_duplicates_cross_label']} with different labels; listed in data/prepared/near_duplicates.csv")
+    if len(leaks):
+        hint = ("under leave_one_out every eval image is a query, so no split keeps eval pairs apart; "
+                "remove the copies or check score.near_duplicates.min_cosine" if protocol == "leave_one_out"
+                else "set split.near_duplicates.policy: group to keep them in one split")
+        log.warning("%s (%s)", text, hint)
+    else:
+        log.info("%s", text)
+    return {"policy": policy, "max_distance": d, "pairs": len(table), **counts}

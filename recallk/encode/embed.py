@@ -9,10 +9,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from recallk.checks import clip
+from recallk.data.contract import has_files
 from recallk.encode import precomputed
 from recallk.encode.batches import encode_catalog
 from recallk.encode.cache import EmbeddingCache, default_path
 from recallk.encode.registry import get_backbone
+from recallk.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,11 @@ def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers:
         and what made them: ``backbone``, ``fingerprint`` (for ``precomputed``: the file and its
         sha256), ``embedding_dim``, ``num_images``.
     """
+    if backbone != precomputed.NAME and not has_files(catalog):
+        raise InputError(f"the catalog lists ids without image files (an embeddings-only manifest: no path column, or "
+                         f"`split.images: none`), so `encode.backbone: {clip(backbone)}` has nothing to encode; set "
+                         "`encode.backbone: precomputed` and `encode.precomputed.path` to your embeddings (an .npz "
+                         "with arrays ids and embeddings), or give the manifest a path column.")
     if backbone == precomputed.NAME:
         opts = backbone_options[precomputed.NAME]
         ids, emb = precomputed.read_precomputed(opts.get("path"), opts.get("ids"))

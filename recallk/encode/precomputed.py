@@ -4,6 +4,10 @@
 ``embeddings``, or an ``.npy`` of embeddings with ``encode.precomputed.ids``
 naming the aligned ids (an ``.npy`` of strings, or a ``.txt`` with one id per
 line). Nothing is unpickled: arrays load with ``allow_pickle=False``.
+
+The encode stage depends on ``${encode.precomputed.path}`` (dvc.yaml), so replacing the file re-runs
+encode and score. Its default is :data:`PLACEHOLDER`, a committed file that stands for "none" (DVC
+cannot track null). An ``.npz`` holds the ids too; with an ``.npy``, the ids file is not tracked.
 """
 
 from __future__ import annotations
@@ -14,10 +18,16 @@ from typing import Sequence
 
 import numpy as np
 
-from recallk.checks import unusable_rows
+from recallk.checks import quote, unusable_rows
 from recallk.errors import InputError
 
 NAME = "precomputed"
+#: The default of ``encode.precomputed.path``: a committed file standing for "no precomputed embeddings".
+PLACEHOLDER = "recallk/encode/no_precomputed_embeddings.txt"
+
+
+def is_placeholder(path: str | None) -> bool:
+    return path is not None and Path(path).name == Path(PLACEHOLDER).name
 
 
 def _load_array(path: Path, what: str) -> np.ndarray:
@@ -38,9 +48,10 @@ def _load_npy(path: Path, what: str) -> np.ndarray:
 
 def read_precomputed(path: str | None, ids_path: str | None) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(ids, embeddings)`` as stored, or raise a InputError naming the fix."""
-    if not path:
+    if not path or is_placeholder(path):
         raise InputError("`encode.backbone: precomputed` needs `encode.precomputed.path` (an .npz with ids and "
-                        "embeddings, or an .npy with `encode.precomputed.ids`).")
+                        f"embeddings, or an .npy with `encode.precomputed.ids`); it is {quote(path)}, the "
+                        "placeholder for none.")
     file = Path(path)
     if not file.is_file():
         raise InputError(f"precomputed embeddings {path!r} not found; fix `encode.precomputed.path`.")

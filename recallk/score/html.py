@@ -16,6 +16,11 @@ from typing import Any
 import pandas as pd
 from PIL import Image
 
+from recallk.score.report import PAIR_COUNTS, WITHOUT_SUFFIX
+
+#: Counts shown besides the four of every run: the split stage's pairs and the embedding check's queries.
+NEAR_DUPLICATE_KEYS = (*PAIR_COUNTS, "num_near_duplicate_queries")
+
 STYLE = ("body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;"
          "margin:1em 0}td,th{padding:2px 10px;text-align:right;border-bottom:1px solid #ddd}td:first-child,"
          "th:first-child{text-align:left}h1{font-size:20px}h2{font-size:16px;margin-top:2em}"
@@ -23,7 +28,7 @@ STYLE = ("body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}table{bo
 
 
 def _number(x: Any) -> str:
-    return "n/a" if isinstance(x, float) and math.isnan(x) else (f"{x:.4f}" if isinstance(x, float) else str(x))
+    return "n/a" if x is None or isinstance(x, float) and math.isnan(x) else (f"{x:.4f}" if isinstance(x, float) else str(x))
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:
@@ -74,10 +79,14 @@ def page(metrics: dict[str, Any], keys: list[str], provenance: dict[str, Any], c
                                         if k + "_ci_low" in metrics else ""), metrics.get(k + "_class_mean", "")]
                        for k in keys])
     counts = _table(["count", "value"], [[k, metrics[k]] for k in ("num_queries", "num_excluded_queries",
-                                                                   "num_gallery", "embedding_dim") if k in metrics])
+                                                                   "num_gallery", "embedding_dim", *NEAR_DUPLICATE_KEYS)
+                                         if k in metrics])
+    without = [[k, metrics[k], metrics[k + WITHOUT_SUFFIX]] for k in keys if k + WITHOUT_SUFFIX in metrics]
+    if without:
+        headline += _table(["metric", "all queries", "without the queries with a near copy"], without)
     classes = _table(list(per_class.columns), per_class.values.tolist())
     gallery = (f'<img alt="failure gallery" src="{png_data_uri(failures)}">' if failures is not None
-               else "<p>off (score.failures.queries: 0)</p>")
+               else "<p>off (score.failures.queries: 0, or an embeddings-only catalog: no image to show)</p>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Recall@K report</title>"
             f"<style>{STYLE}</style></head><body><h1>Recall@K report</h1><h2>What was evaluated</h2>"
             f"<dl>{facts}</dl><h2>Metrics</h2>{headline}{counts}<h2>recall@K</h2>{curve_svg(curve)}"

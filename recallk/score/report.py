@@ -8,6 +8,12 @@ from typing import Any
 
 #: Keys that go to the second metrics file (metrics/intervals.json): each metric's interval and class mean.
 DETAIL_SUFFIXES = ("_ci_low", "_ci_high", "_class_mean")
+#: Each metric over the queries the embedding check did not flag (score.near_duplicates.min_cosine).
+WITHOUT_SUFFIX = "_without_near_duplicates"
+#: The split stage's near-duplicate counts, copied into metrics/recall.json.
+PAIR_COUNTS = {"near_duplicates_train_eval": "train-eval pairs",        # one in train, one in val/gallery
+               "near_duplicates_query_gallery": "query-gallery pairs",   # a query, and an image of the gallery
+               "near_duplicates_cross_label": "cross-label pairs"}
 
 
 def split_metrics(metrics: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -33,6 +39,17 @@ def provenance(split: dict[str, Any] | None, encode: dict[str, Any] | None, scor
         out["data"] = (f"{split['data_root']}{manifest}: {split['num_images']} images, {split['num_labels']} labels, "
                        f"{split['num_skipped_images']} skipped")
         out["split"] = f"{split['strategy']}, {split['protocol']}, seed {split['seed']}"
+        nd = split.get("near_duplicates")
+        if split.get("images") == "none":
+            out["near-dups"] = "unavailable (embeddings-only catalog: no image files to compare)"
+        elif nd:
+            out["near-dups"] = (f"pHash within {nd['max_distance']} of 64 bits, policy {nd['policy']}: "
+                                f"{nd['pairs']} pair(s) (data/prepared/near_duplicates.csv)")
+    min_cosine = (score.get("near_duplicates") or {}).get("min_cosine")
+    if min_cosine is not None:
+        backbone = f"{encode['backbone']} embeddings" if encode else "the embeddings"
+        out["near-copies"] = (f"queries with another image at cosine >= {min_cosine:g} in {backbone} "
+                              "(data/scores/near_duplicates.csv)")
     boot = score["bootstrap"]
     intervals = (f"{boot['resamples']} bootstrap resamples by {boot['unit']}, {boot['confidence']:.0%}"
                  if boot["resamples"] else "off")
@@ -48,7 +65,7 @@ def format_report(metrics: dict[str, Any], evaluated: dict[str, str] | None = No
     Each metric line shows the mean, then its bootstrap interval and class mean
     when the dict has them; ``tie_sensitive@K`` counts follow the recall lines.
     """
-    suffixes = DETAIL_SUFFIXES
+    suffixes = DETAIL_SUFFIXES + (WITHOUT_SUFFIX,)
     headline = [k for k, v in metrics.items() if isinstance(v, float) and not k.endswith(suffixes)]
     width = max((len(k) for k in headline), default=0) + 1
 
@@ -78,4 +95,32 @@ def format_report(metrics: dict[str, Any], evaluated: dict[str, str] | None = No
     others = [k for k in headline if not k.startswith("recall@")]
     if others:
         lines += ["", "[metrics]"] + [line(k) for k in others]
+    lines += near_duplicate_lines(metrics, [k for k in headline if k.startswith("recall@")
+                                            and f"{k}{WITHOUT_SUFFIX}" in metrics])
     return "\n".join(lines)
+
+
+def near_duplicate_lines(metrics: dict[str, Any], keys: list[str]) -> list[str]:
+    """The ``[near-duplicates]`` block: the split stage's pair counts (a warning when a pair crosses
+    the split) and the embedding check's flagged queries, recall@K with and without them (every metric's
+    ``<key>_without_near_duplicates`` is in the metrics file)."""
+    lines: list[str] = []
+    if any(k in metrics for k in PAIR_COUNTS):
+        lines += [f"  {(what + ':').ljust(20)} {metrics.get(k, 0)}" for k, what in PAIR_COUNTS.items()]
+        crossing = metrics.get("near_duplicates_train_eval", 0) + metrics.get("near_duplicates_query_gallery", 0)
+        if crossing:
+            lines += [f"  warning: {metrics.get('near_duplicates_train_eval', 0)} near-duplicate pair(s) cross train "
+                      f"and val/gallery, {metrics.get('near_duplicates_query_gallery', 0)} pair a query with a "
+                      "gallery image:",
+                      "           the numbers may be inflated (data/prepared/near_duplicates.csv; "
+                      "split.near_duplicates.policy: group)"]
+    if "num_near_duplicate_queries" in metrics:
+        lines.append(f"  queries with a near copy (embeddings): {metrics['num_near_duplicate_queries']} of "
+                     f"{metrics['num_queries'] + metrics['num_excluded_queries']}")
+        width = max((len(k) for k in keys), default=0) + 1
+        for key in keys:
+            without = metrics[f"{key}{WITHOUT_SUFFIX}"]
+            rest = ("n/a (every query is flagged)" if without is None else
+                    f"{format_float(without)} without them ({without - metrics[key]:+.4f})")
+            lines.append(f"  {(key + ':').ljust(width)}  {format_float(metrics[key])} with them, {rest}")
+    return ["", "[near-duplicates]"] + lines if lines else []

@@ -17,6 +17,7 @@ from PIL import Image
 from recallk.checks import check_exclude_columns
 from recallk.errors import InputError
 from recallk.score import gallery as failure_gallery
+from recallk.score import near_duplicates as embedding_copies
 from recallk.score import tables
 from recallk.score.metrics import metric_keys, rank, summarize
 from recallk.score.neighbors import top_k
@@ -33,7 +34,7 @@ def score_split(emb: np.ndarray, row: pd.Series, catalog: pd.DataFrame, *, queri
                 train: np.ndarray, same_set: bool, ks: Sequence[int], metrics: Sequence[str], max_memory_mb: float,
                 backend: str, exclude_same: Sequence[str], whiten: str, bootstrap: dict[str, Any],
                 failures: dict[str, int] | None = None, load: Callable[[str], Image.Image] | None = None,
-                ) -> tuple[dict[str, Any], dict[str, Any]]:
+                near_duplicates: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Score ``queries`` against ``gallery``; return the flat metrics and the tables.
 
     Parameters
@@ -48,8 +49,11 @@ def score_split(emb: np.ndarray, row: pd.Series, catalog: pd.DataFrame, *, queri
         ``train`` is only used by ``whiten: pca`` (the fit never sees the eval images).
     same_set : bool
         The queries are the gallery, row for row (leave-one-out), from the split protocol.
-    ks, metrics, max_memory_mb, backend, exclude_same, whiten, bootstrap, failures
-        The ``score`` params (see the README).
+    ks, metrics, max_memory_mb, backend, exclude_same, whiten, bootstrap, failures, near_duplicates
+        The ``score`` params (see the README). ``near_duplicates.min_cosine`` (None: off) flags the
+        queries with another image at that cosine or above among their top max(ks) items (on the
+        embeddings as stored, before any whitening) and adds every metric over the other queries
+        (:mod:`recallk.score.near_duplicates`).
     load : callable, optional
         ``load(image_id) -> PIL image``; with ``failures.queries > 0`` the failure gallery is drawn.
 
@@ -58,10 +62,12 @@ def score_split(emb: np.ndarray, row: pd.Series, catalog: pd.DataFrame, *, queri
     (metrics, tables)
         ``metrics``: each metric key's mean, ``<key>_class_mean``, ``<key>_ci_low`` /
         ``<key>_ci_high``, the counts and ``tie_sensitive@K``. ``tables``: ``per_class``,
-        ``curve``, ``per_query``, ``neighbors`` (each query's top max(ks) items) and ``confusions`` frames.
+        ``curve``, ``per_query``, ``neighbors`` (each query's top max(ks) items), ``confusions`` and
+        ``near_duplicates`` (the flagged pairs; empty when the check is off) frames.
     """
     check_exclude_columns(exclude_same, list(catalog.columns), name="score.exclude_same")
     q_emb, g_emb = emb[row[queries].to_numpy()], emb[row[gallery].to_numpy()]
+    q_raw, g_raw = q_emb, g_emb
     if whiten == "pca":
         if train.size < 2:
             raise InputError(f"`score.whiten: pca` fits on the train split, which has {train.size} image(s); "
@@ -90,12 +96,26 @@ def score_split(emb: np.ndarray, row: pd.Series, catalog: pd.DataFrame, *, queri
     failures = failures or {"queries": 0, "k": 0}
     cols, scores = top_k(q_emb, g_emb, max(max(ks), failures["k"]), queries, gallery, exclude, max_memory_mb)
     neighbors = tables.neighbors(queries, q_labels, gallery, g_labels, cols, scores)
+    min_cosine = (near_duplicates or {}).get("min_cosine")
+    copies = embedding_copies.empty_pairs()
+    if min_cosine is not None:
+        if whiten != "none":  # the backbone's own cosines: a threshold means the same whatever the scoring
+            cols_raw, scores_raw = top_k(q_raw, g_raw, max(ks), queries, gallery, exclude, max_memory_mb)
+        else:
+            cols_raw, scores_raw = cols[:, :max(ks)], scores[:, :max(ks)]
+        copies = embedding_copies.flagged_pairs(cols_raw, scores_raw, queries, q_labels, gallery, g_labels,
+                                                min_cosine)
+        flagged = np.isin(queries, copies["image_id"].unique())
+        out["num_near_duplicate_queries"] = int(flagged.sum())
+        out.update(embedding_copies.without(values, flagged, keys))
+        log.info("score.near_duplicates.min_cosine %g: %d of %d queries have another image at that cosine or above "
+                 "among their top %d", min_cosine, int(flagged.sum()), len(queries), max(ks))
     curve = tables.recall_curve(ranking, max(max(ks), CURVE_K))
     frames = {"per_class": table, "curve": curve,
               "curve_band": tables.curve_band(ranking, curve, **bootstrap, labels=q_labels),
               "per_query": tables.per_query(queries, q_labels, ranking, values, neighbors),
               "neighbors": neighbors[neighbors["rank"] <= max(ks)].reset_index(drop=True),
-              "confusions": tables.confusions(neighbors)}
+              "confusions": tables.confusions(neighbors), "near_duplicates": copies}
     if failures["queries"] and load is not None:
         frames["failures"] = _failure_sheet(frames["per_query"], neighbors, failures, q_emb, g_emb, queries,
                                             gallery, g_labels, exclude, load)

@@ -58,7 +58,7 @@ def test_manifest_keeps_extra_columns_and_reads_labels_as_text(work):
                               "b,img/1.png,1,g1\n")
     cat, _ = build(csv="m.csv", strategy="class_disjoint",
                    fractions={"train": 0.0, "val": 0.5, "gallery": 0.5})
-    assert list(cat.columns) == ["image_id", "path", "label", "sha256", "width", "height", "group"]
+    assert list(cat.columns) == ["image_id", "path", "label", "sha256", "width", "height", "phash", "group"]
     assert cat["image_id"].tolist() == ["a", "b", "c", "d"]          # sorted by image_id
     assert cat["label"].tolist() == ["1", "1", "01", "1.0"]           # text, not numbers
     assert cat["group"].tolist() == ["g1", "g1", "g2", "g2"]

@@ -474,7 +474,7 @@ def test_manifest_extra_columns_are_kept_in_the_catalog(proj):
     manifest(proj, rows, header="path,label,group,note")
     run_ok(proj, "split")
     cat = read_csv(proj, CATALOG).set_index("image_id")
-    assert list(cat.columns) == ["path", "label", "sha256", "width", "height", "group", "note"]
+    assert list(cat.columns) == ["path", "label", "sha256", "width", "height", "phash", "group", "note"]
     assert cat.loc["a/0.png", "group"] == "g0" and cat.loc["a/0.png", "note"] == ""
     assert cat.loc["a/1.png", "group"] == "g1" and cat.loc["a/1.png", "note"] == 'note 1, with "quotes"'
 

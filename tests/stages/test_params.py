@@ -29,7 +29,7 @@ def test_missing_keys_take_defaults():
     assert values == {"ks": [3], "metrics": ["recall", "precision", "r_precision", "map@r", "map", "mrr"],
                       "max_memory_mb": 512, "backend": "numpy", "exclude_same": [], "whiten": "none",
                       "bootstrap": {"resamples": 1000, "confidence": 0.95, "seed": 0, "unit": "query"},
-                      "failures": {"queries": 8, "k": 5}}
+                      "failures": {"queries": 8, "k": 5}, "near_duplicates": {"min_cosine": None}}
 
 
 @pytest.mark.parametrize("path, value, section, match", [
