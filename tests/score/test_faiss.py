@@ -1,6 +1,6 @@
 """recallk.score.ranking.faiss_backend through the score stage: the same outputs as numpy, a quiet loader.
 
-(The API-level cross-check of the two backends is in tests/test_metrics.py.)"""
+(The API-level cross-check of the two backends is in tests/score/test_ranking.py.)"""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The public wrappers of recallk.score.metrics (``recall_at_k``, ``first_positive_ranks``) and the API cases
-that tests/test_metrics.py does not cover.
+that tests/score/test_ranking.py and test_metrics.py do not cover.
 
-tests/test_metrics.py cross-checks ``retrieval_metrics``, ``retrieval_summary`` and ``rank`` against a
+tests/score/test_ranking.py cross-checks ``retrieval_metrics``, ``retrieval_summary`` and ``rank`` against a
 brute-force oracle (ties, ids, exclusion, memory bounds, scaling, orderings, errors); here the wrappers are
 pinned to those functions on seeded cases, plus hand-checked cases found only here: a zero gallery vector
 winning a tie, a lonely self-match with K above the gallery size, extreme float64 scales, labels compared
@@ -138,7 +138,7 @@ def test_labels_compared_as_strings():
     assert recall_at_k(q, g, np.array(["1"]), np.array([1, 2]), ks=[1]) == {"recall@1": 1.0}
 
 
-# --------------------------------------------------------------------------- errors (the rest of the table is in tests/test_metrics.py)
+# --------------------------------------------------------------------------- errors (the rest of the table is in tests/score/test_metrics.py)
 
 def _kwargs(**over):
     kw = dict(query_emb=np.ones((2, 3)), gallery_emb=np.eye(3), query_labels=[0, 1], gallery_labels=[0, 1, 2],

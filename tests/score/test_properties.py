@@ -1,0 +1,95 @@
+"""Hypothesis: the oracle on arbitrary small integer and gaussian problems (ties, zero vectors,
+self-matches, exclusion) and the metric invariants."""
+
+from __future__ import annotations
+
+from ranking_cases import *  # noqa: F401,F403  (the oracle, the cases, the helpers)
+
+
+@PROPERTY
+@given(integer_problems(), st.sampled_from(["numpy", "faiss"]))
+def test_property_matches_oracle_on_small_integer_problems(case, backend):
+    ks = (1, 2, 4, 9)
+    expected, detail = _oracle(case, ks)
+    if expected["num_queries"] == 0:
+        with pytest.raises(ValueError, match="every one of the"):
+            _summary(case, ks, backend=backend)
+        return
+    _assert_matches_oracle(_summary(case, ks, backend=backend), expected)
+    _assert_matches_oracle(_summary(case, ks, metrics=["recall", "mrr"], backend=backend), expected)
+    assert _ranks_per_query(_rank(case, backend=backend)) == detail["ranks"]
+    assert _rank(case, backend=backend).first_rank_opposite.tolist() == detail["opposite"]
+
+
+@PROPERTY
+@given(gaussian_problems())
+def test_property_shuffling_gallery_and_queries_changes_nothing(problem):
+    case, rng = problem
+    assume(_has_positive(case))
+    sims = similarities(case["query_emb"], case["gallery_emb"])
+    assume(all(np.unique(row).size == row.size for row in sims))  # no exact ties
+    pg, pq = rng.permutation(len(case["gallery_emb"])), rng.permutation(len(case["query_emb"]))
+    shuffled = dict(case, gallery_emb=case["gallery_emb"][pg], gallery_labels=case["gallery_labels"][pg],
+                    query_emb=case["query_emb"][pq], query_labels=case["query_labels"][pq])
+    before = _summary(case)
+    assert _summary(shuffled) == before
+    assert all(before[f"tie_sensitive@{k}"] == 0 for k in KS)  # no ties, nothing to flip
+
+
+@PROPERTY
+@given(integer_problems(), st.lists(st.integers(-30, 30), min_size=20, max_size=20))
+def test_property_power_of_two_row_scaling_is_exactly_invariant(case, exponents):
+    # scaling rows by 2**e is exact, so even the many exact ties of integer data must stay where they are
+    q, g = np.asarray(case["query_emb"], dtype=np.float64), np.asarray(case["gallery_emb"], dtype=np.float64)
+    assume(oracle(q, g, case["query_labels"], case["gallery_labels"], KS, case["query_ids"], case["gallery_ids"],
+                  case["exclude"])[0]["num_queries"] > 0)
+    scale = np.exp2(np.array(exponents, dtype=np.float64))
+    scaled = dict(case, query_emb=q * scale[:len(q), None], gallery_emb=g * scale[::-1][:len(g), None])
+    _assert_same_ranking(_rank(scaled), _rank(dict(case, query_emb=q, gallery_emb=g)))
+    assert _summary(scaled) == _summary(case)
+
+
+@PROPERTY
+@given(gaussian_problems(), st.floats(1e-3, 1e3), st.floats(1e-3, 1e3))
+def test_property_positive_scaling_is_invariant(problem, a, b):
+    case, rng = problem
+    assume(_has_positive(case))
+    row_scale = rng.uniform(0.1, 10.0, size=(len(case["gallery_emb"]), 1))
+    scaled = dict(case, query_emb=case["query_emb"] * a, gallery_emb=case["gallery_emb"] * b * row_scale)
+    got, ref = _summary(scaled), _summary(case)
+    _assert_matches_oracle(got, ref)
+
+
+@PROPERTY
+@given(integer_problems())
+def test_property_metric_bounds_and_orderings(case):
+    ks = tuple(range(1, 12))
+    expected = _oracle(case, ks)[0]
+    assume(expected["num_queries"] > 0)
+    got = _summary(case, ks)
+    values = {key: got[key] for key in metric_keys(METRICS, ks)}
+    assert all(0.0 <= v <= 1.0 for v in values.values()), values
+    recall = [got[f"recall@{k}"] for k in ks]
+    assert all(a <= b for a, b in zip(recall, recall[1:]))  # recall@K never decreases as K grows
+    assert recall[-1] == 1.0  # K=11 >= gallery size: every included query hits
+    assert got["precision@1"] == got["recall@1"]
+    assert all(got[f"precision@{k}"] <= got[f"recall@{k}"] + 1e-12 for k in ks)
+    assert got["map@r"] <= got["r_precision"] + 1e-12
+    assert got["map@r"] <= got["map"] + 1e-12
+    assert got["mrr"] >= got["recall@1"] - 1e-12
+    assert all(0 <= got[f"tie_sensitive@{k}"] <= got["num_queries"] for k in ks)
+
+
+@PROPERTY
+@given(gaussian_problems())
+def test_property_gallery_with_copies_of_every_query_gives_recall_1(problem):
+    case, rng = problem
+    q, ql = case["query_emb"], case["query_labels"]
+    g = np.vstack([case["gallery_emb"], q])
+    gl = np.concatenate([case["gallery_labels"], ql])
+    order = rng.permutation(len(g))  # the copies anywhere in the gallery
+    with_copies = dict(case, gallery_emb=g[order], gallery_labels=gl[order])
+    got = _summary(with_copies, metrics=["recall", "mrr", "precision"])
+    assert got["recall@1"] == 1.0 and got["mrr"] == 1.0 and got["precision@1"] == 1.0
+    assert got["num_excluded_queries"] == 0 and got["num_queries"] == len(q)
+    assert got == _summary(with_copies, metrics=["recall", "mrr", "precision"], backend="faiss")

@@ -1,0 +1,384 @@
+"""The exact ranking engine against a brute-force oracle: every metric, the ranks and tie sensitivity on
+seeded synthetic cases, for the complete ranking, the first-positive path, the faiss backend and the
+smallest memory bounds (FAISS-contrib style)."""
+
+from __future__ import annotations
+
+from ranking_cases import *  # noqa: F401,F403  (the oracle, the cases, the helpers)
+
+
+# --------------------------------------------------------------------------- 1. oracle cross-check
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_metric_matches_brute_force(kind, seed):
+    case = make_case(kind, seed)
+    expected, detail = _oracle(case)
+    got = _summary(case)
+    assert list(got) == ALL_KEYS + ["num_queries", "num_excluded_queries"] + [f"tie_sensitive@{k}" for k in KS] \
+        + ["num_gallery", "embedding_dim"]
+    _assert_matches_oracle(got, expected)
+    assert (got["num_gallery"], got["embedding_dim"]) == np.asarray(case["gallery_emb"]).shape
+    # retrieval_metrics: the same numbers, only the metric keys, in report order
+    metrics = retrieval_metrics(ks=KS, **case)
+    assert list(metrics) == ALL_KEYS
+    assert metrics == {key: got[key] for key in ALL_KEYS}
+
+    # the ranking itself: every positive's rank, M_q and the opposite-rule first rank
+    ranking = _rank(case)
+    assert ranking.complete
+    assert _ranks_per_query(ranking) == detail["ranks"]
+    assert ranking.n_retrievable.tolist() == detail["n_retrievable"]
+    assert ranking.first_rank_opposite.tolist() == detail["opposite"]
+    assert ranking.first_rank.tolist() == [r[0] if r else -1 for r in detail["ranks"]]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_first_positive_path_matches_brute_force(kind, seed):
+    # recall and mrr need only the first positive: a cheaper pass (fast float32 product + exact window)
+    case = make_case(kind, seed)
+    expected, detail = _oracle(case)
+    got = _summary(case, metrics=["recall", "mrr"])
+    assert list(got)[:len(KS) + 1] == [f"recall@{k}" for k in KS] + ["mrr"]
+    _assert_matches_oracle(got, expected)
+    ranking = _rank(case, metrics=["recall", "mrr"])
+    assert not ranking.complete
+    assert ranking.first_rank.tolist() == [r[0] if r else -1 for r in detail["ranks"]]
+    assert ranking.n_positives.tolist() == [len(r) for r in detail["ranks"]]
+    assert ranking.n_retrievable.tolist() == detail["n_retrievable"]
+    assert ranking.first_rank_opposite.tolist() == detail["opposite"]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_recall_only_capped_path_matches_brute_force(kind, seed):
+    # recall@K alone lets a query stop counting once max(K) items surely beat its best positive
+    case = make_case(kind, seed)
+    expected, detail = _oracle(case)
+    _assert_matches_oracle(_summary(case, metrics=["recall"]), expected)
+    assert retrieval_metrics(ks=KS, metrics=["recall"], **case) == {f"recall@{k}": expected[f"recall@{k}"] for k in KS}
+    first = np.array([r[0] if r else -1 for r in detail["ranks"]])
+    opposite = np.array(detail["opposite"])
+    for cap in (1, 2, 5):  # ranks of cap or more read cap (the opposite-rule rank too); -1 stays -1
+        ranking = _rank(case, metrics=["recall"], cap=cap)
+        assert ranking.cap == cap
+        np.testing.assert_array_equal(ranking.first_rank, np.minimum(first, cap))
+        np.testing.assert_array_equal(ranking.first_rank_opposite, np.minimum(opposite, cap))
+
+
+@pytest.mark.parametrize("memory", [1e-6, 0.02, 512])  # one-row tiles; a few tiles (partly live); one tile
+@pytest.mark.parametrize("kind", BIG_KINDS + ["near_ties", "duplicates", "leave_one_out_exclude"])
+def test_capped_ranks_are_the_full_ranks_cut_at_the_cap(kind, memory):
+    # Queries stop counting at different tiles, leave-one-out tiles shrink to their live rows and
+    # columns: every first rank (and the opposite-rule one) must still be min(full rank, cap).
+    case = make_big_case(kind, 4) if kind in BIG_KINDS else make_case(kind, 4)
+    full = _rank(case, ["recall"], max_memory_mb=memory)
+    for cap in (1, 3, 10_000):
+        capped = _rank(case, ["recall"], max_memory_mb=memory, cap=cap)
+        np.testing.assert_array_equal(capped.first_rank, np.minimum(full.first_rank, cap))
+        np.testing.assert_array_equal(capped.first_rank_opposite, np.minimum(full.first_rank_opposite, cap))
+        np.testing.assert_array_equal(capped.n_positives, full.n_positives)
+
+
+@pytest.mark.parametrize("leave_one_out", [False, True])
+def test_queries_that_surely_miss_stop_counting(leave_one_out, monkeypatch):
+    # Random vectors: nearly every query's best positive ranks far below 5, so with recall@{1,5} the
+    # engine must scan well under half of the cells (about 30% leave-one-out, 15% else), with the same numbers.
+    rng = np.random.default_rng(0)
+    n_g = 6000 if leave_one_out else 20_000  # ~50 positives per query: its best ranks near n_g / 50
+    g = rng.standard_normal((n_g, 16)).astype(np.float32)
+    q = g if leave_one_out else rng.standard_normal((300, 16)).astype(np.float32)
+    gl = rng.integers(0, n_g // 50, len(g))
+    ql = gl if leave_one_out else rng.integers(0, n_g // 50, len(q))
+    ids = np.arange(len(g)) if leave_one_out else None
+    scanned = []
+    scan = fast_module._scan
+    monkeypatch.setattr(fast_module, "_scan", lambda sims, *a: scanned.append(sims.size) or scan(sims, *a))
+    kw = dict(query_ids=ids, gallery_ids=ids, max_memory_mb=1)  # small tiles: many chances to stop
+    got = retrieval_summary(q, g, ql, gl, ks=(1, 5), metrics=["recall"], **kw)
+    capped, scanned[:] = sum(scanned), []
+    full = retrieval_summary(q, g, ql, gl, ks=(1, 5), metrics=["recall", "mrr"], **kw)  # mrr: no cap
+    assert {k: got[k] for k in got} == {k: full[k] for k in got}
+    assert capped < 0.5 * sum(scanned), (capped, sum(scanned))  # without stopping: all of them
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"cap": 0}, "`cap` must be a positive integer"),                   # nothing to stop at
+    ({"cap": 2.5}, "`cap` must be a positive integer"),                 # not an integer
+    ({"cap": True}, "`cap` must be a positive integer"),                # bools are not counts
+    ({"cap": 3, "complete": True}, "`cap` must be a positive integer, with complete=False"),  # every positive
+])
+def test_rank_positives_rejects_bad_caps(kw, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ranking.rank_positives([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], ["a"], ["a", "b"], **{"complete": False, **kw})
+
+
+@pytest.mark.parametrize("metrics, ks", [(["recall", "mrr"], (1,)),   # MRR needs the exact first rank
+                                          (["recall"], (1, 5)),         # K above the cap
+                                          (["recall", "map"], (1,))])   # every positive's rank
+def test_capped_ranking_serves_only_recall_up_to_its_cap(metrics, ks):
+    capped = rank([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], ["a"], ["a", "b"], metrics=["recall"], cap=2)
+    with pytest.raises(ValueError, match="capped at 2|need the complete ranking"):
+        per_query(capped, ks, metrics)
+
+
+@pytest.mark.parametrize("kind", BIG_KINDS)
+def test_big_cases_match_brute_force(kind):
+    case = make_big_case(kind, 0)
+    expected, detail = _oracle(case)
+    _assert_matches_oracle(_summary(case), expected)
+    _assert_matches_oracle(_summary(case, metrics=["recall", "mrr"]), expected)
+    assert _ranks_per_query(_rank(case)) == detail["ranks"]
+
+
+# --------------------------------------------------------------------------- 2. block-size invariance
+
+@pytest.mark.parametrize("memory", [1e-6, 0.02])
+@pytest.mark.parametrize("kind", BIG_KINDS + ["near_ties", "exclude_two_pairs", "leave_one_out_exclude"])
+def test_memory_bound_never_changes_a_number(kind, memory):
+    # 1e-6 MB: the smallest blocks (one gallery column per exact block, one row/column per symmetric exact
+    # block, 4096 cells per fast block); 0.02 MB: a few blocks. Counts are integers: results are identical.
+    case = make_big_case(kind, 1) if kind in BIG_KINDS else make_case(kind, 1)
+    for names in (METRICS, ["recall"]):  # complete ranking and first-positive path
+        _assert_same_ranking(_rank(case, names, max_memory_mb=memory), _rank(case, names))
+    assert _summary(case, max_memory_mb=memory) == _summary(case)
+
+
+@pytest.mark.parametrize("window_cells", [0, 5])  # undecided cells handed on one chunk at a time; every few
+@pytest.mark.parametrize("kind", BIG_KINDS + ["duplicates", "zero_rows", "near_ties"])
+def test_handing_on_undecided_cells_never_changes_a_number(kind, window_cells, monkeypatch):
+    # The scan hands its undecided cells on to be re-decided once too many have gathered (from both
+    # threads at once on leave-one-out mirror blocks): the counts must be those of one final hand-over.
+    case = make_big_case(kind, 3) if kind in BIG_KINDS else make_case(kind, 3)
+    expected = _rank(case, ["recall"], max_memory_mb=0.02)
+    monkeypatch.setattr(scan_module, "_CHUNK_CELLS", 7)
+    monkeypatch.setattr(counting_module, "_WINDOW_CELLS", window_cells)
+    _assert_same_ranking(_rank(case, ["recall"], max_memory_mb=0.02), expected)
+
+
+@pytest.mark.parametrize("few_lines", [0, 10**9])  # always compare only the lines that reach; never
+@pytest.mark.parametrize("kind", BIG_KINDS + ["near_ties", "duplicates", "zero_rows"])
+def test_comparing_only_lines_that_reach_their_window_never_changes_a_number(kind, few_lines, monkeypatch):
+    # A scan skips lines whose maximum is below their window and, when few lines remain, compares a
+    # copy of those lines only (rows, or leave-one-out columns): counts and cells must map back exactly.
+    case = make_big_case(kind, 5) if kind in BIG_KINDS else make_case(kind, 5)
+    expected = _rank(case, ["recall", "mrr"], max_memory_mb=0.02)
+    monkeypatch.setattr(scan_module, "_FEW_LINES", few_lines)
+    monkeypatch.setattr(scan_module, "_CHUNK_CELLS", 64)
+    _assert_same_ranking(_rank(case, ["recall", "mrr"], max_memory_mb=0.02), expected)
+
+
+def test_all_zero_queries_stay_within_the_memory_bound():
+    # A zero query has cosine 0 with every item, so every cell ties with its best positive and is
+    # undecided: without a bound on the undecided cells held at once this took ~60 B per cell (~370 MB).
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal((20_000, 8)).astype(np.float32)
+    gl, ql = rng.integers(0, 50, 20_000), rng.integers(0, 50, 300)
+    tracemalloc.start()
+    try:
+        s = retrieval_summary(np.zeros((300, 8), np.float32), g, ql, gl, ks=(1,), metrics=["recall"],
+                              max_memory_mb=64)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 160 * 2**20, f"{peak / 2**20:.0f} MB"  # blocks and both threads' scan scratch (~105 MB)
+    # all ties, broken by gallery index: the first gallery item is the top hit of every query
+    assert s["recall@1"] == np.mean(ql == gl[0])
+
+
+@pytest.mark.parametrize("leave_one_out", [False, True])
+def test_complete_ranking_scratch_stays_under_the_budget(leave_one_out):
+    # Every positive's rank: float64 tiles, their float32 rounding, sorted and (leave-one-out) transposed
+    # copies on each core. 2,500 x 2,500 cells would take 48 MiB as one float64 matrix.
+    rng = np.random.default_rng(0)
+    g, gl = rng.normal(size=(2500, 32)).astype(np.float32), rng.integers(0, 50, 2500)
+    q, ql = (g, gl) if leave_one_out else (rng.normal(size=(2500, 32)).astype(np.float32), rng.integers(0, 50, 2500))
+
+    def peak(mb: float) -> float:
+        tracemalloc.start()
+        try:
+            ranking.rank_positives(q, g, ql, gl, max_memory_mb=mb)
+            return tracemalloc.get_traced_memory()[1] / 2**20
+        finally:
+            tracemalloc.stop()
+
+    baseline = peak(1e-6)  # the smallest tiles: what remains is the unit copies and the positive lists
+    for budget in (4, 16):
+        scratch = peak(budget) - baseline
+        assert scratch <= budget, f"{scratch:.1f} MiB of tile scratch over a {budget} MiB budget"
+
+
+@pytest.mark.parametrize("kind", KINDS + BIG_KINDS)
+def test_queries_in_chunks_never_change_a_number(kind, monkeypatch):
+    # Few, large labels: the complete ranking takes the queries in chunks whose positive lists fit the
+    # budget. Here every chunk is as small as it gets (about one query each); leave-one-out chunks are
+    # not symmetric, so they take the query x gallery path. Counts are integers: results are identical.
+    case = make_big_case(kind, 2) if kind in BIG_KINDS else make_case(kind, 2)
+    expected = _rank(case)
+    monkeypatch.setattr(Budget, "POSITIVE_BYTES", 2**40)
+    _assert_same_ranking(_rank(case), expected)
+
+
+@pytest.mark.parametrize("counts, most, runs", [
+    ([3, 3, 3], 10, [(0, 3)]),                 # the total fits: one run
+    ([3, 3, 3], 3, [(0, 1), (1, 2), (2, 3)]),  # each entry fills a run
+    ([5, 0, 0, 5], 5, [(0, 1), (1, 4)]),       # empty entries go with the next run
+    ([12, 1, 1], 5, [(0, 1), (1, 3)]),         # an entry over `most` stands alone
+    ([2, 2, 2, 2], 5, [(0, 3), (3, 4)]),       # a run ends after the entry that crosses `most`
+    ([], 4, [(0, 0)]),                         # no entries: one empty run
+])
+def test_consecutive_runs(counts, most, runs):
+    assert ranking.consecutive_runs(np.array(counts, dtype=np.int64), most) == runs
+
+
+@pytest.mark.parametrize("span", [1, 7])  # at most one query per span (a query's positives never split); a few
+@pytest.mark.parametrize("kind", KINDS + BIG_KINDS)
+def test_per_query_values_in_spans_never_change_a_number(kind, span, monkeypatch):
+    # per_query takes spans of queries with at most _SPAN_PAIRS positives between them at a time.
+    case = make_big_case(kind, 4) if kind in BIG_KINDS else make_case(kind, 4)
+    ranked = _rank(case)
+    expected = per_query(ranked, KS, METRICS)
+    monkeypatch.setattr(metrics_module, "_SPAN_PAIRS", span)
+    got = per_query(ranked, KS, METRICS)
+    assert list(got) == list(expected)
+    for key in expected:
+        np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
+
+
+def test_complete_ranking_of_few_large_labels_stays_near_the_budget():
+    # Two labels in a 3,000-item leave-one-out set: 4.5 M (query, positive) pairs, whose lists and counters
+    # took ~230 MB at once. In runs of queries they take a quarter of the budget at a time; what remains is
+    # the result (8 B per pair).
+    rng = np.random.default_rng(0)
+    g, gl = rng.normal(size=(3000, 32)).astype(np.float32), rng.integers(0, 2, 3000)
+    ids = list(range(3000))
+    tracemalloc.start()
+    try:
+        got = ranking.rank_positives(g, g, gl, gl, ids, ids, max_memory_mb=16)
+        peak = tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+    pairs = int(got.n_positives.sum())
+    assert pairs > 4_000_000
+    assert peak <= 16 + 8 * pairs / 2**20 + 4, f"{peak:.0f} MiB"  # + 4: unit copies, labels and ids
+    assert _ranks_per_query(got) == _ranks_per_query(ranking.rank_positives(g, g, gl, gl, ids, ids))
+
+
+def test_per_query_temporaries_stay_bounded_with_few_large_labels(monkeypatch):
+    # 4.5 M (query, positive) pairs: every per-positive temporary of per_query at once took ~200 MB.
+    rng = np.random.default_rng(0)
+    g, gl = rng.normal(size=(3000, 8)).astype(np.float32), rng.integers(0, 2, 3000)
+    ids = list(range(3000))
+    ranked = ranking.rank_positives(g, g, gl, gl, ids, ids)
+    expected = per_query(ranked, KS, METRICS)
+    monkeypatch.setattr(metrics_module, "_SPAN_PAIRS", 2**16)  # spans of ~65 k positives: a few MB each
+    tracemalloc.start()
+    try:
+        got = per_query(ranked, KS, METRICS)
+        peak = tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+    assert peak < 16, f"{peak:.0f} MiB"
+    for key in expected:
+        np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
+
+
+def test_recall_only_memory_grows_with_queries_not_with_positive_pairs():
+    # One label for everything: 300 queries x 30,000 positives = 9M (query, positive) pairs. recall@K
+    # and MRR need only each query's best positive; holding every pair took ~240 MB at this budget.
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal((30_000, 64)).astype(np.float32)
+    q = rng.standard_normal((300, 64)).astype(np.float32)
+    tracemalloc.start()
+    try:
+        s = retrieval_summary(q, g, np.zeros(300, int), np.zeros(30_000, int), ks=(1,), metrics=["recall", "mrr"],
+                              max_memory_mb=32)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 2**20, f"{peak / 2**20:.0f} MB"
+    assert s["recall@1"] == 1.0 and s["mrr"] == 1.0  # every gallery item is a positive
+
+
+@pytest.mark.parametrize("shape, axis", [((600, 7), 0),      # more rows than a uint8 sum can hold: 3 segments
+                                          ((255, 3), 0),      # exactly one uint8 segment, every byte set below
+                                          ((3, 70_000), 1),   # wider than a uint16 sum can hold: 2 segments
+                                          ((0, 5), 0), ((5, 0), 1)])  # empty sides
+def test_byte_sums_never_overflow(shape, axis):
+    rng = np.random.default_rng(0)
+    mask = rng.random(shape) < 0.9
+    mask[:, :1] = True  # a full line on each side: the largest possible count
+    np.testing.assert_array_equal(scan_module._byte_sums(mask, axis), mask.sum(axis=axis))
+
+
+@pytest.mark.parametrize("chunk_cells", [1, 7, 64])  # one row per compare chunk; a few rows; a whole block
+@pytest.mark.parametrize("kind", BIG_KINDS + ["near_ties", "duplicates"])
+def test_compare_chunk_size_never_changes_a_number(kind, chunk_cells, monkeypatch):
+    # The fast path compares each block in cache-sized chunks of rows: chunk boundaries, in rows
+    # (query x gallery) and in the mirror's columns (leave-one-out), must not change a count.
+    case = make_big_case(kind, 2) if kind in BIG_KINDS else make_case(kind, 2)
+    expected = _rank(case, ["recall"], max_memory_mb=0.02)
+    monkeypatch.setattr(scan_module, "_CHUNK_CELLS", chunk_cells)
+    _assert_same_ranking(_rank(case, ["recall"], max_memory_mb=0.02), expected)
+
+
+@pytest.mark.parametrize("kind, memory", [("leave_one_out_grid", 1e-6), ("leave_one_out_exclude", 1e-6),
+                                          ("same_set_no_ids", 1e-6), ("big_leave_one_out", 512),
+                                          ("big_same_set_no_ids", 512)])
+def test_symmetric_path_equals_query_gallery_path(kind, memory):
+    # Equal query and gallery arrays take the symmetric (upper-triangle) path; the gallery scaled by 2 is
+    # no longer equal, so it takes the query x gallery path, with exactly the same unit vectors.
+    case = make_big_case(kind, 0) if kind.startswith("big") else make_case(kind, 0)
+    doubled = dict(case, gallery_emb=np.asarray(case["gallery_emb"]) * 2.0)
+    for metrics in (None, ["recall"]):
+        names = METRICS if metrics is None else metrics
+        _assert_same_ranking(_rank(case, names, max_memory_mb=memory), _rank(doubled, names, max_memory_mb=memory))
+        assert _summary(case, metrics=metrics, max_memory_mb=memory) == _summary(doubled, metrics=metrics,
+                                                                                 max_memory_mb=memory)
+
+
+@pytest.mark.parametrize("kind, seed", [(k, s) for k in KINDS for s in SEEDS] + [(k, 0) for k in BIG_KINDS])
+def test_direct_path_equals_the_tiles(kind, seed, monkeypatch, caplog):
+    # Small problems take the direct path (one exact product of every cell, ranks from order keys); the
+    # Budget's DIRECT_CELLS forces each path. Every field of the Ranking must be identical, and the oracle's.
+    case = make_big_case(kind, seed) if kind in BIG_KINDS else make_case(kind, seed)
+    _, detail = _oracle(case)
+    oracle_first = np.array([r[0] if r else -1 for r in detail["ranks"]])
+    for names, cap in ((METRICS, None), (["recall", "mrr"], None), (["recall"], 1), (["recall"], 5)):
+        got = {}
+        for path, cells in (("direct", 2**40), ("tiles", 0)):
+            with monkeypatch.context() as patch, caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
+                patch.setattr(Budget, "DIRECT_CELLS", cells)
+                caplog.clear()
+                got[path] = _rank(case, names, cap=cap)
+            assert ("direct path" in _ranking_logs(caplog)[0]) is (path == "direct")
+        for field in dataclasses.fields(ranking.Ranking):
+            a, b = getattr(got["direct"], field.name), getattr(got["tiles"], field.name)
+            assert type(a) is type(b), field.name
+            np.testing.assert_array_equal(a, b, err_msg=field.name)
+            if isinstance(a, np.ndarray):
+                assert a.dtype == b.dtype, field.name
+        direct = got["direct"]
+        np.testing.assert_array_equal(direct.first_rank, oracle_first if cap is None else np.minimum(oracle_first, cap))
+        np.testing.assert_array_equal(direct.first_rank_opposite, detail["opposite"] if cap is None
+                                      else np.minimum(detail["opposite"], cap))
+        assert direct.n_retrievable.tolist() == detail["n_retrievable"]
+        if direct.complete:
+            assert _ranks_per_query(direct) == detail["ranks"]
+
+
+# --------------------------------------------------------------------------- 3. faiss backend
+
+@pytest.mark.parametrize("kind, seed", [(k, s) for k in KINDS for s in SEEDS] + [(k, 0) for k in BIG_KINDS])
+def test_faiss_backend_is_identical_to_numpy(kind, seed):
+    case = make_big_case(kind, seed) if kind in BIG_KINDS else make_case(kind, seed)
+    _assert_same_ranking(_rank(case, backend="faiss"), _rank(case))
+    assert _summary(case, backend="faiss") == _summary(case)
+    assert retrieval_metrics(ks=KS, backend="faiss", **case) == retrieval_metrics(ks=KS, **case)
+
+
+def test_faiss_backend_small_memory_bound():
+    # one query per FAISS search block
+    case = make_case("exclude_two_pairs", 0)
+    assert _summary(case, backend="faiss", max_memory_mb=1e-6) == _summary(case)
