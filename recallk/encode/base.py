@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -41,3 +42,12 @@ def fingerprint(name: str, version: str, **options: Any) -> str:
     blob = json.dumps({"name": name, "version": version, "options": options, "decode": DECODE_VERSION,
                        "libs": libs}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex sha256 of the file at ``path``, read 1 MiB at a time (weights, embedding files)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -8,7 +8,6 @@ squeeze-excite) and ReLU6 for swish. Only :mod:`recallk.encode.registry` imports
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.metadata
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 from PIL import Image
 
-from recallk.encode.base import Backbone, fingerprint
+from recallk.encode.base import Backbone, file_sha256, fingerprint
 from recallk.errors import InputError, MissingExtraError
 
 try:
@@ -45,12 +44,8 @@ def weights_path() -> str:
 
 @functools.lru_cache(maxsize=None)
 def weights_sha256(path: str) -> str:
-    """Hex sha256 of the file at ``path`` (cached per process)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    """Hex sha256 of the weights file at ``path`` (cached per process)."""
+    return file_sha256(path)
 
 
 def build_model(state_dict: dict[str, torch.Tensor] | None = None) -> EfficientNet:

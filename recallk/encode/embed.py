@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import Any
 
@@ -12,6 +11,7 @@ import pandas as pd
 from recallk.checks import clip
 from recallk.data.contract import has_files
 from recallk.encode import precomputed
+from recallk.encode.base import file_sha256
 from recallk.encode.batches import encode_catalog
 from recallk.encode.cache import EmbeddingCache, default_path
 from recallk.encode.registry import get_backbone
@@ -53,7 +53,7 @@ def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers:
         ids, emb = precomputed.read_precomputed(opts.get("path"), opts.get("ids"))
         out = precomputed.align(ids, emb, catalog["image_id"].tolist(), source=str(opts.get("path")))
         log.info("loaded %d precomputed embeddings (dim %d)", len(out), out.shape[1])
-        return out, _provenance(backbone, f"{opts.get('path')} sha256 {_sha256(opts.get('path'))[:16]}", out)
+        return out, _provenance(backbone, f"{opts.get('path')} sha256 {file_sha256(opts.get('path'))[:16]}", out)
     model = get_backbone(backbone, backbone_options.get(backbone))
     with EmbeddingCache(default_path(), model.fingerprint) as cache:
         out, n_encoded, n_cached = encode_catalog(catalog, model, batch_size=batch_size,
@@ -66,11 +66,3 @@ def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers:
 def _provenance(backbone: str, fingerprint: str, emb: np.ndarray) -> dict[str, Any]:
     return {"backbone": backbone, "fingerprint": fingerprint, "embedding_dim": int(emb.shape[1]),
             "num_images": int(emb.shape[0])}
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
