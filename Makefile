@@ -29,8 +29,9 @@ repro: $(VENV)/.installed
 	RECALLK_NO_REPORT=1 $(BIN)/dvc repro --quiet
 	@$(BIN)/python -m stages.score --show
 
+# One pytest worker per core (pytest-xdist); tests that share a Ray cluster stay on one worker (loadgroup).
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadgroup
 
 # CI reproducibility check: recompute every stage (--force: the committed metrics file would
 # otherwise let DVC skip score), then the lock file and metrics must be byte-identical.
