@@ -2,6 +2,8 @@
 
 Register a new backbone with :func:`register`; the encode stage finds it by
 ``encode.backbone`` and passes ``encode.<backbone name>`` as keyword options.
+A family of models from one library (``timm:<model>``, ``open_clip:<model>``, ...) registers
+with :func:`register_family`: its factory takes the model name and ``encode.<family>``'s options.
 ``callable:package.module:function`` names a user function instead.
 """
 
@@ -23,6 +25,8 @@ from recallk.encode.base import Backbone, fingerprint
 from recallk.errors import InputError
 
 REGISTRY: dict[str, Callable[..., Backbone]] = {}
+#: ``family -> factory(model, **options)`` for ``encode.backbone: <family>:<model>``.
+FAMILIES: dict[str, Callable[..., Backbone]] = {}
 
 
 def register(name: str) -> Callable[[Callable[..., Backbone]], Callable[..., Backbone]]:
@@ -31,6 +35,21 @@ def register(name: str) -> Callable[[Callable[..., Backbone]], Callable[..., Bac
         return factory
 
     return decorate
+
+
+def register_family(family: str) -> Callable[[Callable[..., Backbone]], Callable[..., Backbone]]:
+    """Register ``factory(model: str, **options) -> Backbone`` for ``encode.backbone: <family>:<model>``."""
+    def decorate(factory: Callable[..., Backbone]) -> Callable[..., Backbone]:
+        FAMILIES[family] = factory
+        return factory
+
+    return decorate
+
+
+def options_key(name: str) -> str:
+    """The ``encode`` section holding a backbone's options: ``timm`` for ``timm:resnet50``, else ``name``."""
+    family, sep, _ = name.partition(":")
+    return family if sep and family in FAMILIES else name
 
 
 def encode_pixels(images: Sequence[Image.Image], *, resolution: int) -> np.ndarray:
@@ -56,6 +75,22 @@ def efficientnet_lite0(**options: Any) -> Backbone:
     from recallk.encode import efficientnet  # the torch extra: MissingExtraError without it
 
     return efficientnet.build(**options)
+
+
+@register_family("timm")
+def timm_model(model: str, **options: Any) -> Backbone:
+    """A timm model's pooled features (``timm:<model>``; the timm extra, imported lazily)."""
+    from recallk.encode import timm_backbone  # the timm extra: MissingExtraError without it
+
+    return timm_backbone.build(model, **options)
+
+
+@register_family("open_clip")
+def open_clip_model(model: str, **options: Any) -> Backbone:
+    """An OpenCLIP model's image embedding (``open_clip:<model>``; the open-clip extra, imported lazily)."""
+    from recallk.encode import open_clip_backbone  # the open-clip extra: MissingExtraError without it
+
+    return open_clip_backbone.build(model, **options)
 
 
 CALLABLE_PREFIX = "callable:"
@@ -93,8 +128,14 @@ def get_backbone(name: str, options: dict[str, Any] | None = None) -> Backbone:
     """Build the registered backbone ``name`` with ``options``; a InputError names the fix."""
     if name.startswith(CALLABLE_PREFIX):
         return user_callable(name)
+    family, sep, model = name.partition(":")
+    if sep and family in FAMILIES:
+        if not model:
+            raise InputError(f"`encode.backbone: {name}` names no model; write it as `{family}:<model>`.")
+        return FAMILIES[family](model, **(options or {}))
     if name not in REGISTRY:
         names = sorted([*REGISTRY, "precomputed"])
+        families = ", ".join(f"`{f}:<model>`" for f in sorted(FAMILIES))
         raise InputError(f"unknown backbone {name!r} in `encode.backbone`.{did_you_mean(name, names)} "
-                        f"Available backbones: {', '.join(names)}, or `callable:package.module:function`.")
+                        f"Available backbones: {', '.join(names)}, {families}, or `callable:package.module:function`.")
     return REGISTRY[name](**(options or {}))

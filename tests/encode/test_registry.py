@@ -34,7 +34,8 @@ def test_fingerprint_changes_with_preprocessing():
 
 @pytest.mark.parametrize("name, match", [
     ("pixel", "unknown backbone 'pixel'.*Did you mean `pixels`"),  # typo gets a suggestion
-    ("resnet", "unknown backbone 'resnet'.*Available backbones: .*pixels, precomputed, or `callable:"),
+    # the families and the user callable are named too
+    ("resnet", "unknown backbone 'resnet'.*Available backbones: .*pixels, precomputed, .*`timm:<model>`.*or `callable:"),
 ])
 def test_unknown_backbone(name, match):
     with pytest.raises(InputError, match=match):
