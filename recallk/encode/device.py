@@ -28,6 +28,17 @@ CUBLAS_WORKSPACE = ":4096:8"
 
 
 @dataclass(frozen=True)
+class Request:
+    """What the ``encode`` params ask of a torch backbone (``encode.device``, ``dtype``, ``reproducible``,
+    ``batch_size``); the embed step passes it to the torch backbones' factories."""
+
+    device: str = "auto"
+    dtype: str = "float32"
+    reproducible: bool = True
+    batch_size: int = 64
+
+
+@dataclass(frozen=True)
 class Machine:
     """What torch offers on this machine (:func:`machine`), as plain values."""
 

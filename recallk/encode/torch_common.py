@@ -8,6 +8,8 @@
   (libraries such as timm load classifiers non-strictly; this never does);
 * :func:`image_encoder` runs ``forward(transform(image))`` per image (:func:`per_image`), so an
   embedding never depends on its batch or the machine's core count;
+* :func:`place` puts a model on ``encode.device`` in ``encode.dtype`` (:mod:`recallk.encode.device`);
+  on CUDA :func:`image_encoder` runs whole batches;
 * :func:`runtime_fingerprint`: the library versions and device settings a fingerprint must cover.
 
 Only the backbone modules (imported lazily by :mod:`recallk.encode.registry`) import this module.
@@ -28,7 +30,8 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 import numpy as np
 from PIL import Image
 
-from recallk.encode.base import file_sha256, is_no_file
+from recallk.encode import device
+from recallk.encode.base import Backbone, file_sha256, fingerprint, is_no_file
 from recallk.errors import InputError, MissingExtraError
 
 try:
@@ -263,23 +266,86 @@ def per_image(forward: Callable[[T], torch.Tensor], items: Sequence[T], *, dim: 
     return torch.cat(rows)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a model was put (:func:`place`): the resolved runtime and the fingerprint fields it implies."""
+
+    runtime: device.Runtime
+    fields: dict[str, Any]
+
+
+#: What a backbone built without a request runs on: the CPU in float32 (the library's default; the encode
+#: stage passes ``encode.device``, whose default ``auto`` picks a GPU when there is one).
+CPU = device.Request(device="cpu", dtype="float32")
+
+
+def place(model: torch.nn.Module, request: device.Request | None = None) -> Placement:
+    """Resolve ``request`` on this machine (:func:`recallk.encode.device.resolve`), set torch's switches
+    for it (:func:`~recallk.encode.device.apply_flags`) and move ``model`` to its device and dtype, in place.
+
+    Returns
+    -------
+    Placement
+        The runtime and :func:`~recallk.encode.device.runtime_options` (batch size only on CUDA).
+    """
+    request = request or CPU
+    found = device.machine()
+    runtime = device.resolve(request.device, request.dtype, request.reproducible, found=found)
+    device.apply_flags(runtime)
+    model.to(device=runtime.device, dtype=getattr(torch, runtime.dtype))
+    return Placement(runtime, device.runtime_options(runtime, found, batch_size=request.batch_size,
+                                                     flags=device.current_flags()))
+
+
 def image_encoder(transform: Callable[[Image.Image], torch.Tensor], forward: Callable[[torch.Tensor], torch.Tensor],
-                  dim: int, *, device: str = "cpu", dtype: str = "float32",
-                  ) -> Callable[[Sequence[Image.Image]], np.ndarray]:
+                  dim: int, *, placement: Placement | None = None) -> Callable[[Sequence[Image.Image]], np.ndarray]:
     """A :class:`~recallk.encode.base.Backbone` ``encode`` function: ``images -> (n, dim)`` float32.
 
-    Each image is converted to RGB, preprocessed by the library's own ``transform`` (PIL image ->
-    ``(C, H, W)`` tensor) and embedded by ``forward`` (``(1, C, H, W) -> (1, dim)``), per image
-    (:func:`per_image`). ``device`` / ``dtype``: only ``cpu`` / ``float32`` so far.
+    Each image is converted to RGB and preprocessed by the library's own ``transform`` (PIL image ->
+    ``(C, H, W)`` tensor). On the CPU (``placement`` None or a CPU one) ``forward`` (``(1, C, H, W) ->
+    (1, dim)``) runs per image (:func:`per_image`); on CUDA the batch runs as one ``(n, C, H, W)`` tensor
+    (results then depend on the batch, which the fingerprint records). Inputs are cast to the
+    placement's dtype; outputs come back as float32.
     """
-    if (device, dtype) != ("cpu", "float32"):
-        raise NotImplementedError(f"device {device!r} with dtype {dtype!r}")
+    runtime = placement.runtime if placement else device.Runtime("cpu", "float32", True)
+    dtype = getattr(torch, runtime.dtype)
 
     def encode(images: Sequence[Image.Image]) -> np.ndarray:
-        rows = per_image(lambda img: forward(transform(img.convert("RGB")).unsqueeze(0)), list(images), dim=dim)
+        tensors = [transform(img.convert("RGB")) for img in images]
+        if runtime.device == "cpu":
+            rows = per_image(lambda x: forward(x.unsqueeze(0).to(dtype)), tensors, dim=dim)
+        elif not tensors:
+            rows = torch.empty((0, dim))
+        else:
+            with torch.inference_mode():
+                x = torch.stack(tensors).to(device=runtime.device, dtype=dtype, non_blocking=True)
+                rows = forward(x).reshape(len(tensors), -1).float().cpu()
         return rows.numpy().astype(np.float32, copy=False)
 
     return encode
+
+
+def output_dim(transform: Callable[[Image.Image], torch.Tensor], forward: Callable[[torch.Tensor], torch.Tensor],
+               placement: Placement | None = None) -> int:
+    """The embedding size, from one forward of a mid-grey 256 x 256 image (through ``transform``)."""
+    return int(image_encoder(transform, forward, 0, placement=placement)([Image.new("RGB", (256, 256), 128)]).shape[1])
+
+
+def torch_backbone(name: str, version: str, model: torch.nn.Module, transform: Callable[[Image.Image], torch.Tensor],
+                   forward: Callable[[torch.Tensor], torch.Tensor], *, options: dict[str, Any],
+                   libraries: Sequence[str], runtime: device.Request | None = None,
+                   input_size: int | None = None) -> Backbone:
+    """A :class:`~recallk.encode.base.Backbone` from a loaded model, its transform and its forward.
+
+    ``model`` is placed (:func:`place`) by ``runtime``, the output size found by one forward
+    (:func:`output_dim`), and the fingerprint covers ``options`` (weights hashes, resolved preprocessing)
+    and :func:`runtime_fingerprint` of ``libraries`` and the placement.
+    """
+    placement = place(model, runtime)
+    dim = output_dim(transform, forward, placement)
+    fp = fingerprint(name, version, **options, runtime=runtime_fingerprint(*libraries, placement=placement))
+    return Backbone(name=name, dim=dim, encode=image_encoder(transform, forward, dim, placement=placement),
+                    fingerprint=fp, input_size=input_size)
 
 
 def resize_side(transform: Any) -> int | None:
@@ -307,22 +373,24 @@ def library_versions(*distributions: str) -> dict[str, str]:
     return {name: importlib.metadata.version(name) for name in distributions}
 
 
-def runtime_fingerprint(*distributions: str, device: str = "cpu", dtype: str = "float32") -> dict[str, Any]:
+def runtime_fingerprint(*distributions: str, placement: Placement | None = None) -> dict[str, Any]:
     """What a torch backbone's output depends on besides its weights and preprocessing.
 
     Parameters
     ----------
     *distributions : str
         Libraries (distribution names) whose versions count, e.g. ``"timm"``.
-    device, dtype : str
-        Where and in which precision the model runs (``cpu`` / ``float32``: per-image inference on
-        one intra-op thread, :func:`per_image`).
+    placement : Placement, optional
+        Where the model runs (:func:`place`); default the CPU in float32 (per-image inference on one
+        intra-op thread, :func:`per_image`).
 
     Returns
     -------
     dict
-        ``torch`` and each library's version, ``device``, ``dtype`` and ``intra_op_threads``; pass it to
-        :func:`recallk.encode.base.fingerprint` as ``runtime=...``.
+        Each library's version and :func:`recallk.encode.device.runtime_options`: on CPU ``torch``,
+        ``device``, ``dtype``, ``intra_op_threads``; on CUDA also the batch size, GPU, CUDA, cuDNN and the
+        TF32 / determinism flags. Pass it to :func:`recallk.encode.base.fingerprint` as ``runtime=...``.
     """
-    return {"torch": torch.__version__, **library_versions(*distributions), "device": device, "dtype": dtype,
-            "intra_op_threads": 1}
+    fields = placement.fields if placement else {"torch": torch.__version__, "device": "cpu", "dtype": "float32",
+                                                 "intra_op_threads": 1}
+    return {**library_versions(*distributions), **fields}
