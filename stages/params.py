@@ -79,6 +79,25 @@ def _optional_name(v: Any) -> str | None:
     return None if v is None else _name(v)
 
 
+def _optional(check: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+    def optional(v: Any) -> str | None:
+        problem = None if v is None else check(v)
+        return problem and problem.replace(". Got", " or null. Got", 1)
+
+    return optional
+
+
+def _channels(v: Any) -> str | None:
+    if (not isinstance(v, list) or len(v) != 3
+            or not all((is_int(x) or isinstance(x, float)) and math.isfinite(x) for x in v)):
+        return f"must be a list of 3 numbers (R, G, B), such as [0.485, 0.456, 0.406]. Got {quote(v)} instead."
+    return None
+
+
+def _bool(v: Any) -> str | None:
+    return None if isinstance(v, bool) else f"must be true or false. Got {quote(v)} instead."
+
+
 def _open_fraction(v: Any) -> str | None:
     if not isinstance(v, float) or not 0.0 < v < 1.0:
         return f"must be a number strictly between 0 and 1, such as 0.95. Got {quote(v)} instead."
@@ -143,6 +162,18 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "timm": {"weights": Param(NO_FILE, _tracked_path)},
         # open_clip:<model>: a checkpoint file or a local-dir folder (open_clip_config.json + weights)
         "open_clip": {"weights": Param(NO_FILE, _tracked_path), "tag": Param(None, _optional_name)},
+        # torchvision:<model>: the whole classification model's state dict; preprocessing from a weights enum
+        # member (preset) or, when it is null, from all of resize/crop/mean/std (there is no default)
+        "torchvision": {"weights": Param(NO_FILE, _tracked_path), "preset": Param(None, _optional_name),
+                        "resize": Param(None, _optional(_int(1, 8192))), "crop": Param(None, _optional(_int(1, 8192))),
+                        "mean": Param(None, _optional(_channels)), "std": Param(None, _optional(_channels)),
+                        "interpolation": Param("bilinear", _choice("bilinear", "bicubic", "nearest"))},
+        # hf:<dir>: the same directory here, so that DVC tracks the model's files (dvc.yaml)
+        "hf": {"dir": Param(NO_FILE, _tracked_path), "pooling": Param("cls", _choice("cls", "mean", "pooler"))},
+        # torch backbones only (docs/backbones.md, "GPUs"): auto = cuda when torch sees a GPU, else cpu
+        "device": Param("auto", _choice("auto", "cpu", "cuda")),
+        "dtype": Param("float32", _choice("float32", "float16", "bfloat16")),
+        "reproducible": Param(True, _bool),
     },
     "score": {
         "ks": Param([1, 5, 10], ks_problem),

@@ -23,7 +23,8 @@ try:
     from efficientnet_pytorch.utils import BlockDecoder, GlobalParams
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'efficientnet_lite0'", "torch", "torch, efficientnet_pytorch", exc) from None
-from recallk.encode.torch_common import per_image, runtime_fingerprint, weights_sha256
+from recallk.encode.device import Request
+from recallk.encode.torch_common import CPU, image_encoder, per_image, place, runtime_fingerprint, weights_sha256
 
 NAME = "efficientnet_lite0"
 #: Bump whenever a code change could change the embeddings.
@@ -129,11 +130,14 @@ def encode(images: Sequence[Image.Image]) -> np.ndarray:
     return pooled_features(pretrained_model(), preprocess(images)).numpy().astype(np.float32, copy=False)
 
 
-def build(**options: Any) -> Backbone:
+def build(runtime: Request | None = None, **options: Any) -> Backbone:
     """The ``efficientnet_lite0`` :class:`~recallk.encode.base.Backbone` (takes no options).
 
     Parameters
     ----------
+    runtime : recallk.encode.device.Request, optional
+        ``encode.device`` / ``dtype`` / ``reproducible`` / ``batch_size``; default the CPU in float32,
+        per image (:func:`pooled_features`).
     **options
         Must be empty (``encode.efficientnet_lite0`` has nothing to tune); else a InputError.
 
@@ -145,6 +149,10 @@ def build(**options: Any) -> Backbone:
     if options:
         raise InputError(f"backbone {NAME!r} takes no options; remove {', '.join(sorted(options))} "
                         f"from `encode.{NAME}`.")
+    model = pretrained_model() if runtime in (None, CPU) else build_model()  # placed elsewhere: its own copy
+    placement = place(model, runtime)
+    run = image_encoder(lambda img: preprocess([img])[0],
+                        lambda x: model._avg_pooling(model.extract_features(x)).flatten(1), DIM, placement=placement)
     fp = fingerprint(NAME, VERSION, weights_sha256=weights_sha256(weights_path()), resize=RESIZE, crop=CROP,
-                     mean=MEAN, std=STD, runtime=runtime_fingerprint("efficientnet_pytorch"))
-    return Backbone(name=NAME, dim=DIM, encode=encode, fingerprint=fp, input_size=RESIZE)
+                     mean=MEAN, std=STD, runtime=runtime_fingerprint("efficientnet_pytorch", placement=placement))
+    return Backbone(name=NAME, dim=DIM, encode=run, fingerprint=fp, input_size=RESIZE)
