@@ -173,10 +173,13 @@ def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
                                  ".safetensors file? Download it again.") from None
         else:
             state = _unwrap(torch.load(path, map_location="cpu", weights_only=True))
-    except pickle.UnpicklingError as exc:
+    except pickle.UnpicklingError:
+        if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; this is something else
+            raise InputError(f"cannot read weights file {str(path)!r} (not a torch checkpoint); is it a complete "
+                             "download? Download it again.") from None
         raise InputError(f"weights file {str(path)!r} holds Python objects besides tensors, which are not loaded "
-                         f"(torch.load weights_only=True: {str(exc).splitlines()[0]}); save its state_dict() only, "
-                         "or convert it to .safetensors.") from None
+                         "(torch.load with weights_only=True); save its state_dict() only, or convert it to "
+                         ".safetensors.") from None
     except (OSError, EOFError, RuntimeError, ValueError, zipfile.BadZipFile) as exc:
         raise InputError(f"cannot read weights file {str(path)!r} ({type(exc).__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else ''}); is it a complete torch checkpoint? "
