@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 
 def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers: int, device: str = "auto",
-          dtype: str = "float32", reproducible: bool = True, **backbone_options: Any) -> tuple[np.ndarray, dict[str, Any]]:
+          dtype: str = "float32", reproducible: bool = True,
+          **backbone_options: Any) -> tuple[np.ndarray, dict[str, Any]]:
     """Embeddings of the catalog's images in catalog order, for the ``encode`` params.
 
     Parameters

@@ -67,7 +67,7 @@ def check_dir(folder: str, tracked: str | None) -> Path:
 
 
 def files_sha256(folder: Path) -> dict[str, str]:
-    """``{relative path: sha256}`` of every file under ``folder`` outside hidden directories (a hub cache's ``.cache``)."""
+    """``{relative path: sha256}`` of every file under ``folder`` outside hidden directories (``.cache``)."""
     out = {}
     for file in sorted(p for p in folder.rglob("*") if p.is_file()):
         rel = file.relative_to(folder)

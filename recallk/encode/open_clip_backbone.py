@@ -32,8 +32,9 @@ try:
     import torch
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'open_clip:<model>'", "open-clip", "open_clip_torch", exc) from None
-from recallk.encode.torch_common import (LOCAL_DIR, WeightsSource, image_encoder, load_state_dict_file, resize_side,
-                                         resolve_weights, runtime_fingerprint, strict_load)
+from recallk.encode.device import Request
+from recallk.encode.torch_common import (LOCAL_DIR, WeightsSource, image_encoder, load_state_dict_file, place,
+                                         resize_side, resolve_weights, runtime_fingerprint, strict_load)
 
 FAMILY = "open_clip"
 PARAM = "encode.open_clip.weights"
@@ -118,7 +119,8 @@ def _create(model: str, source: WeightsSource, tag: str | None) -> tuple[torch.n
     return net, preprocess
 
 
-def build(model: str, *, weights: str | None = None, tag: str | None = None) -> Backbone:
+def build(model: str, *, weights: str | None = None, tag: str | None = None,
+          runtime: Request | None = None) -> Backbone:
     """The ``open_clip:<model>`` :class:`~recallk.encode.base.Backbone`.
 
     Parameters
@@ -130,6 +132,8 @@ def build(model: str, *, weights: str | None = None, tag: str | None = None) -> 
         ``encode.open_clip.weights``: a checkpoint file or a folder (also written ``local-dir:<folder>``).
     tag : str, optional
         ``encode.open_clip.tag``: the pretrained tag of a lone checkpoint, whose preprocessing applies.
+    runtime : recallk.encode.device.Request, optional
+        ``encode.device`` / ``dtype`` / ``reproducible`` / ``batch_size``; default the CPU in float32.
 
     Returns
     -------
@@ -154,8 +158,10 @@ def build(model: str, *, weights: str | None = None, tag: str | None = None) -> 
         side = preprocess_cfg["size"]
         side = (side, side) if isinstance(side, int) else tuple(side)
         dim = int(net.encode_image(torch.zeros((1, 3, *side))).shape[-1])
+    placement = place(net, runtime)
     fp = fingerprint(f"{FAMILY}:{model}", VERSION, weights=source.fingerprint(), tag=tag,
                      preprocess_cfg=preprocess_cfg, transform=repr(preprocess),
-                     runtime=runtime_fingerprint("open_clip_torch", "timm", "torchvision"))
-    return Backbone(name=f"{FAMILY}:{model}", dim=dim, encode=image_encoder(preprocess, net.encode_image, dim),
-                    fingerprint=fp, input_size=resize_side(preprocess))
+                     runtime=runtime_fingerprint("open_clip_torch", "timm", "torchvision", placement=placement))
+    encode = image_encoder(preprocess, net.encode_image, dim, placement=placement)
+    return Backbone(name=f"{FAMILY}:{model}", dim=dim, encode=encode, fingerprint=fp,
+                    input_size=resize_side(preprocess))

@@ -88,7 +88,7 @@ def timm_model(model: str, runtime: Any = None, **options: Any) -> Backbone:
     """A timm model's pooled features (``timm:<model>``; the timm extra, imported lazily)."""
     from recallk.encode import timm_backbone  # the timm extra: MissingExtraError without it
 
-    return timm_backbone.build(model, **options)  # CPU float32 until timm_backbone.build takes ``runtime``
+    return timm_backbone.build(model, runtime=runtime, **options)
 
 
 @register_family("open_clip")
@@ -96,7 +96,7 @@ def open_clip_model(model: str, runtime: Any = None, **options: Any) -> Backbone
     """An OpenCLIP model's image embedding (``open_clip:<model>``; the open-clip extra, imported lazily)."""
     from recallk.encode import open_clip_backbone  # the open-clip extra: MissingExtraError without it
 
-    return open_clip_backbone.build(model, **options)  # CPU float32 until open_clip_backbone.build takes ``runtime``
+    return open_clip_backbone.build(model, runtime=runtime, **options)
 
 
 @register_family("torchvision")

@@ -36,8 +36,9 @@ try:
     from huggingface_hub import try_to_load_from_cache
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'timm:<model>'", "timm", "timm, huggingface-hub", exc) from None
-from recallk.encode.torch_common import (LOCAL_DIR, WeightsSource, image_encoder, load_state_dict_file, resize_side,
-                                         resolve_weights, runtime_fingerprint, strict_load)
+from recallk.encode.device import Request
+from recallk.encode.torch_common import (LOCAL_DIR, WeightsSource, image_encoder, load_state_dict_file, place,
+                                         resize_side, resolve_weights, runtime_fingerprint, strict_load)
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ def _drop_classifier(state: dict[str, torch.Tensor], model: torch.nn.Module) -> 
     return {k: v for k, v in state.items() if k not in drop}
 
 
-def build(model: str, *, weights: str | None = None) -> Backbone:
+def build(model: str, *, weights: str | None = None, runtime: Request | None = None) -> Backbone:
     """The ``timm:<model>`` :class:`~recallk.encode.base.Backbone`.
 
     Parameters
@@ -142,6 +143,8 @@ def build(model: str, *, weights: str | None = None) -> Backbone:
         ``encode.timm.weights``: a weights file, a folder (``config.json`` + weights; also written
         ``local-dir:<folder>``), or None / the placeholder: timm's pretrained weights from the local
         Hugging Face cache.
+    runtime : recallk.encode.device.Request, optional
+        ``encode.device`` / ``dtype`` / ``reproducible`` / ``batch_size``; default the CPU in float32.
 
     Returns
     -------
@@ -162,8 +165,10 @@ def build(model: str, *, weights: str | None = None) -> Backbone:
     transform = timm.data.create_transform(**data_config, is_training=False)
     with torch.inference_mode():
         dim = int(net(torch.zeros((1, *data_config["input_size"]))).shape[-1])
+    placement = place(net, runtime)
     fp = fingerprint(f"{FAMILY}:{model}", VERSION, architecture=net.pretrained_cfg.get("architecture", arch),
                      weights=source.fingerprint(), data_config=json.loads(json.dumps(data_config)),
-                     transform=repr(transform), runtime=runtime_fingerprint("timm", "torchvision"))
-    return Backbone(name=f"{FAMILY}:{model}", dim=dim, encode=image_encoder(transform, net, dim), fingerprint=fp,
-                    input_size=resize_side(transform))
+                     transform=repr(transform),
+                     runtime=runtime_fingerprint("timm", "torchvision", placement=placement))
+    return Backbone(name=f"{FAMILY}:{model}", dim=dim, encode=image_encoder(transform, net, dim, placement=placement),
+                    fingerprint=fp, input_size=resize_side(transform))
