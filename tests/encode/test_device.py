@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from recallk.encode import device as dev
 from recallk.errors import InputError
@@ -118,3 +120,42 @@ def test_reproducible_mode_sets_torch_switches(torch_switches, monkeypatch):
     assert flags["tf32_matmul"] is False and flags["tf32_cudnn"] is False  # TF32 off, read back through torch
     assert flags["fp32_precision_matmul"] == "ieee"  # torch's newer API reads the matmul switch the same way
     assert flags["cublas_workspace"] == dev.CUBLAS_WORKSPACE
+
+
+# --- through the registry and the params --------------------------------------------------------------------
+
+def test_cpu_cache_key_is_shared_across_batch_sizes_and_kept_from_before(monkeypatch):
+    from recallk.encode.registry import get_backbone
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # auto resolves to cpu
+    keys = {get_backbone("efficientnet_lite0", runtime=dev.Request(device=d, batch_size=b)).fingerprint
+            for d, b in [("cpu", 1), ("cpu", 64), ("auto", 7)]}
+    assert keys == {get_backbone("efficientnet_lite0").fingerprint}  # no request: the same CPU float32 key
+
+
+def test_bfloat16_on_cpu_runs_and_has_its_own_key():
+    from recallk.encode.registry import get_backbone
+
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 256, (64, 80, 3), dtype=np.uint8)) for _ in range(2)]
+    full = get_backbone("efficientnet_lite0", runtime=dev.Request(device="cpu"))
+    half = get_backbone("efficientnet_lite0", runtime=dev.Request(device="cpu", dtype="bfloat16"))
+    assert half.fingerprint != full.fingerprint
+    a, b = full.encode(images), half.encode(images)
+    assert b.dtype == np.float32 and b.shape == a.shape == (2, 1280)
+    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert (cos > 0.99).all() and not np.array_equal(a, b)  # bfloat16's ~3 significant digits
+
+
+@pytest.mark.parametrize("key, value, fragment", [
+    ("device", "gpu", r"`encode.device` must be one of"),  # a typo of cuda
+    ("dtype", "half", r"`encode.dtype` must be one of"),
+    ("reproducible", "yes", r"`encode.reproducible` must be true or false"),
+])
+def test_params_are_checked(key, value, fragment):
+    from stages.params import validate_section
+
+    with pytest.raises(InputError, match=fragment):
+        validate_section({"encode": {key: value}}, "encode")
+    assert validate_section({"encode": {}}, "encode")[key] == {"device": "auto", "dtype": "float32",
+                                                               "reproducible": True}[key]
