@@ -159,3 +159,35 @@ def test_params_are_checked(key, value, fragment):
         validate_section({"encode": {key: value}}, "encode")
     assert validate_section({"encode": {}}, "encode")[key] == {"device": "auto", "dtype": "float32",
                                                                "reproducible": True}[key]
+
+
+def test_cuda_branch_encodes_whole_batches(monkeypatch):
+    """The CUDA branch of image_encoder (one forward per batch, outputs back as float32 rows), with the
+    host-to-device copy redirected to the CPU, as this machine has no GPU: bench/gpu_check.py is the real check."""
+    from recallk.encode import torch_common as tc
+
+    to = torch.Tensor.to
+
+    def to_cpu(self, *args, **kwargs):
+        if kwargs.get("device") == "cuda":
+            kwargs["device"] = "cpu"
+        return to(self, *args, **kwargs)
+
+    calls = []
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 5)).eval()
+
+    def forward(x):
+        calls.append(len(x))
+        return net(x)
+
+    def transform(img):
+        return torch.from_numpy(np.asarray(img.resize((8, 8)), dtype=np.float32).transpose(2, 0, 1).copy())
+
+    images = [Image.new("RGB", (10, 10), (20 * i, 5, 7)) for i in range(5)]
+    want = tc.image_encoder(transform, net, 5)(images)  # the CPU: per image
+    monkeypatch.setattr(torch.Tensor, "to", to_cpu)
+    encode = tc.image_encoder(transform, forward, 5, placement=tc.Placement(dev.Runtime("cuda", "float32", True), {}))
+    got = encode(images)
+    assert calls == [5] and got.shape == (5, 5) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)  # batched: equal to float tolerance only
+    assert encode([]).shape == (0, 5)
