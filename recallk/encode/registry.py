@@ -29,21 +29,23 @@ REGISTRY: dict[str, Callable[..., Backbone]] = {}
 FAMILIES: dict[str, Callable[..., Backbone]] = {}
 
 
-def register(name: str) -> Callable[[Callable[..., Backbone]], Callable[..., Backbone]]:
+def _entry(table: dict[str, Callable[..., Backbone]], key: str,
+           ) -> Callable[[Callable[..., Backbone]], Callable[..., Backbone]]:
     def decorate(factory: Callable[..., Backbone]) -> Callable[..., Backbone]:
-        REGISTRY[name] = factory
+        table[key] = factory
         return factory
 
     return decorate
+
+
+def register(name: str) -> Callable[[Callable[..., Backbone]], Callable[..., Backbone]]:
+    """Register ``factory(**options) -> Backbone`` as ``encode.backbone: <name>``."""
+    return _entry(REGISTRY, name)
 
 
 def register_family(family: str) -> Callable[[Callable[..., Backbone]], Callable[..., Backbone]]:
     """Register ``factory(model: str, **options) -> Backbone`` for ``encode.backbone: <family>:<model>``."""
-    def decorate(factory: Callable[..., Backbone]) -> Callable[..., Backbone]:
-        FAMILIES[family] = factory
-        return factory
-
-    return decorate
+    return _entry(FAMILIES, family)
 
 
 def options_key(name: str) -> str:
