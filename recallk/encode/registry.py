@@ -4,7 +4,7 @@ Register a new backbone with :func:`register`; the encode stage finds it by
 ``encode.backbone`` and passes ``encode.<backbone name>`` as keyword options.
 A family of models from one library (``timm:<model>``, ``open_clip:<model>``, ...) registers
 with :func:`register_family`: its factory takes the model name and ``encode.<family>``'s options.
-Torch backbones (every family, and names registered with ``torch=True``) also get ``runtime``, the
+Torch backbones (names and families registered with ``torch=True``) also get ``runtime``, the
 :class:`~recallk.encode.device.Request` of ``encode.device`` / ``dtype`` / ``reproducible`` / ``batch_size``.
 ``callable:package.module:function`` names a user function instead.
 """
@@ -27,29 +27,37 @@ from recallk.encode.base import Backbone, fingerprint
 from recallk.errors import InputError
 
 REGISTRY: dict[str, Callable[..., Backbone]] = {}
-#: Registered names whose factory takes ``runtime`` (torch backbones).
-TORCH: set[str] = set()
 #: ``family -> factory(model, **options)`` for ``encode.backbone: <family>:<model>``.
 FAMILIES: dict[str, Callable[..., Backbone]] = {}
+#: Registered names and families whose factory also takes ``runtime`` (torch backbones).
+TORCH: set[str] = set()
+TORCH_FAMILIES: set[str] = set()
+
+
+def _entry(table: dict[str, Callable[..., Backbone]], key: str,
+           ) -> Callable[[Callable[..., Backbone]], Callable[..., Backbone]]:
+    def decorate(factory: Callable[..., Backbone]) -> Callable[..., Backbone]:
+        table[key] = factory
+        return factory
+
+    return decorate
 
 
 def register(name: str, torch: bool = False) -> Callable[[Callable[..., Backbone]], Callable[..., Backbone]]:
-    def decorate(factory: Callable[..., Backbone]) -> Callable[..., Backbone]:
-        REGISTRY[name] = factory
-        if torch:
-            TORCH.add(name)
-        return factory
-
-    return decorate
+    """Register ``factory(**options) -> Backbone`` as ``encode.backbone: <name>``; with ``torch=True`` the
+    factory also takes ``runtime`` (a :class:`recallk.encode.device.Request`)."""
+    if torch:
+        TORCH.add(name)
+    return _entry(REGISTRY, name)
 
 
-def register_family(family: str) -> Callable[[Callable[..., Backbone]], Callable[..., Backbone]]:
-    """Register ``factory(model: str, *, runtime, **options) -> Backbone`` for ``encode.backbone: <family>:<model>``."""
-    def decorate(factory: Callable[..., Backbone]) -> Callable[..., Backbone]:
-        FAMILIES[family] = factory
-        return factory
-
-    return decorate
+def register_family(family: str, torch: bool = False,
+                    ) -> Callable[[Callable[..., Backbone]], Callable[..., Backbone]]:
+    """Register ``factory(model: str, **options) -> Backbone`` for ``encode.backbone: <family>:<model>``; with
+    ``torch=True`` the factory also takes ``runtime`` (a :class:`recallk.encode.device.Request`)."""
+    if torch:
+        TORCH_FAMILIES.add(family)
+    return _entry(FAMILIES, family)
 
 
 def options_key(name: str) -> str:
@@ -83,7 +91,7 @@ def efficientnet_lite0(runtime: Any = None, **options: Any) -> Backbone:
     return efficientnet.build(runtime=runtime, **options)
 
 
-@register_family("timm")
+@register_family("timm", torch=True)
 def timm_model(model: str, runtime: Any = None, **options: Any) -> Backbone:
     """A timm model's pooled features (``timm:<model>``; the timm extra, imported lazily)."""
     from recallk.encode import timm_backbone  # the timm extra: MissingExtraError without it
@@ -91,7 +99,7 @@ def timm_model(model: str, runtime: Any = None, **options: Any) -> Backbone:
     return timm_backbone.build(model, runtime=runtime, **options)
 
 
-@register_family("open_clip")
+@register_family("open_clip", torch=True)
 def open_clip_model(model: str, runtime: Any = None, **options: Any) -> Backbone:
     """An OpenCLIP model's image embedding (``open_clip:<model>``; the open-clip extra, imported lazily)."""
     from recallk.encode import open_clip_backbone  # the open-clip extra: MissingExtraError without it
@@ -99,7 +107,7 @@ def open_clip_model(model: str, runtime: Any = None, **options: Any) -> Backbone
     return open_clip_backbone.build(model, runtime=runtime, **options)
 
 
-@register_family("torchvision")
+@register_family("torchvision", torch=True)
 def torchvision_model(model: str, runtime: Any = None, **options: Any) -> Backbone:
     """A torchvision classification model's pooled features (``torchvision:<model>``; the torch extra, lazily)."""
     from recallk.encode import torchvision_backbone  # the torch extra: MissingExtraError without it
@@ -107,7 +115,7 @@ def torchvision_model(model: str, runtime: Any = None, **options: Any) -> Backbo
     return torchvision_backbone.build(model, runtime=runtime, **options)
 
 
-@register_family("hf")
+@register_family("hf", torch=True)
 def hf_model(folder: str, runtime: Any = None, **options: Any) -> Backbone:
     """A transformers vision model saved in a local directory (``hf:<dir>``; the hf extra, imported lazily)."""
     from recallk.encode import hf_backbone  # the hf extra: MissingExtraError without it
@@ -158,7 +166,9 @@ def get_backbone(name: str, options: dict[str, Any] | None = None, runtime: Any 
     if sep and family in FAMILIES:
         if not model:
             raise InputError(f"`encode.backbone: {name}` names no model; write it as `{family}:<model>`.")
-        return FAMILIES[family](model, runtime=runtime, **(options or {}))
+        if family in TORCH_FAMILIES:
+            return FAMILIES[family](model, runtime=runtime, **(options or {}))
+        return FAMILIES[family](model, **(options or {}))
     if name not in REGISTRY:
         names = sorted([*REGISTRY, "precomputed"])
         families = ", ".join(f"`{f}:<model>`" for f in sorted(FAMILIES))

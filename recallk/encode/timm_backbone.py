@@ -22,7 +22,6 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
 from recallk.checks import clip, did_you_mean
 from recallk.encode.base import Backbone, fingerprint
