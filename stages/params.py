@@ -75,6 +75,29 @@ def _name(v: Any) -> str | None:
     return None
 
 
+def _optional_name(v: Any) -> str | None:
+    return None if v is None else _name(v)
+
+
+def _optional(check: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+    def optional(v: Any) -> str | None:
+        problem = None if v is None else check(v)
+        return problem and problem.replace(". Got", " or null. Got", 1)
+
+    return optional
+
+
+def _channels(v: Any) -> str | None:
+    if (not isinstance(v, list) or len(v) != 3
+            or not all((is_int(x) or isinstance(x, float)) and math.isfinite(x) for x in v)):
+        return f"must be a list of 3 numbers (R, G, B), such as [0.485, 0.456, 0.406]. Got {quote(v)} instead."
+    return None
+
+
+def _bool(v: Any) -> str | None:
+    return None if isinstance(v, bool) else f"must be true or false. Got {quote(v)} instead."
+
+
 def _open_fraction(v: Any) -> str | None:
     if not isinstance(v, float) or not 0.0 < v < 1.0:
         return f"must be a number strictly between 0 and 1, such as 0.95. Got {quote(v)} instead."
@@ -89,16 +112,20 @@ def _cosine(v: Any) -> str | None:
     return None
 
 
-#: The default of `encode.precomputed.path` (recallk.encode.precomputed.PLACEHOLDER; not imported, so the
-#: params schema stays free of the encode code).
-PRECOMPUTED_PLACEHOLDER = "recallk/encode/no_precomputed_embeddings.txt"
+#: The default of every encode param naming a file DVC tracks (recallk.encode.base.NO_FILE; not imported, so
+#: the params schema stays free of the encode code).
+NO_FILE = "recallk/encode/no_file.txt"
 
 
 def _tracked_path(v: Any) -> str | None:
+    """A path param the encode stage depends on in dvc.yaml (``${encode.<...>}``)."""
     if not isinstance(v, str) or not v.strip():
         return (f"must be a path: the encode stage depends on it in dvc.yaml, so that replacing the file re-runs "
-                f"encode, and DVC cannot track null. Keep {PRECOMPUTED_PLACEHOLDER} (none) when another backbone "
-                f"is used. Got {quote(v)} instead.")
+                f"encode, and DVC cannot track null. Keep {NO_FILE} (none) when it is not used. "
+                f"Got {quote(v)} instead.")
+    if v.startswith("local-dir:"):
+        return (f"is a path DVC tracks, and DVC reads {quote(v)} as a file of that name; write the folder "
+                f"itself, {quote(v[len('local-dir:'):])} (a folder is read as a local-dir: config and weights).")
     return None
 
 
@@ -130,7 +157,23 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "num_workers": Param(2, _int(1, 256)),
         "pixels": {"resolution": Param(16, _int(1, 1024))},
         # path: DVC tracks it (dvc.yaml), so never null; the default is a committed placeholder for "none"
-        "precomputed": {"path": Param(PRECOMPUTED_PLACEHOLDER, _tracked_path), "ids": Param(None, _path(True))},
+        "precomputed": {"path": Param(NO_FILE, _tracked_path), "ids": Param(None, _path(True))},
+        # timm:<model>: a weights file or a local-dir folder (config.json + weights); none: the local HF cache
+        "timm": {"weights": Param(NO_FILE, _tracked_path)},
+        # open_clip:<model>: a checkpoint file or a local-dir folder (open_clip_config.json + weights)
+        "open_clip": {"weights": Param(NO_FILE, _tracked_path), "tag": Param(None, _optional_name)},
+        # torchvision:<model>: the whole classification model's state dict; preprocessing from a weights enum
+        # member (preset) or, when it is null, from all of resize/crop/mean/std (there is no default)
+        "torchvision": {"weights": Param(NO_FILE, _tracked_path), "preset": Param(None, _optional_name),
+                        "resize": Param(None, _optional(_int(1, 8192))), "crop": Param(None, _optional(_int(1, 8192))),
+                        "mean": Param(None, _optional(_channels)), "std": Param(None, _optional(_channels)),
+                        "interpolation": Param("bilinear", _choice("bilinear", "bicubic", "nearest"))},
+        # hf:<dir>: the same directory here, so that DVC tracks the model's files (dvc.yaml)
+        "hf": {"dir": Param(NO_FILE, _tracked_path), "pooling": Param("cls", _choice("cls", "mean", "pooler"))},
+        # torch backbones only (docs/backbones.md, "GPUs"): auto = cuda when torch sees a GPU, else cpu
+        "device": Param("auto", _choice("auto", "cpu", "cuda")),
+        "dtype": Param("float32", _choice("float32", "float16", "bfloat16")),
+        "reproducible": Param(True, _bool),
     },
     "score": {
         "ks": Param([1, 5, 10], ks_problem),

@@ -44,6 +44,16 @@ def fingerprint(name: str, version: str, **options: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+#: The default of every encode param naming a file that DVC tracks (``encode.precomputed.path``,
+#: ``encode.timm.weights``, ...): a committed file standing for "no file", as DVC cannot track null.
+NO_FILE = "recallk/encode/no_file.txt"
+
+
+def is_no_file(path: str | None) -> bool:
+    """Whether ``path`` is :data:`NO_FILE` (by name, so from any working directory)."""
+    return path is not None and Path(path).name == Path(NO_FILE).name
+
+
 def file_sha256(path: str | Path) -> str:
     """Hex sha256 of the file at ``path``, read 1 MiB at a time (weights, embedding files)."""
     digest = hashlib.sha256()

