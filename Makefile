@@ -19,7 +19,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
 
 # Tests cover the optional extras too, so they install them.
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PIP_INSTALL) -e '.[test,torch,faiss]'
+	$(PIP_INSTALL) -e '.[test,torch,faiss,ray]'
 	touch $@
 
 venv: $(VENV)/.installed

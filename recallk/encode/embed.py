@@ -20,8 +20,8 @@ from recallk.errors import InputError
 log = logging.getLogger(__name__)
 
 
-def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers: int,
-          **backbone_options: Any) -> tuple[np.ndarray, dict[str, Any]]:
+def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers: int, engine: str = "local",
+          ray: dict[str, Any] | None = None, **backbone_options: Any) -> tuple[np.ndarray, dict[str, Any]]:
     """Embeddings of the catalog's images in catalog order, for the ``encode`` params.
 
     Parameters
@@ -31,7 +31,11 @@ def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers:
     backbone : str
         A registered backbone, ``precomputed`` or ``callable:package.module:function``.
     batch_size, num_workers : int
-        Images per backbone call; threads decoding ahead of it.
+        Images per backbone call; threads decoding ahead of it (the local engine).
+    engine : {"local", "ray"}
+        Where the cache misses are encoded: this process, or Ray Data actors
+        (:mod:`recallk.encode.ray_engine`) with ``ray``: ``address``, ``concurrency``, ``num_gpus``,
+        ``batch_size``. Both give the same bytes.
     **backbone_options
         ``{name: options}`` per backbone; the chosen backbone's options are passed to it.
 
@@ -55,9 +59,14 @@ def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers:
         log.info("loaded %d precomputed embeddings (dim %d)", len(out), out.shape[1])
         return out, _provenance(backbone, f"{opts.get('path')} sha256 {file_sha256(opts.get('path'))[:16]}", out)
     model = get_backbone(backbone, backbone_options.get(backbone))
+    source = None
+    if engine == "ray":
+        from recallk.encode.ray_engine import ray_source
+
+        source = ray_source(model, backbone, backbone_options.get(backbone), **(ray or {}))
     with EmbeddingCache(default_path(), model.fingerprint) as cache:
         out, n_encoded, n_cached = encode_catalog(catalog, model, batch_size=batch_size,
-                                                  num_workers=num_workers, cache=cache)
+                                                  num_workers=num_workers, cache=cache, source=source)
     log.info("%s (fingerprint %s, dim %d): encoded %d images, served %d from the cache (%s)", model.name,
              model.fingerprint, out.shape[1], n_encoded, n_cached, cache.path)
     return out, _provenance(model.name, model.fingerprint, out)
