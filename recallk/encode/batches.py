@@ -29,21 +29,23 @@ from recallk.progress import Progress
 log = logging.getLogger(__name__)
 
 
-def read_checked(path: str, sha256: str, min_side: int | None = None) -> Image.Image:
-    """Load one catalog image, refusing a file that changed since the catalog was built."""
+def read_checked(path: str, sha256: str, min_side: int | None = None, shown: str | None = None) -> Image.Image:
+    """Load one catalog image, refusing a file that changed since the catalog was built.
+    Messages name it ``shown`` (default ``path``): the catalog's path when ``path`` was made absolute."""
+    name = quote(shown if shown is not None else path)
     try:
         with open(path, "rb") as fh:
             data = fh.read()
     except OSError as exc:
-        raise InputError(f"cannot read image {quote(path)} ({exc.strerror}); it was moved or deleted since the catalog "
+        raise InputError(f"cannot read image {name} ({exc.strerror}); it was moved or deleted since the catalog "
                          "was built: rebuild the catalog (the split stage).") from None
     if hashlib.sha256(data).hexdigest() != sha256:
-        raise InputError(f"image {quote(path)} changed since the catalog was built; rebuild the catalog "
+        raise InputError(f"image {name} changed since the catalog was built; rebuild the catalog "
                          "(the split stage).")
     try:
         return decode(data, min_side=min_side)
     except DECODE_ERRORS as exc:
-        raise InputError(f"image {quote(path)} no longer decodes ({exc}); rebuild the catalog "
+        raise InputError(f"image {name} no longer decodes ({exc}); rebuild the catalog "
                          "(the split stage).") from None
 
 

@@ -17,6 +17,7 @@ bad output) reaches the caller as the same message as locally; a worker that die
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from typing import Any, Iterator, Sequence
 
@@ -71,13 +72,14 @@ class BatchEncoder:
                           "Install the same versions on every node (constraints.txt).")
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """``{"sha256", "path"}`` rows -> ``{"sha256", "embedding", "error"}``: the embedding of each
-        row as its float32 bytes (little-endian), ``error`` empty; or one row holding the error."""
+        """``{"sha256", "path", "shown"}`` rows (``path`` absolute, ``shown`` the catalog's) ->
+        ``{"sha256", "embedding", "error"}``: the embedding of each row as its float32 bytes
+        (little-endian), ``error`` empty; or one row holding the error."""
         try:
             if self.error:
                 raise InputError(self.error)
-            images = [read_checked(str(path), str(sha), self.backbone.input_size)
-                      for path, sha in zip(batch["path"], batch["sha256"])]
+            images = [read_checked(str(path), str(sha), self.backbone.input_size, str(shown))
+                      for path, sha, shown in zip(batch["path"], batch["sha256"], batch["shown"])]
             emb = np.ascontiguousarray(_run_backbone(self.backbone, images, self.dim), dtype="<f4")
         except InputError as exc:
             return {"sha256": np.array([""]), "embedding": np.array([b""], dtype=object),
@@ -108,7 +110,9 @@ def ray_source(backbone: Backbone, name: str, options: dict[str, Any] | None, *,
     """
     def source(todo: list[str], paths: list[str], dim: int | None) -> Iterator[tuple[Sequence[str], np.ndarray]]:
         ray = connect(address, "encode.engine: ray")
-        rows = ray.data.from_items([{"sha256": sha, "path": path} for sha, path in zip(todo, paths)],
+        # workers run in other folders (or on other nodes, over a shared file system): absolute paths
+        rows = ray.data.from_items([{"sha256": sha, "path": os.path.abspath(path), "shown": path}
+                                    for sha, path in zip(todo, paths)],
                                    override_num_blocks=-(-len(todo) // batch_size))  # one block, one batch
         remote: dict[str, Any] = {"max_restarts": max_restarts}
         if max_restarts:
