@@ -65,6 +65,15 @@ def count_share(p: Problem, gallery: np.ndarray, positives: tuple[np.ndarray, np
     return counter.gt, counter.eq_lt, counter.eq_gt, jobs, n_tiles
 
 
+_REMOTE: dict[int, Any] = {}  # CPUs per task -> count_share as a Ray task (Ray exports it once per job)
+
+
+def _remote(ray: Any, num_cpus: int) -> Any:
+    if num_cpus not in _REMOTE:
+        _REMOTE[num_cpus] = ray.remote(count_share).options(num_cpus=num_cpus)
+    return _REMOTE[num_cpus]
+
+
 class RayTiles:
     """The ``count_tiles`` hook of :func:`~recallk.score.ranking.engine.rank_positives` on Ray.
 
@@ -81,7 +90,6 @@ class RayTiles:
     def __init__(self, address: str | None = None, num_cpus: int = 1, shares: int | None = None) -> None:
         self.address, self.num_cpus, self.shares = address, num_cpus, shares
         self._gallery: tuple[Any, Any] | None = None  # (the gallery array, its object ref): put once
-        self._task: Any = None
         self.passes = self.jobs = 0  # what the passes so far did (for the log and the tests)
 
     def __call__(self, p: Problem, counter: _Counter, tiles: Budget, complete: bool,
@@ -92,9 +100,8 @@ class RayTiles:
         shares = self.shares or max(1, TASKS_PER_SLOT * int(ray.cluster_resources().get("CPU", 1) // self.num_cpus))
         rest = ray.put(replace(p, gp=np.empty((0, p.gp.shape[1]), dtype=p.gp.dtype)))
         positives = ray.put((counter.off, counter.val, counter.col))
-        if self._task is None:
-            self._task = ray.remote(count_share).options(num_cpus=self.num_cpus)
-        pending = [self._task.remote(rest, self._gallery[1], positives, tiles, complete, cap, share, shares,
+        task = _remote(ray, self.num_cpus)
+        pending = [task.remote(rest, self._gallery[1], positives, tiles, complete, cap, share, shares,
                                self.num_cpus) for share in range(shares)]
         jobs = n_tiles = 0
         with Progress(shares, "score on Ray", "task", log) as bar:
