@@ -48,7 +48,8 @@ TARGET = 1.3
 FIRST = ("recall", "mrr")  # the first-positive pass without a cap: every query's exact first rank
 SUITE = ("recall", "precision", "r_precision", "map@r", "map", "mrr")  # every positive
 #: Published peak rates, TFLOP/s: (FP32 vector, FP64 vector), from NVIDIA's datasheets:
-#: A100 SXM: nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
+#: A100 SXM: nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/
+#:           nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf
 #: H100 SXM: nvidia.com/en-us/data-center/h100/ (datasheet table; the H200 has the same compute).
 GPUS = {"A100 SXM": (19.5, 9.7), "H100 SXM": (67.0, 34.0)}
 CLUSTERS = ((1, 2), (1, 64), (8, 64), (64, 64))  # (nodes, cores per node)

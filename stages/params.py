@@ -98,7 +98,8 @@ def _address(v: Any) -> str | None:
 
 def _gpus(v: Any) -> str | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 64 or math.isnan(v):
-        return f"must be a number of GPUs per actor between 0 and 64 (0: CPU only; 0.5: two actors per GPU). Got {quote(v)} instead."
+        return (f"must be a number of GPUs per actor between 0 and 64 (0: CPU only; 0.5: two actors per GPU). "
+                f"Got {quote(v)} instead.")
     return None
 
 

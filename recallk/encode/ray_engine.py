@@ -110,6 +110,10 @@ def ray_source(backbone: Backbone, name: str, options: dict[str, Any] | None, *,
     """
     def source(todo: list[str], paths: list[str], dim: int | None) -> Iterator[tuple[Sequence[str], np.ndarray]]:
         ray = connect(address, "encode.engine: ray")
+        gpus = ray.cluster_resources().get("GPU", 0)
+        if num_gpus > gpus:  # the actors would wait forever for a GPU
+            raise InputError(f"`encode.ray.num_gpus` is {num_gpus:g} per actor, but the Ray cluster has {gpus:g} GPUs; "
+                             "set it to 0 (CPU) or connect to a cluster with GPUs (RAY_ADDRESS).")
         # workers run in other folders (or on other nodes, over a shared file system): absolute paths
         rows = ray.data.from_items([{"sha256": sha, "path": os.path.abspath(path), "shown": path}
                                     for sha, path in zip(todo, paths)],

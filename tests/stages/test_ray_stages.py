@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import sys
 
+import numpy as np
 import pytest
 
 from helpers import ENCODE_OUTPUTS, RANKING_OUTPUTS, read_bytes, set_dotted, set_params
@@ -34,6 +35,33 @@ def test_missing_ray_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as when the extra is not installed
     with pytest.raises(MissingExtraError, match=r"encode.engine: ray needs the ray extra: .*'\.\[ray\]'"):
         connect(None, "encode.engine: ray")
+
+
+def test_ray_engine_refuses_the_faiss_backend():
+    from recallk.score.metrics import rank
+
+    emb = np.eye(4, dtype=np.float32)
+    with pytest.raises(InputError, match=r"`score.engine: ray` runs the numpy engine's tiles on Ray; set "
+                                         r"`score.backend: numpy`"):
+        rank(emb, emb, [0, 0, 1, 1], [0, 0, 1, 1], backend="faiss", engine="ray")
+
+
+@pytest.mark.ray
+def test_resources_the_cluster_lacks_are_named(ray_cluster, tmp_path):
+    from helpers import image_catalog
+    from recallk.encode.batches import encode_catalog
+    from recallk.encode.ray_engine import ray_source
+    from recallk.encode.registry import get_backbone
+    from recallk.score.metrics import rank
+
+    cat, backbone = image_catalog(tmp_path, range(2)), get_backbone("pixels", {"resolution": 2})
+    source = ray_source(backbone, "pixels", {"resolution": 2}, address=None, concurrency=1, num_gpus=1,
+                        batch_size=2)
+    with pytest.raises(InputError, match=r"`encode.ray.num_gpus` is 1 per actor, but the Ray cluster has 0 GPUs"):
+        encode_catalog(cat, backbone, batch_size=2, num_workers=1, source=source)
+    emb = np.eye(4, dtype=np.float32)
+    with pytest.raises(InputError, match=r"`score.ray.num_cpus` is 8, but the largest node of the Ray cluster has 2"):
+        rank(emb, emb, [0, 0, 1, 1], [0, 0, 1, 1], engine="ray", ray={"num_cpus": 8})
 
 
 @pytest.mark.ray

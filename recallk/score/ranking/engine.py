@@ -59,7 +59,7 @@ from recallk.score.ranking.exact import _exact_tiles
 from recallk.score.ranking.fast import _fast_tiles
 from recallk.score.ranking.positives import _positives
 from recallk.score.ranking.problem import Problem
-from recallk.score.ranking.schedule import _query_chunks, consecutive_runs
+from recallk.score.ranking.schedule import Select, _query_chunks, consecutive_runs
 
 __all__ = ["Ranking", "consecutive_runs", "rank_positives"]  # consecutive_runs: from schedule, as before
 
@@ -175,7 +175,8 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     budget = Budget(max_memory_mb)
     kind = ("exact pass (every positive)" if complete else "fast pass (first positive)" if cap is None
             else f"fast pass (first positive, cap {cap})")
-    if count_tiles is None and budget.direct(n, m, p.q.nbytes + p.gp.nbytes):  # small: one exact product, no tiles, no threads
+    # small: one exact product, no tiles, no threads (unless the tiles run elsewhere)
+    if count_tiles is None and budget.direct(n, m, p.q.nbytes + p.gp.nbytes):
         n_pos, offsets, ranks, opposite = direct_ranks(p, complete, cap)
         log.debug("ranked %d queries x %d gallery items: direct path (one exact product), %s, %s, %.3f s", n, m,
                   kind, "leave-one-out" if p.same_set else "query x gallery", time.perf_counter() - started)
@@ -212,9 +213,11 @@ class _Part(NamedTuple):
     tiles: int
 
 
-def count_tiles_here(p: Problem, counter: _Counter, tiles: Budget, complete: bool, cap: int | None) -> tuple[int, int]:
-    """The tiles of one pass on this machine's cores: every positive's (``complete``) or the first's."""
-    return _exact_tiles(p, counter, tiles) if complete else _fast_tiles(p, counter, tiles, cap)
+def count_tiles_here(p: Problem, counter: _Counter, tiles: Budget, complete: bool, cap: int | None,
+                     select: Select = None) -> tuple[int, int]:
+    """The tiles of one pass on this machine's cores: every positive's (``complete``) or the first's;
+    ``select`` keeps a share of the jobs (a Ray task's)."""
+    return _exact_tiles(p, counter, tiles, select) if complete else _fast_tiles(p, counter, tiles, cap, select)
 
 
 #: ``count_tiles(p, counter, tiles, complete, cap) -> (jobs, tiles)``: adds every tile's counts of one

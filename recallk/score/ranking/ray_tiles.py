@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 
 from recallk.cluster import connect
+from recallk.errors import InputError
 from recallk.progress import Progress
 from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.counting import _Counter
-from recallk.score.ranking.exact import _exact_tiles
-from recallk.score.ranking.fast import _fast_tiles
+from recallk.score.ranking.engine import count_tiles_here
 from recallk.score.ranking.problem import Problem
 from recallk.score.ranking.schedule import threads
 
@@ -60,8 +60,7 @@ def count_share(p: Problem, gallery: np.ndarray, positives: tuple[np.ndarray, np
         return jobs[share::shares]
 
     with threads(n_threads):
-        jobs, n_tiles = (_exact_tiles(p, counter, tiles, select) if complete
-                         else _fast_tiles(p, counter, tiles, cap, select))
+        jobs, n_tiles = count_tiles_here(p, counter, tiles, complete, cap, select)
     return counter.gt, counter.eq_lt, counter.eq_gt, jobs, n_tiles
 
 
@@ -95,6 +94,10 @@ class RayTiles:
     def __call__(self, p: Problem, counter: _Counter, tiles: Budget, complete: bool,
                  cap: int | None) -> tuple[int, int]:
         ray = connect(self.address, "score.engine: ray")
+        most = max((node["Resources"].get("CPU", 0) for node in ray.nodes() if node.get("Alive")), default=0)
+        if self.num_cpus > most:  # such a task would wait forever for a node
+            raise InputError(f"`score.ray.num_cpus` is {self.num_cpus}, but the largest node of the Ray cluster has "
+                             f"{most:g} CPUs; set it to at most {most:g}.")
         if self._gallery is None or self._gallery[0] is not p.gp:
             self._gallery = (p.gp, ray.put(p.gp))
         shares = self.shares or max(1, TASKS_PER_SLOT * int(ray.cluster_resources().get("CPU", 1) // self.num_cpus))
