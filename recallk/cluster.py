@@ -2,9 +2,9 @@
 
 :func:`connect` joins the cluster at ``address`` (a param), else at ``$RAY_ADDRESS``, else
 starts a local one on this machine's cores. A process that already called ``ray.init``
-(a test session, a notebook) keeps its cluster. Local workers import the driver's code
-from the same folders as the driver (:func:`worker_env`), so a ``callable:`` backbone of the
-project root works there too; on an existing cluster, install the project on every node.
+(a test session, a notebook) keeps its cluster. Workers import the driver's code from the
+driver's folders first (:func:`worker_env`), so a ``callable:`` backbone of the project root
+works on this machine's workers; on other nodes, install the project (or share its folder).
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ def import_ray(what: str) -> ModuleType:
 
 
 def worker_env() -> dict[str, Any]:
-    """The ``runtime_env`` of a local cluster: workers search the driver's ``sys.path`` (and its
-    working directory) for modules, as the driver does."""
+    """The job's ``runtime_env``: workers search the driver's working directory and ``sys.path`` for
+    modules first, as the driver does (folders a node lacks are skipped), then their own PYTHONPATH."""
     paths = [os.getcwd(), *(p for p in sys.path if p)]
-    return {"env_vars": {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}}
+    return {"env_vars": {"PYTHONPATH": os.pathsep.join([*dict.fromkeys(paths), "${PYTHONPATH}"])}}
 
 
 def connect(address: str | None, what: str) -> ModuleType:
@@ -61,15 +61,12 @@ def connect(address: str | None, what: str) -> ModuleType:
     address = address or os.environ.get("RAY_ADDRESS") or None
     options: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.WARNING}
     try:
-        if address:
-            ray.init(address=address, **options)
-        else:
-            ray.init(runtime_env=worker_env(), **options)
+        ray.init(address=address, runtime_env=worker_env(), **options)
     except (ConnectionError, TimeoutError, ValueError) as exc:
         where = f"at {address!r}" if address else "on this machine"
         raise InputError(f"`{what}`: cannot start or reach a Ray cluster {where} ({exc}); start one with "
                          "`ray start --head`, fix the address (RAY_ADDRESS or the engine's `ray.address` param), "
                          "or leave both unset to start a local cluster.") from None
-    log.info("Ray cluster: %s CPUs, %s GPUs", ray.cluster_resources().get("CPU", 0),
-             ray.cluster_resources().get("GPU", 0))
+    log.info("%s: %s CPUs, %s GPUs", f"joined the Ray cluster at {address}" if address else
+             "started a local Ray cluster", ray.cluster_resources().get("CPU", 0), ray.cluster_resources().get("GPU", 0))
     return ray

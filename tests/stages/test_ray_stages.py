@@ -80,3 +80,18 @@ def test_stages_on_ray_write_the_local_bytes(ray_cluster, scored_base, scored_pr
     score.main([])
     assert read_bytes(scored_project, ENCODE_OUTPUTS) == read_bytes(scored_base, ENCODE_OUTPUTS)
     assert read_bytes(scored_project, RANKING_OUTPUTS) == read_bytes(scored_base, RANKING_OUTPUTS)
+
+
+@pytest.mark.ray
+def test_encode_stage_joins_the_cluster_at_ray_address(ray_cluster, scored_base, split_project, tmp_path, monkeypatch):
+    """A stage process with RAY_ADDRESS joins that running cluster (this session's) instead of starting one."""
+    import ray
+
+    from helpers import run_ok
+
+    set_params(split_project, {"encode.engine": "ray"})
+    monkeypatch.setenv("RAY_ADDRESS", ray.get_runtime_context().gcs_address)
+    monkeypatch.setenv("RECALLK_CACHE_DIR", str(tmp_path / "empty_cache"))
+    proc = run_ok(split_project, "encode")
+    assert f"joined the Ray cluster at {ray.get_runtime_context().gcs_address}" in proc.stderr
+    assert read_bytes(split_project, ENCODE_OUTPUTS) == read_bytes(scored_base, ENCODE_OUTPUTS)
