@@ -112,6 +112,20 @@ def _cosine(v: Any) -> str | None:
     return None
 
 
+def _address(v: Any) -> str | None:
+    if v is None or (isinstance(v, str) and v.strip()):
+        return None
+    return (f"must be a Ray cluster address such as \"ray://head:10001\" or \"auto\", or null (RAY_ADDRESS, else a "
+            f"local cluster). Got {quote(v)} instead.")
+
+
+def _gpus(v: Any) -> str | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 64 or math.isnan(v):
+        return (f"must be a number of GPUs per actor between 0 and 64 (0: CPU only; 0.5: two actors per GPU). "
+                f"Got {quote(v)} instead.")
+    return None
+
+
 #: The default of every encode param naming a file DVC tracks (recallk.encode.base.NO_FILE; not imported, so
 #: the params schema stays free of the encode code).
 NO_FILE = "recallk/encode/no_file.txt"
@@ -155,6 +169,10 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "backbone": Param("pixels", _name),
         "batch_size": Param(64, _int(1, 65536)),
         "num_workers": Param(2, _int(1, 256)),
+        # where the cache misses are encoded: this process, or Ray Data actors (the ray extra; docs/scale.md)
+        "engine": Param("local", _choice("local", "ray")),
+        "ray": {"address": Param(None, _address), "concurrency": Param(2, _int(1, 4096)),
+                "num_gpus": Param(0, _gpus), "batch_size": Param(64, _int(1, 65536))},
         "pixels": {"resolution": Param(16, _int(1, 1024))},
         # path: DVC tracks it (dvc.yaml), so never null; the default is a committed placeholder for "none"
         "precomputed": {"path": Param(NO_FILE, _tracked_path), "ids": Param(None, _path(True))},
@@ -180,6 +198,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "metrics": Param(list(METRIC_NAMES), metrics_problem),
         "max_memory_mb": Param(512, positive_number_problem),
         "backend": Param("numpy", _choice(*BACKENDS)),
+        # where the engine's tile jobs run: this machine's cores, or Ray tasks (the ray extra; docs/scale.md)
+        "engine": Param("local", _choice("local", "ray")),
+        "ray": {"address": Param(None, _address), "num_cpus": Param(1, _int(1, 1024))},
         "exclude_same": Param([], columns_problem),
         "whiten": Param("none", _choice("none", "pca")),
         "bootstrap": {

@@ -67,6 +67,28 @@ def big_jpeg(tmp_path):
     return save_image(tmp_path / "big.jpg", seed=3, size=(2000, 1500), fmt="JPEG").read_bytes()
 
 
+# ---------------------------------------------------------------------------------------------- ray
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory):
+    """One real local Ray cluster (2 CPUs) for the whole session, started by the first ``ray`` test.
+    Its workers import from the driver's sys.path (tests/ too: ray_backbones.py) and find the
+    Ray tests' control files in ``$RECALLK_RAY_TEST_DIR`` (the yielded folder)."""
+    import logging
+
+    import ray
+
+    from recallk.cluster import worker_env
+
+    control = tmp_path_factory.mktemp("ray_control")
+    env = worker_env()
+    env["env_vars"]["RECALLK_RAY_TEST_DIR"] = str(control)
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, runtime_env=env)
+    yield control
+    ray.shutdown()
+
+
 # ---------------------------------------------------------------------------------------------- stage projects
 
 

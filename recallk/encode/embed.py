@@ -22,8 +22,8 @@ log = logging.getLogger(__name__)
 
 
 def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers: int, device: str = "auto",
-          dtype: str = "float32", reproducible: bool = True,
-          **backbone_options: Any) -> tuple[np.ndarray, dict[str, Any]]:
+          dtype: str = "float32", reproducible: bool = True, engine: str = "local",
+          ray: dict[str, Any] | None = None, **backbone_options: Any) -> tuple[np.ndarray, dict[str, Any]]:
     """Embeddings of the catalog's images in catalog order, for the ``encode`` params.
 
     Parameters
@@ -33,9 +33,13 @@ def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers:
     backbone : str
         A registered backbone, ``precomputed`` or ``callable:package.module:function``.
     batch_size, num_workers : int
-        Images per backbone call; threads decoding ahead of it.
+        Images per backbone call; threads decoding ahead of it (the local engine).
     device, dtype, reproducible
         Where and how torch backbones run (:mod:`recallk.encode.device`); other backbones ignore them.
+    engine : {"local", "ray"}
+        Where the cache misses are encoded: this process, or Ray Data actors
+        (:mod:`recallk.encode.ray_engine`) with ``ray``: ``address``, ``concurrency``, ``num_gpus``,
+        ``batch_size``. Both give the same bytes.
     **backbone_options
         ``{name: options}`` per backbone; the chosen backbone's options are passed to it (a family's,
         ``encode.timm`` for ``timm:<model>``, to each of its models).
@@ -60,10 +64,16 @@ def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers:
         log.info("loaded %d precomputed embeddings (dim %d)", len(out), out.shape[1])
         return out, _provenance(backbone, f"{opts.get('path')} sha256 {file_sha256(opts.get('path'))[:16]}", out)
     runtime = Request(device=device, dtype=dtype, reproducible=reproducible, batch_size=batch_size)
-    model = get_backbone(backbone, backbone_options.get(options_key(backbone)), runtime=runtime)
+    options = backbone_options.get(options_key(backbone))
+    model = get_backbone(backbone, options, runtime=runtime)
+    source = None
+    if engine == "ray":
+        from recallk.encode.ray_engine import ray_source
+
+        source = ray_source(model, backbone, options, runtime=runtime, **(ray or {}))
     with EmbeddingCache(default_path(), model.fingerprint) as cache:
         out, n_encoded, n_cached = encode_catalog(catalog, model, batch_size=batch_size,
-                                                  num_workers=num_workers, cache=cache)
+                                                  num_workers=num_workers, cache=cache, source=source)
     log.info("%s (fingerprint %s, dim %d): encoded %d images, served %d from the cache (%s)", model.name,
              model.fingerprint, out.shape[1], n_encoded, n_cached, cache.path)
     return out, _provenance(model.name, model.fingerprint, out)

@@ -131,18 +131,29 @@ def tie_sensitivity(ranking: Ranking, ks: Sequence[int]) -> dict[str, int]:
 
 def rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=None, gallery_ids=None,
          metrics: Sequence[str] = METRICS, exclude: Sequence[tuple[Any, Any]] = (), max_memory_mb: float = 512,
-         backend: str = "numpy", cap: int | None = None, same_set: bool | None = None) -> Ranking:
+         backend: str = "numpy", cap: int | None = None, same_set: bool | None = None, engine: str = "local",
+         ray: dict[str, Any] | None = None) -> Ranking:
     """Validate the inputs once and rank with the chosen backend (``numpy`` or ``faiss``).
 
     ``cap`` (recall only): first ranks of ``cap`` or more may read ``cap``, so the numpy
     engine stops counting a query once it surely misses every K <= ``cap``.
     ``same_set``: the queries *are* the gallery, row for row (leave-one-out), as the caller
     knows it (the score stage from the split protocol); ``None`` detects it from the arrays.
+    ``engine="ray"``: the numpy engine's tiles run on Ray tasks (:mod:`recallk.score.ranking.ray_tiles`,
+    ``ray``: ``address``, ``num_cpus``), with the same result.
     """
     q, g = check_inputs(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids)
     max_memory_mb, backend = check_memory(max_memory_mb), check_backend(backend)
     pairs = check_exclude_pairs(exclude, q.shape[0], g.shape[0])
     complete = any(m not in FIRST_ONLY for m in metrics)
+    count_tiles = None
+    if engine == "ray":
+        if backend == "faiss":
+            raise InputError("`score.engine: ray` runs the numpy engine's tiles on Ray; set `score.backend: numpy` "
+                             "(faiss is a single-machine cross-check) or `score.engine: local`.")
+        from recallk.score.ranking.ray_tiles import RayTiles
+
+        count_tiles = RayTiles(**(ray or {}))
     if backend == "faiss":
         from recallk.score.ranking.faiss_backend import rank_positives_faiss
 
@@ -150,7 +161,7 @@ def rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=None, g
                                     max_memory_mb=max_memory_mb)
     return rank_positives(q, g, query_labels, gallery_labels, query_ids, gallery_ids, pairs,
                           max_memory_mb=max_memory_mb, complete=complete, cap=None if complete else cap,
-                          same_set=same_set)
+                          same_set=same_set, count_tiles=count_tiles)
 
 
 def _recall_cap(names: Sequence[str], ks: Sequence[int]) -> int | None:

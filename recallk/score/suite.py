@@ -34,7 +34,8 @@ def score_split(emb: np.ndarray, row: pd.Series, catalog: pd.DataFrame, *, queri
                 train: np.ndarray, same_set: bool, ks: Sequence[int], metrics: Sequence[str], max_memory_mb: float,
                 backend: str, exclude_same: Sequence[str], whiten: str, bootstrap: dict[str, Any],
                 failures: dict[str, int] | None = None, load: Callable[[str], Image.Image] | None = None,
-                near_duplicates: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+                near_duplicates: dict[str, Any] | None = None, engine: str = "local",
+                ray: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Score ``queries`` against ``gallery``; return the flat metrics and the tables.
 
     Parameters
@@ -54,6 +55,9 @@ def score_split(emb: np.ndarray, row: pd.Series, catalog: pd.DataFrame, *, queri
         queries with another image at that cosine or above among their top max(ks) items (on the
         embeddings as stored, before any whitening) and adds every metric over the other queries
         (:mod:`recallk.score.near_duplicates`).
+    engine, ray
+        ``score.engine``: ``ray`` ranks on Ray tasks (``score.ray``: ``address``, ``num_cpus``), with the
+        same result as ``local``; the neighbour tables and the bootstrap stay on this machine.
     load : callable, optional
         ``load(image_id) -> PIL image``; with ``failures.queries > 0`` the failure gallery is drawn.
 
@@ -81,7 +85,7 @@ def score_split(emb: np.ndarray, row: pd.Series, catalog: pd.DataFrame, *, queri
     q_labels, g_labels = labels[queries].to_numpy(), labels[gallery].to_numpy()
     exclude = [(catalog.loc[queries, c].to_numpy(), catalog.loc[gallery, c].to_numpy()) for c in exclude_same]
     ranking = rank(q_emb, g_emb, q_labels, g_labels, queries, gallery, metrics, exclude, max_memory_mb, backend,
-                   same_set=same_set)
+                   same_set=same_set, engine=engine, ray=ray)
     if exclude_same and not ranking.n_positives.any():
         raise InputError(f"every query is excluded: with `score.exclude_same: {list(exclude_same)}` no query keeps "
                          "a same-label gallery item it may retrieve. Remove those columns from score.exclude_same.")

@@ -27,7 +27,8 @@ def test_committed_params_are_valid_and_complete():
 def test_missing_keys_take_defaults():
     values = validate_section({"score": {"ks": [3]}}, "score")
     assert values == {"ks": [3], "metrics": ["recall", "precision", "r_precision", "map@r", "map", "mrr"],
-                      "max_memory_mb": 512, "backend": "numpy", "exclude_same": [], "whiten": "none",
+                      "max_memory_mb": 512, "backend": "numpy", "engine": "local",
+                      "ray": {"address": None, "num_cpus": 1}, "exclude_same": [], "whiten": "none",
                       "bootstrap": {"resamples": 1000, "confidence": 0.95, "seed": 0, "unit": "query"},
                       "failures": {"queries": 8, "k": 5}, "near_duplicates": {"min_cosine": None}}
 

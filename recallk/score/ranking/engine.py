@@ -48,7 +48,7 @@ import logging
 import time
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -59,7 +59,7 @@ from recallk.score.ranking.exact import _exact_tiles
 from recallk.score.ranking.fast import _fast_tiles
 from recallk.score.ranking.positives import _positives
 from recallk.score.ranking.problem import Problem
-from recallk.score.ranking.schedule import _query_chunks, consecutive_runs
+from recallk.score.ranking.schedule import Select, _query_chunks, consecutive_runs
 
 __all__ = ["Ranking", "consecutive_runs", "rank_positives"]  # consecutive_runs: from schedule, as before
 
@@ -111,7 +111,7 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
                    gallery_labels: Sequence[Any], query_ids: Sequence[Any] | None = None,
                    gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
                    max_memory_mb: float = 512, complete: bool = True, cap: int | None = None,
-                   same_set: bool | None = None) -> Ranking:
+                   same_set: bool | None = None, count_tiles: CountTiles | None = None) -> Ranking:
     """Exact ranks of every query's positives (or only the first one when ``complete`` is False).
 
     Inputs must already be validated (:func:`recallk.checks.check_inputs`).
@@ -140,6 +140,10 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
         exclusion values; only the tiles on and above the diagonal are multiplied. None
         detects it by comparing the arrays (for API callers); the score stage passes it
         from the split protocol.
+    count_tiles : callable, optional
+        Runs the tile jobs of each pass (:data:`CountTiles`) elsewhere, e.g. on Ray tasks
+        (:mod:`~recallk.score.ranking.ray_tiles`); None: on this machine's cores. With it, a small
+        problem takes the tiles too (no direct path).
 
     Returns
     -------
@@ -171,20 +175,21 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     budget = Budget(max_memory_mb)
     kind = ("exact pass (every positive)" if complete else "fast pass (first positive)" if cap is None
             else f"fast pass (first positive, cap {cap})")
-    if budget.direct(n, m, p.q.nbytes + p.gp.nbytes):  # small: one exact product, no tiles, no threads
+    # small: one exact product, no tiles, no threads (unless the tiles run elsewhere)
+    if count_tiles is None and budget.direct(n, m, p.q.nbytes + p.gp.nbytes):
         n_pos, offsets, ranks, opposite = direct_ranks(p, complete, cap)
         log.debug("ranked %d queries x %d gallery items: direct path (one exact product), %s, %s, %.3f s", n, m,
                   kind, "leave-one-out" if p.same_set else "query x gallery", time.perf_counter() - started)
         return Ranking(n_pos, m - p.n_excluded(), offsets, ranks, opposite, complete, cap)
     chunks = _query_chunks(p, budget) if complete else [np.arange(n)]
     if len(chunks) == 1:
-        n_pos, offsets, ranks, opposite, jobs, tiles = _rank_part(p, p.q.nbytes, budget, complete, cap)
+        n_pos, offsets, ranks, opposite, jobs, tiles = _rank_part(p, p.q.nbytes, budget, complete, cap, count_tiles)
     else:  # every positive's lists, a chunk of queries at a time; their ranks follow one another
         n_pos, opposite = np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)
         ranks, filled = np.empty(int((p.hi - p.lo).sum()), dtype=np.int64), 0  # room for every possible positive
         jobs = tiles = 0
         for rows in chunks:
-            part = _rank_part(p.queries(rows), p.q.nbytes, budget, True, None)
+            part = _rank_part(p.queries(rows), p.q.nbytes, budget, True, None, count_tiles)
             n_pos[rows], opposite[rows] = part.n_pos, part.opposite
             ranks[filled:filled + part.ranks.size] = part.ranks
             filled += part.ranks.size
@@ -208,7 +213,20 @@ class _Part(NamedTuple):
     tiles: int
 
 
-def _rank_part(p: Problem, query_bytes: int, budget: Budget, complete: bool, cap: int | None) -> _Part:
+def count_tiles_here(p: Problem, counter: _Counter, tiles: Budget, complete: bool, cap: int | None,
+                     select: Select = None) -> tuple[int, int]:
+    """The tiles of one pass on this machine's cores: every positive's (``complete``) or the first's;
+    ``select`` keeps a share of the jobs (a Ray task's)."""
+    return _exact_tiles(p, counter, tiles, select) if complete else _fast_tiles(p, counter, tiles, cap, select)
+
+
+#: ``count_tiles(p, counter, tiles, complete, cap) -> (jobs, tiles)``: adds every tile's counts of one
+#: pass into ``counter`` (the positive lists of ``p``) under the tiles' budget; :func:`count_tiles_here`.
+CountTiles = Callable[[Problem, _Counter, Budget, bool, "int | None"], tuple[int, int]]
+
+
+def _rank_part(p: Problem, query_bytes: int, budget: Budget, complete: bool, cap: int | None,
+               count_tiles: CountTiles | None = None) -> _Part:
     """:func:`rank_positives` for the queries of ``p`` (leave-one-out when ``p.same_set``).
     ``query_bytes``: the unit copy of every query, held by the caller."""
     n = p.q.shape[0]
@@ -217,7 +235,7 @@ def _rank_part(p: Problem, query_bytes: int, budget: Budget, complete: bool, cap
     counter = _Counter(p, pos_off, pos_val, pos_col)
     # the budget covers everything this call holds: unit copies, positive lists, counters, then the tiles
     tiles = budget.tiles(query_bytes + p.gp.nbytes, pos_val.size)
-    jobs, n_tiles = _exact_tiles(p, counter, tiles) if complete else _fast_tiles(p, counter, tiles, cap)
+    jobs, n_tiles = (count_tiles or count_tiles_here)(p, counter, tiles, complete, cap)
     base = counter.gt + counter.eq_lt
     has = n_pos > 0
     if complete:

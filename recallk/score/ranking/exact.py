@@ -14,19 +14,20 @@ from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.counting import _Counter
 from recallk.score.ranking.problem import Problem
 from recallk.score.ranking.scan import _exact_product
-from recallk.score.ranking.schedule import TileWorker, _each_core, _n_tiles, _n_workers, _tiling
+from recallk.score.ranking.schedule import Select, TileWorker, _each_core, _n_tiles, _n_workers, _tiling
 
 #: Exact tiles' cells: the float64 product needs no cache residence (the sort reads one row at a time),
 #: and taller tiles multiply faster.
 _EXACT_TILE_CELLS = 2**21
 
 
-def _exact_tiles(p: Problem, counter: _Counter, budget: Budget) -> tuple[int, int]:
+def _exact_tiles(p: Problem, counter: _Counter, budget: Budget, select: Select = None) -> tuple[int, int]:
     """Every positive (precision@K, R-precision, MAP@R, MAP): the jobs of the fast path, but
     each tile is the exact product (float64, rounded once to float32: :func:`_exact_product`) and
     its rows are sorted, so that each threshold's count is one binary search
     (:meth:`_Counter.exact_tile`). A leave-one-out tile counts its columns from a transposed copy,
     made before masking. Queries without positives are never multiplied (query x gallery).
+    ``select`` keeps a share of the jobs (a Ray task's; the counts of every share add up).
     Returns the number of jobs and of tiles they cover.
     """
     workers = _n_workers()
@@ -36,6 +37,7 @@ def _exact_tiles(p: Problem, counter: _Counter, budget: Budget) -> tuple[int, in
     if not p.same_set:
         n_thr = counter.off[1:] - counter.off[:-1]
         jobs = [rows for rows in (rows[n_thr[rows] > 0] for rows in jobs) if rows.size]
+    jobs = jobs if select is None else select(jobs)
     _each_core(jobs, lambda: ExactWorker(p, counter, width))
     return len(jobs), _n_tiles(p, jobs, width)
 

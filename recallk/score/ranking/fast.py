@@ -17,7 +17,7 @@ from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.counting import _Counter, _Undecided
 from recallk.score.ranking.problem import Problem
 from recallk.score.ranking.scan import _scan
-from recallk.score.ranking.schedule import TileWorker, _each_core, _n_tiles, _n_workers, _tiling
+from recallk.score.ranking.schedule import Select, TileWorker, _each_core, _n_tiles, _n_workers, _tiling
 
 #: Cells of one thread's tile (4 MiB of float32). Each thread multiplies its own tiles with
 #: single-threaded BLAS and scans each tile while it is still in the cache: as fast a product as big
@@ -25,7 +25,8 @@ from recallk.score.ranking.schedule import TileWorker, _each_core, _n_tiles, _n_
 _TILE_CELLS = 2**20
 
 
-def _fast_tiles(p: Problem, counter: _Counter, budget: Budget, cap: int | None = None) -> tuple[int, int]:
+def _fast_tiles(p: Problem, counter: _Counter, budget: Budget, cap: int | None = None,
+                select: Select = None) -> tuple[int, int]:
     """First-positive counts (recall@K, MRR): each thread takes jobs from a shared list, multiplies
     each tile with single-threaded BLAS, masks it and scans it while it is in the cache.
 
@@ -36,9 +37,11 @@ def _fast_tiles(p: Problem, counter: _Counter, budget: Budget, cap: int | None =
     ``cap`` cells are surely above its first positive (its rank is then at least ``cap``): it
     leaves its run's later tiles, and a leave-one-out tile whose rows or columns have mostly
     stopped is multiplied only for the queries still counting (rows x its columns, columns x its rows).
+    ``select`` keeps a share of the jobs (a Ray task's; the counts of every share add up).
     Returns the number of jobs and of tiles they cover.
     """
     jobs, width = _tiling(p, budget.fast_tile_cells(_n_workers(), _TILE_CELLS))
+    jobs = jobs if select is None else select(jobs)
     _each_core(jobs, lambda: FastWorker(p, counter, width, cap))
     return len(jobs), _n_tiles(p, jobs, width)
 

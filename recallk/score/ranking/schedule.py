@@ -13,8 +13,8 @@ import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
-from typing import Any, Callable
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -115,6 +115,10 @@ def _tiling(p: Problem, cells: int, most: int | None = None) -> tuple[list, int]
     return [q_order[r0:r0 + height] for r0 in range(0, n, height)], width
 
 
+#: Picks a share of a pass's jobs (a Ray task's), or None for all of them.
+Select = Callable[[list], list] | None
+
+
 def _n_tiles(p: Problem, jobs: list, width: int) -> int:
     """Tiles that jobs of :func:`_tiling` cover: one each (leave-one-out), else every gallery tile each."""
     return len(jobs) if p.same_set else len(jobs) * -(-p.gp.shape[0] // width)
@@ -178,8 +182,25 @@ class _OneThread:
             lib.set_num_threads(n)
 
 
+#: Threads for the tiles when set (:func:`threads`): a Ray task runs on the cores Ray gave it.
+_THREADS: int | None = None
+
+
+@contextmanager
+def threads(n: int) -> Iterator[None]:
+    """Within it, the tiles take ``n`` threads instead of every core this process may run on."""
+    global _THREADS
+    before, _THREADS = _THREADS, n
+    try:
+        yield
+    finally:
+        _THREADS = before
+
+
 def _n_workers() -> int:
-    """Threads for the tiles: every core this process may run on."""
+    """Threads for the tiles: every core this process may run on (or :func:`threads`' count)."""
+    if _THREADS is not None:
+        return _THREADS
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux

@@ -1,0 +1,69 @@
+"""score.engine: ray (recallk.score.ranking.ray_tiles): the engine's tile jobs on the session's real
+local Ray cluster give the local engine's ranking, array for array: query x gallery and leave-one-out,
+every positive and the first one (with and without a cap), exact ties, exclusions, chunks of queries."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from recallk.score.metrics import rank
+from recallk.score.ranking import rank_positives
+from recallk.score.ranking.ray_tiles import RayTiles
+
+pytestmark = pytest.mark.ray
+
+
+def tied_problem(n: int, m: int, d: int, leave_one_out: bool, seed: int = 0):
+    """Small integer vectors (many exact ties), 4 labels, a camera column for exclusions."""
+    rng = np.random.default_rng(seed)
+    g = rng.integers(-1, 2, size=(m, d)).astype(np.float32)
+    g[~g.any(axis=1), 0] = 1.0  # no all-zero vector
+    g_lab = rng.integers(0, 4, size=m)
+    g_ids = np.array([f"g{i}" for i in range(m)])
+    g_cam = rng.integers(0, 3, size=m)
+    if leave_one_out:
+        return g, g, g_lab, g_lab, g_ids, g_ids, g_cam, g_cam
+    q = rng.integers(-1, 2, size=(n, d)).astype(np.float32)
+    q[~q.any(axis=1), 0] = 1.0
+    q[:10] = g[:10]  # some queries tie exactly with gallery items
+    return q, g, rng.integers(0, 4, size=n), g_lab, None, None, rng.integers(0, 3, size=n), g_cam
+
+
+def assert_same_ranking(got, want):
+    for name in ("n_positives", "n_retrievable", "offsets", "ranks", "first_rank_opposite"):
+        a, b = np.asarray(getattr(got, name)), np.asarray(getattr(want, name))
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
+    assert (got.complete, got.cap) == (want.complete, want.cap)
+
+
+@pytest.mark.parametrize("leave_one_out, complete, cap, exclude, mb, passes", [
+    # a 0.02 MB budget makes the smallest tiles: 20 to 30 jobs a pass, shared by the tasks
+    (False, True, None, False, 0.02, 1),  # query x gallery, every positive
+    (False, False, None, True, 0.02, 1),  # first positive, exclude_same (camera)
+    (False, False, 3, False, 0.02, 1),    # first positive with a cap: each task stops counting on its own
+    (True, True, None, True, 0.02, 1),    # leave-one-out: tiles on and above the diagonal, with exclusions
+    (True, False, None, False, 0.02, 1),  # leave-one-out, first positive
+    (True, False, 2, True, 0.02, 1),      # leave-one-out, capped, exclusions
+    (False, True, None, False, 0.4, 4),   # every positive in chunks of queries (the lists exceed the budget)
+    (False, True, None, False, 512, 1),   # small enough for the local direct path: Ray's tiles agree with it
+])
+def test_ray_ranking_byte_identical_to_local(ray_cluster, leave_one_out, complete, cap, exclude, mb, passes):
+    q, g, q_lab, g_lab, q_ids, g_ids, q_cam, g_cam = tied_problem(230, 410, 6, leave_one_out)
+    pairs = [(q_cam, g_cam)] if exclude else []
+    args = (q, g, q_lab, g_lab, q_ids, g_ids, pairs)
+    options = dict(max_memory_mb=mb, complete=complete, cap=cap, same_set=leave_one_out or None)
+    want = rank_positives(*args, **options)
+    tiles = RayTiles(shares=3)
+    got = rank_positives(*args, **options, count_tiles=tiles)
+    assert_same_ranking(got, want)
+    assert tiles.passes >= passes and (tiles.jobs >= 10 or mb == 512)  # the work was really split
+    assert (want.first_rank != want.first_rank_opposite).any()  # the data really has ties that matter
+
+
+def test_ray_engine_through_rank_and_the_stage_param(ray_cluster):
+    q, g, q_lab, g_lab, _, _, q_cam, g_cam = tied_problem(120, 150, 5, False, seed=1)
+    exclude = [(q_cam, g_cam)]
+    local = rank(q, g, q_lab, g_lab, exclude=exclude, max_memory_mb=1)
+    remote = rank(q, g, q_lab, g_lab, exclude=exclude, max_memory_mb=1, engine="ray", ray={"num_cpus": 1})
+    assert_same_ranking(remote, local)
