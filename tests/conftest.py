@@ -189,3 +189,11 @@ def base_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 repo = private_copy("base_repo", "repo")  # git history, DVC cache, embedding cache and outputs included
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test``: ``-n auto --dist loadgroup``) every ``ray`` test runs on one
+    worker, so the session starts one Ray cluster, not one per worker."""
+    for item in items:
+        if item.get_closest_marker("ray"):
+            item.add_marker(pytest.mark.xdist_group("ray"))
