@@ -165,13 +165,13 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     if cap is not None and (complete or isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1):
         raise ValueError(f"`cap` must be a positive integer, with complete=False. Got {cap!r} instead.")
     started = time.perf_counter()
-    p = Problem.build(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude,
-                      same_set)
-    n, m = p.q.shape[0], p.gp.shape[0]
     budget = Budget(max_memory_mb)
+    p = Problem.build(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude,
+                      same_set, unit_bytes=budget.unit_bytes())
+    n, (m, d) = p.q.shape[0], p.gp.shape
     kind = ("exact pass (every positive)" if complete else "fast pass (first positive)" if cap is None
             else f"fast pass (first positive, cap {cap})")
-    if budget.direct(n, m, p.q.nbytes + p.gp.nbytes):  # small: one exact product, no tiles, no threads
+    if budget.direct(n, m, 4 * d * (n + m)):  # small: one exact product, no tiles, no threads
         n_pos, offsets, ranks, opposite = direct_ranks(p, complete, cap)
         log.debug("ranked %d queries x %d gallery items: direct path (one exact product), %s, %s, %.3f s", n, m,
                   kind, "leave-one-out" if p.same_set else "query x gallery", time.perf_counter() - started)

@@ -14,7 +14,7 @@ from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.counting import _Counter
 from recallk.score.ranking.problem import Problem
 from recallk.score.ranking.scan import _exact_product
-from recallk.score.ranking.schedule import TileWorker, _each_core, _n_tiles, _n_workers, _tiling
+from recallk.score.ranking.schedule import TileWorker, _each_core, _n_tiles, _n_workers, _tiles_per_job, _tiling
 
 #: Exact tiles' cells: the float64 product needs no cache residence (the sort reads one row at a time),
 #: and taller tiles multiply faster.
@@ -36,7 +36,7 @@ def _exact_tiles(p: Problem, counter: _Counter, budget: Budget) -> tuple[int, in
     if not p.same_set:
         n_thr = counter.off[1:] - counter.off[:-1]
         jobs = [rows for rows in (rows[n_thr[rows] > 0] for rows in jobs) if rows.size]
-    _each_core(jobs, lambda: ExactWorker(p, counter, width))
+    _each_core(jobs, lambda: ExactWorker(p, counter, width), _tiles_per_job(p, width), "rank (every positive)")
     return len(jobs), _n_tiles(p, jobs, width)
 
 

@@ -17,7 +17,7 @@ from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.counting import _Counter, _Undecided
 from recallk.score.ranking.problem import Problem
 from recallk.score.ranking.scan import _scan
-from recallk.score.ranking.schedule import TileWorker, _each_core, _n_tiles, _n_workers, _tiling
+from recallk.score.ranking.schedule import TileWorker, _each_core, _n_tiles, _n_workers, _tiles_per_job, _tiling
 
 #: Cells of one thread's tile (4 MiB of float32). Each thread multiplies its own tiles with
 #: single-threaded BLAS and scans each tile while it is still in the cache: as fast a product as big
@@ -38,8 +38,10 @@ def _fast_tiles(p: Problem, counter: _Counter, budget: Budget, cap: int | None =
     stopped is multiplied only for the queries still counting (rows x its columns, columns x its rows).
     Returns the number of jobs and of tiles they cover.
     """
-    jobs, width = _tiling(p, budget.fast_tile_cells(_n_workers(), _TILE_CELLS))
-    _each_core(jobs, lambda: FastWorker(p, counter, width, cap))
+    workers = _n_workers()
+    most = budget.fast_tile_side(workers, p.gp.shape[1])  # the rows' and columns' unit copies, read per tile
+    jobs, width = _tiling(p, budget.fast_tile_cells(workers, _TILE_CELLS), most)
+    _each_core(jobs, lambda: FastWorker(p, counter, width, cap), _tiles_per_job(p, width), "rank (first positive)")
     return len(jobs), _n_tiles(p, jobs, width)
 
 

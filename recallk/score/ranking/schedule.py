@@ -9,6 +9,7 @@ serves its rows and its columns.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
@@ -18,6 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from recallk.progress import Progress
 from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.counting import _Counter
 from recallk.score.ranking.problem import Problem
@@ -28,6 +30,13 @@ _TILE_WIDTH = 2048
 #: Products of at most this many multiply-adds run on one BLAS thread anyway (OpenBLAS threads a gemm only
 #: above 65,536 x 4): no threadpoolctl call for them.
 _ONE_THREAD_MACS = 2**18
+
+#: Seconds between progress lines when stderr is not a terminal (under ``dvc repro``), and before a
+#: terminal's bar appears: calls that end sooner (a training loop's) show nothing.
+_PROGRESS_INTERVAL = 10.0
+_PROGRESS_DELAY = 3.0
+
+log = logging.getLogger(__name__)
 
 _blas_libraries = None  # threadpoolctl's controllers of the BLAS libraries loaded (numpy's among them), found once
 
@@ -115,28 +124,41 @@ def _tiling(p: Problem, cells: int, most: int | None = None) -> tuple[list, int]
     return [q_order[r0:r0 + height] for r0 in range(0, n, height)], width
 
 
+def _tiles_per_job(p: Problem, width: int) -> int:
+    """Tiles one job of :func:`_tiling` covers: one (leave-one-out), else every gallery tile."""
+    return 1 if p.same_set else -(-p.gp.shape[0] // width)
+
+
 def _n_tiles(p: Problem, jobs: list, width: int) -> int:
     """Tiles that jobs of :func:`_tiling` cover: one each (leave-one-out), else every gallery tile each."""
-    return len(jobs) if p.same_set else len(jobs) * -(-p.gp.shape[0] // width)
+    return len(jobs) * _tiles_per_job(p, width)
 
 
-def _each_core(jobs: list, new_worker: Callable[[], TileWorker]) -> None:
+def _each_core(jobs: list, new_worker: Callable[[], TileWorker], tiles_per_job: int = 1, desc: str = "rank") -> None:
     """Do ``jobs`` on every core: each thread makes its worker with ``new_worker()``, calls its ``run(job)``
     for jobs taken in turn from the shared list, then its ``finish()``. BLAS runs single-threaded meanwhile:
-    one product per core, with no BLAS threads spinning beside the numpy work."""
+    one product per core, with no BLAS threads spinning beside the numpy work.
+
+    Progress (:class:`~recallk.progress.Progress`, ``desc``, in tiles of ``tiles_per_job`` per job): a bar on
+    a terminal once the pass has run :data:`_PROGRESS_DELAY` seconds, else an INFO line with the rate and the
+    time left every :data:`_PROGRESS_INTERVAL` seconds."""
     pending, lock = iter(jobs), threading.Lock()
+    bar = Progress(len(jobs) * tiles_per_job, desc, "tile", log, interval=_PROGRESS_INTERVAL, delay=_PROGRESS_DELAY)
 
     def work() -> None:
         worker = new_worker()
+        done = False
         while True:
             with lock:
-                job = next(pending, None)
+                if done:
+                    bar.update(tiles_per_job)
+                job, done = next(pending, None), True
             if job is None:
                 return worker.finish()
             worker.run(job)
 
     threads = max(1, min(_n_workers(), len(jobs)))
-    with single_threaded_blas(), ThreadPoolExecutor(max_workers=threads) as pool:
+    with bar, single_threaded_blas(), ThreadPoolExecutor(max_workers=threads) as pool:
         for future in [pool.submit(work) for _ in range(threads)]:
             future.result()
 
