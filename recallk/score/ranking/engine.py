@@ -154,8 +154,9 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
 
     Notes
     -----
-    ``max_memory_mb`` first pays for the unit copies of both sets and the positive
-    lists and counters (52 bytes per positive, or per query when not ``complete``);
+    ``max_memory_mb`` first pays for the unit copies of both sets (those that fit a quarter
+    of it; a set that does not is normalised tile by tile as the tiles read it, with the
+    same bits) and the positive lists and counters (52 bytes per positive, or per query when not ``complete``);
     tiles get 80% of the rest, and never less than a quarter of ``max_memory_mb``. When
     every positive's lists would take more than a quarter of the budget (few, large
     labels), the complete ranking takes runs of queries whose lists fit there
