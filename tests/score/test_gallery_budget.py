@@ -13,7 +13,7 @@ import pytest
 from ranking_cases import BIG_KINDS, KINDS, METRICS, _assert_same_ranking, _rank, make_big_case, make_case
 from recallk.score.metrics import retrieval_summary
 from recallk.score.ranking import Budget, Problem, rank_positives
-from recallk.score.ranking import schedule as schedule_module
+from recallk.score.ranking import fast as fast_module, schedule as schedule_module
 from recallk.score.ranking.problem import UnitRows
 from recallk.score.similarity import l2_normalize
 
@@ -40,14 +40,29 @@ def test_unit_rows_read_per_tile_have_the_bits_of_the_whole_normalised_array(dty
 
 
 @pytest.mark.parametrize("kind", KINDS + BIG_KINDS)
-@pytest.mark.parametrize("metrics", [METRICS, ["recall", "mrr"]])  # the complete ranking; the fast path
-def test_rows_read_per_tile_never_change_a_number(kind, metrics, monkeypatch):
+@pytest.mark.parametrize("metrics, taller_runs", [
+    (METRICS, False),              # the complete ranking
+    (["recall", "mrr"], False),    # the fast path
+    (["recall", "mrr"], True),     # the fast path, query runs of 8 tiles' rows (each gallery tile read once)
+    (["recall"], True),            # the same with a cap: queries leave a run's blocks as they stop
+])
+def test_rows_read_per_tile_never_change_a_number(kind, metrics, taller_runs, monkeypatch):
     # At the smallest budget no unit copy fits (read per tile); with a huge UNIT_SHARE both are held, as
     # before. The same tiles either way: every count, rank and tie must be identical.
+    # Taller runs: a roomy budget with the smallest tiles (20 rows of 200 columns) and no direct path, so that
+    # a run holds 8 tiles' rows (the budget does not cap them) whatever the number of queries.
     case = make_big_case(kind, 1) if kind in BIG_KINDS else make_case(kind, 1)
-    read = _rank(case, metrics, max_memory_mb=0.02)
+    mb = 512 if taller_runs else 0.02
+    if taller_runs:
+        monkeypatch.setattr(Budget, "DIRECT_CELLS", 0)
+        monkeypatch.setattr(fast_module, "_TILE_CELLS", Budget.MIN_PAIRS)
+    with monkeypatch.context() as mp:
+        if taller_runs:  # nothing held, as many blocks per run as allowed
+            mp.setattr(Budget, "UNIT_SHARE", 0.0)
+            mp.setattr(fast_module, "_RUNS_PER_WORKER", 1e-9)
+        read = _rank(case, metrics, max_memory_mb=mb)
     monkeypatch.setattr(Budget, "UNIT_SHARE", 1e12)
-    _assert_same_ranking(_rank(case, metrics, max_memory_mb=0.02), read)
+    _assert_same_ranking(_rank(case, metrics, max_memory_mb=mb), read)
 
 
 def test_problem_holds_only_the_copies_that_fit():
