@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from pathlib import Path
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--metrics", default="recall")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")  # the engine's progress lines
     n, m = (args.queries // 20, args.gallery // 20) if args.quick else (args.queries, args.gallery)
     q, ql, g, gl = make_data(n, m, args.dim, args.seed)
     metrics = args.metrics.split(",")

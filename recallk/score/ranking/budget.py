@@ -14,8 +14,8 @@ class Budget:
     """The memory bound of one ranking, and what it allows each part of the engine.
 
     The budget first pays for what a ranking holds throughout (the unit copies of
-    queries and gallery when they fit :attr:`UNIT_SHARE`, the positive lists and their counters); the tiles get what is left
-    (:meth:`tiles`), shared among the cores. Every size is at least one row or
+    queries and gallery when they fit :attr:`UNIT_SHARE`, the positive lists and their
+    counters); the tiles get what is left (:meth:`tiles`), shared among the cores. Every size is at least one row or
     :attr:`MIN_PAIRS` cells, whatever the budget.
 
     Parameters

@@ -66,13 +66,13 @@ class FastWorker(TileWorker):
         As for :class:`~recallk.score.ranking.schedule.TileWorker`.
     cap : int or None
         A query stops counting once this many cells surely beat its first positive.
-    height : int
-        Rows of one tile: a taller query run is multiplied in blocks of ``height`` rows.
+    height : int, optional
+        Rows of one tile: a taller query run is multiplied in blocks of ``height`` rows (None: a run at once).
     """
 
-    def __init__(self, p: Problem, counter: _Counter, width: int, cap: int | None, height: int) -> None:
+    def __init__(self, p: Problem, counter: _Counter, width: int, cap: int | None, height: int | None = None) -> None:
         super().__init__(p, counter, width)
-        self.cap, self.height, self.undecided = cap, height, _Undecided(counter)
+        self.cap, self.height, self.undecided = cap, height or p.q.shape[0] or 1, _Undecided(counter)
 
     def finish(self) -> None:
         """Decide the undecided cells still held."""
