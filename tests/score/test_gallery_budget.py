@@ -43,23 +43,23 @@ def test_unit_rows_read_per_tile_have_the_bits_of_the_whole_normalised_array(dty
 @pytest.mark.parametrize("metrics, taller_runs", [
     (METRICS, False),              # the complete ranking
     (["recall", "mrr"], False),    # the fast path
-    (["recall", "mrr"], True),     # the fast path, query runs of 8 tiles' rows (each gallery tile read once)
+    (["recall", "mrr"], True),     # the fast path, query runs of several tiles' rows (each gallery tile read once)
     (["recall"], True),            # the same with a cap: queries leave a run's blocks as they stop
 ])
 def test_rows_read_per_tile_never_change_a_number(kind, metrics, taller_runs, monkeypatch):
     # At the smallest budget no unit copy fits (read per tile); with a huge UNIT_SHARE both are held, as
     # before. The same tiles either way: every count, rank and tie must be identical.
     # Taller runs: a roomy budget with the smallest tiles (20 rows of 200 columns) and no direct path, so that
-    # a run holds 8 tiles' rows (the budget does not cap them) whatever the number of queries.
+    # a run holds several tiles' rows (the budget does not cap them).
     case = make_big_case(kind, 1) if kind in BIG_KINDS else make_case(kind, 1)
     mb = 512 if taller_runs else 0.02
     if taller_runs:
         monkeypatch.setattr(Budget, "DIRECT_CELLS", 0)
         monkeypatch.setattr(fast_module, "_TILE_CELLS", Budget.MIN_PAIRS)
     with monkeypatch.context() as mp:
-        if taller_runs:  # nothing held, as many blocks per run as allowed
+        if taller_runs:  # nothing held; one thread: one run of every query, in blocks of 20 rows
             mp.setattr(Budget, "UNIT_SHARE", 0.0)
-            mp.setattr(fast_module, "_RUNS_PER_WORKER", 1e-9)
+            mp.setattr(fast_module, "_n_workers", lambda: 1)
         read = _rank(case, metrics, max_memory_mb=mb)
     monkeypatch.setattr(Budget, "UNIT_SHARE", 1e12)
     _assert_same_ranking(_rank(case, metrics, max_memory_mb=mb), read)

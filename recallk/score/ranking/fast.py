@@ -25,10 +25,8 @@ from recallk.score.ranking.schedule import TileWorker, _each_core, _n_tiles, _n_
 _TILE_CELLS = 2**20
 #: A gallery normalised when read (not held) costs about as much per tile as the product of a 512-row
 #: tile: a query run then holds up to this many tiles' rows and reads each gallery tile once for all of
-#: them, ...
+#: them (as many runs for every thread).
 _READ_BLOCKS = 8
-#: ... while leaving at least this many runs per thread (the last runs balance the threads' loads).
-_RUNS_PER_WORKER = 4
 
 
 def _fast_tiles(p: Problem, counter: _Counter, budget: Budget, cap: int | None = None) -> tuple[int, int]:
@@ -48,10 +46,10 @@ def _fast_tiles(p: Problem, counter: _Counter, budget: Budget, cap: int | None =
     most = budget.fast_tile_side(workers, p.gp.shape[1])  # the rows' and columns' unit copies, read per tile
     cells = budget.fast_tile_cells(workers, _TILE_CELLS)
     jobs, width = _tiling(p, cells, most)
-    height = blocks = max(1, min(cells // width, most))  # one tile's rows
+    height = max(1, min(cells // width, most))  # one tile's rows
     if isinstance(p.gp, UnitRows) and not p.same_set:  # taller runs: each gallery tile normalised once for several
-        blocks = max(1, min(_READ_BLOCKS, p.q.shape[0] // (height * _RUNS_PER_WORKER * workers)))
-        jobs, width = _tiling(p, cells, most, blocks)
+        runs = workers * -(-p.q.shape[0] // (workers * height * _READ_BLOCKS))  # a multiple of the threads
+        jobs, width = _tiling(p, cells, most, run_rows=max(height, -(-p.q.shape[0] // runs)))
     _each_core(jobs, lambda: FastWorker(p, counter, width, cap, height), _tiles_per_job(p, width),
                "rank (first positive)")
     return len(jobs), _n_tiles(p, jobs, width)

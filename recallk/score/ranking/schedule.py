@@ -108,18 +108,18 @@ def _query_chunks(p: Problem, budget: Budget) -> list[np.ndarray]:
     return [np.arange(a, b) for a, b in consecutive_runs(p.hi - p.lo, budget.chunk_positives())]  # at most hi - lo
 
 
-def _tiling(p: Problem, cells: int, most: int | None = None, blocks: int = 1) -> tuple[list, int]:
+def _tiling(p: Problem, cells: int, most: int | None = None, run_rows: int | None = None) -> tuple[list, int]:
     """Jobs of about ``cells`` cells per tile for :func:`_each_core`, and their tiles' side (leave-one-out:
     square tiles (r0, c0) on and above the diagonal) or gallery width (query x gallery: runs of query
     rows sorted by label, so that a tile's masked positives are a few runs, each over every gallery
-    tile; a run holds ``blocks`` tiles' rows); no side, width or run longer than ``most``."""
+    tile, of ``run_rows`` rows if given, else one tile's); no side, width or run longer than ``most``."""
     n, m = p.q.shape[0], p.gp.shape[0]
     most = m if most is None else most
     if p.same_set:
         side = max(1, min(m, math.isqrt(cells), most))
         return [(r0, c0) for r0 in range(0, m, side) for c0 in range(r0, m, side)], side
     width = max(1, min(m, _TILE_WIDTH, cells, most))
-    height = max(1, min(cells // width * blocks, most))
+    height = max(1, min(run_rows or cells // width, most))
     q_order = np.argsort(p.lo, kind="stable")
     return [q_order[r0:r0 + height] for r0 in range(0, n, height)], width
 
