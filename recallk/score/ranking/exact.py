@@ -58,6 +58,7 @@ class ExactWorker(TileWorker):
             c1 = min(c0 + width, m)
             sims, product = _exact_product(left, self._float64("right", p.gp[c0:c1]), self.scratch)
             self.counter.exact_tile(sims, rows, c0, c1, lambda k: product[k].astype(np.float32))
+            self.tiles_done()
 
     def symmetric_tile(self, r0: int, c0: int) -> None:
         """Leave-one-out: one tile on or above the diagonal, for its rows and (off it) its columns."""

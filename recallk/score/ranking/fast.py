@@ -107,6 +107,7 @@ class FastWorker(TileWorker):
                 part = live[b0:b0 + height]
                 above[part] += self._row_tile(rows[part], vectors[b0:b0 + height], columns, c0,
                                               [w[part] for w in window])
+            self.tiles_done()
             if cap is not None:  # those at the cap stop: their rank is at least cap
                 still = above[live] < cap
                 if not still.all():

@@ -56,6 +56,13 @@ class TileWorker:
 
     def __init__(self, p: Problem, counter: _Counter, width: int) -> None:
         self.p, self.counter, self.width, self.scratch = p, counter, width, _Buffers()
+        self.ticked, self.on_tiles = 0, None  # tiles reported during the current job; :func:`_each_core`'s sink
+
+    def tiles_done(self, n: int = 1) -> None:
+        """Report ``n`` tiles of the current job done (progress within a long query run)."""
+        self.ticked += n
+        if self.on_tiles is not None:
+            self.on_tiles(n)
 
     def run(self, job: Any) -> None:
         """Do one job: a leave-one-out tile ``(r0, c0)``, or a run of query rows."""
@@ -139,23 +146,29 @@ def _each_core(jobs: list, new_worker: Callable[[], TileWorker], tiles_per_job: 
     for jobs taken in turn from the shared list, then its ``finish()``. BLAS runs single-threaded meanwhile:
     one product per core, with no BLAS threads spinning beside the numpy work.
 
-    Progress (:class:`~recallk.progress.Progress`, ``desc``, in tiles of ``tiles_per_job`` per job): a bar on
+    Progress (:class:`~recallk.progress.Progress`, ``desc``, in tiles: ``tiles_per_job`` per job, reported by
+    the worker as it goes (:meth:`TileWorker.tiles_done`) or when the job ends): a bar on
     a terminal once the pass has run :data:`_PROGRESS_DELAY` seconds, else an INFO line with the rate and the
     time left every :data:`_PROGRESS_INTERVAL` seconds."""
     pending, lock = iter(jobs), threading.Lock()
     bar = Progress(len(jobs) * tiles_per_job, desc, "tile", log, interval=_PROGRESS_INTERVAL, delay=_PROGRESS_DELAY)
 
+    def advance(n: int) -> None:
+        if n > 0:
+            with lock:
+                bar.update(n)
+
     def work() -> None:
         worker = new_worker()
-        done = False
+        worker.on_tiles = advance
         while True:
             with lock:
-                if done:
-                    bar.update(tiles_per_job)
-                job, done = next(pending, None), True
+                job = next(pending, None)
             if job is None:
                 return worker.finish()
+            worker.ticked = 0
             worker.run(job)
+            advance(tiles_per_job - worker.ticked)  # the tiles a job skipped (stopped queries) or did not report
 
     threads = max(1, min(_n_workers(), len(jobs)))
     with bar, single_threaded_blas(), ThreadPoolExecutor(max_workers=threads) as pool:
