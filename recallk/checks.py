@@ -208,11 +208,21 @@ def check_matrix(x: Any, name: str) -> np.ndarray:
         raise InputError(f"`{name}` has dimension 0 (shape {arr.shape}); each row needs at least one value.")
     if arr.dtype.kind not in "iufm":  # numpy's real numbers (not bools, complex, text or objects)
         raise InputError(f"`{name}` must hold real numbers. Got dtype {arr.dtype} instead.")
-    if arr.dtype.kind in "fm" and not np.isfinite(arr).all():  # integers are always finite
+    if arr.dtype.kind in "fm" and not _all_finite(arr):  # integers are always finite
         rows = np.flatnonzero(~np.isfinite(arr).all(axis=1))
         raise InputError(f"`{name}` has NaN or inf in {rows.size} row(s), first rows {rows[:10].tolist()}; "
                          "fix the encoder or drop those items.")
     return arr
+
+
+#: Values checked for finiteness at a time: the boolean scratch stays small (4 MiB) whatever the array's size.
+_FINITE_CHUNK = 2**22
+
+
+def _all_finite(arr: np.ndarray) -> bool:
+    """``np.isfinite(arr).all()`` for a 2-D array, in chunks of rows (no array-sized boolean scratch)."""
+    step = max(1, _FINITE_CHUNK // max(1, arr.shape[1]))
+    return all(np.isfinite(arr[s:s + step]).all() for s in range(0, arr.shape[0], step))
 
 
 def unusable_rows(emb: np.ndarray) -> np.ndarray:

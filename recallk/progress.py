@@ -18,9 +18,11 @@ class Progress:
     """Count ``total`` items of work: ``with Progress(total, "encode", "img", log) as bar: bar.update(n)``."""
 
     def __init__(self, total: int, desc: str, unit: str, log: logging.Logger, interval: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, delay: float = 0.0) -> None:
+        """``interval``: seconds between log lines (the first one after ``interval``); ``delay``: seconds
+        before the terminal bar appears (none for a loop that ends sooner)."""
         self.total, self.desc, self.unit, self.log, self.interval, self.clock = total, desc, unit, log, interval, clock
-        self.bar = tqdm(total=total, desc=desc, unit=unit, disable=None)
+        self.bar = tqdm(total=total, desc=desc, unit=unit, disable=None, delay=delay)
         self.done, self.start = 0, clock()
         self.next_line = self.start + interval
 

@@ -14,17 +14,43 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import (CAMERAS, STAGES, UNEVEN_PER_LABEL, commit, copy_digits, copy_pipeline, copy_tree, git, git_init,
-                     new_project, repro, run_ok, save_image, set_params)
+from helpers import (CAMERAS, PROJECT_CACHE, STAGES, UNEVEN_PER_LABEL, cache_in, commit, copy_digits, copy_pipeline,
+                     copy_tree, git, git_init, new_project, repro, run_ok, save_image, set_params)
 
 
 def private_copy(base: str, folder: str = "proj"):
-    """A function-scoped fixture: a private copy (``tmp_path / folder``) of the session fixture ``base``."""
-    def fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
-        return copy_tree(request.getfixturevalue(base), tmp_path / folder)
+    """A function-scoped fixture: a private copy (``tmp_path / folder``) of the session fixture ``base``,
+    whose embedding cache (the copy of the base's own, ``PROJECT_CACHE``) is the test's."""
+    def fixture(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+        copy = copy_tree(request.getfixturevalue(base), tmp_path / folder)
+        monkeypatch.setenv("RECALLK_CACHE_DIR", str(copy / PROJECT_CACHE))
+        return copy
 
-    fixture.__doc__ = f"A private copy of ``{base}`` (``tmp_path / {folder!r}``) for a test that changes it."
+    fixture.__doc__ = (f"A private copy of ``{base}`` (``tmp_path / {folder!r}``) for a test that changes it; "
+                       "the copy of its embedding cache is the test's.")
     return pytest.fixture(fixture)
+
+
+# ---------------------------------------------------------------------------------------------- embedding cache
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_embedding_cache(tmp_path_factory: pytest.TempPathFactory):
+    """No test run writes to the per-user cache (``~/.cache/recallk``): session fixtures that encode
+    without a cache of their own (``cache_in``) share this one."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RECALLK_CACHE_DIR", str(tmp_path_factory.mktemp("recallk-cache")))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def embedding_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test's own embedding cache folder (``RECALLK_CACHE_DIR``, inherited by stages, ``dvc`` and
+    ``git`` subprocesses through ``tool_env``); a private copy of a session project replaces it with the
+    copy of that project's cache."""
+    folder = tmp_path / "recallk-cache"
+    monkeypatch.setenv("RECALLK_CACHE_DIR", str(folder))
+    return folder
 
 
 # ---------------------------------------------------------------------------------------------- fresh
@@ -103,13 +129,15 @@ def split_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def _scored(split_base: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     proj = copy_tree(split_base, tmp_path_factory.mktemp("scored_base") / "proj")
-    proc = run_ok(proj, "encode", "score")
+    with cache_in(proj):
+        proc = run_ok(proj, "encode", "score")
     return proj, proc.stdout
 
 
 @pytest.fixture(scope="session")
 def scored_base(_scored: tuple[Path, str]) -> Path:
-    """``project`` after split, encode (embedding cache in the project) and score. Never modified."""
+    """``project`` after split, encode (its embedding cache in the project, ``PROJECT_CACHE``) and score.
+    Never modified."""
     return _scored[0]
 
 
@@ -137,7 +165,8 @@ def uneven_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for n, label_dir in enumerate(sorted(p for p in root.iterdir() if p.is_dir())):
         for img in sorted(label_dir.iterdir())[UNEVEN_PER_LABEL + 2 * (n % 3):]:
             img.unlink()
-    run_ok(proj, "split", "encode")
+    with cache_in(proj):
+        run_ok(proj, "split", "encode")
     return proj
 
 
@@ -165,7 +194,8 @@ def camera_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
                          "camera": CAMERAS[n % len(CAMERAS)]})
     pd.DataFrame(rows).to_csv(root / "manifest.csv", index=False)
     set_params(proj, {"split.data_root": "data/cams", "split.csv": "manifest.csv"})
-    run_ok(proj, "split", "encode")
+    with cache_in(proj):
+        run_ok(proj, "split", "encode")
     return proj
 
 
@@ -181,7 +211,8 @@ def base_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     already ran ``dvc repro`` once and committed the result. Never modified."""
     repo = copy_pipeline(tmp_path_factory.mktemp("base") / "repo")
     git_init(repo, "pipeline and data subset")
-    ran, _, out = repro(repo)
+    with cache_in(repo):
+        ran, _, out = repro(repo)
     assert ran == set(STAGES), out
     commit(repo, "dvc repro")
     assert git("status", "--porcelain", cwd=repo).stdout == ""

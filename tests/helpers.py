@@ -13,6 +13,7 @@ Fixtures built on these live in ``conftest.py``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -60,6 +61,19 @@ STAGES = ("split", "encode", "score")
 
 
 # ---------------------------------------------------------------------------------------------- subprocesses
+
+
+#: Where a session fixture's project keeps its own embedding cache (``cache_in``): copied with the project.
+PROJECT_CACHE = Path(".cache") / "recallk"
+
+
+@contextlib.contextmanager
+def cache_in(project: Path):
+    """Within the block, the embedding cache (``RECALLK_CACHE_DIR``, read by stages and subprocesses) is
+    ``project / PROJECT_CACHE``: a session fixture's own, copied along with the project (:func:`copy_tree`)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RECALLK_CACHE_DIR", str(project / PROJECT_CACHE))
+        yield project / PROJECT_CACHE
 
 
 def tool_env(**extra: str) -> dict[str, str]:

@@ -8,9 +8,14 @@ One SQLite file outside the DVC outs, shared by every run on the machine:
   SIGKILL) keeps every finished batch and never leaves a half-written entry.
 * SQLite's own locking serialises concurrent writers (two ``dvc repro`` at once).
 
-The location is ``$RECALLK_CACHE_DIR/embeddings.sqlite``, by default
-``.cache/recallk/embeddings.sqlite`` under the working directory (git-ignored).
-Deleting it is always safe: it only costs re-encoding.
+The location is ``$RECALLK_CACHE_DIR/embeddings.sqlite`` (a relative path is read from the
+stage's working directory), by default a per-user folder shared by every workspace, queued or
+temporary experiment (``dvc exp run --queue`` / ``--temp`` run in a copy of the workspace) and
+Ray worker on the machine, as the Hugging Face and torch hub caches are:
+``$XDG_CACHE_HOME/recallk`` when ``XDG_CACHE_HOME`` is an absolute path, else
+``~/.cache/recallk``. Concurrent writers are safe: WAL journal, one ``BEGIN IMMEDIATE``
+transaction per batch, and a 600 s busy timeout. Deleting it is always safe: it only costs
+re-encoding.
 """
 
 from __future__ import annotations
@@ -24,12 +29,23 @@ import numpy as np
 
 from recallk.errors import InputError
 
-DEFAULT_DIR = ".cache/recallk"
 _CHUNK = 500  # keys per SELECT, well under SQLite's variable limit
 
 
+def default_dir() -> Path:
+    """The cache folder: ``$RECALLK_CACHE_DIR``, else ``$XDG_CACHE_HOME/recallk`` (an absolute
+    ``XDG_CACHE_HOME`` only, as the XDG spec says), else ``~/.cache/recallk``: one per user, shared by
+    every workspace and experiment on the machine."""
+    chosen = os.environ.get("RECALLK_CACHE_DIR")
+    if chosen:
+        return Path(chosen)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache") / "recallk"
+
+
 def default_path() -> Path:
-    return Path(os.environ.get("RECALLK_CACHE_DIR") or DEFAULT_DIR) / "embeddings.sqlite"
+    """The cache file, ``embeddings.sqlite`` in :func:`default_dir`."""
+    return default_dir() / "embeddings.sqlite"
 
 
 class EmbeddingCache:

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import LEAK_LABELS as LABELS, LEAK_PLANTED as PLANTED, ROOT, dvc, git, planted_pairs, run_module, \
-    set_params, write_planted_images as write_images
+from helpers import LEAK_LABELS as LABELS, LEAK_PLANTED as PLANTED, PROJECT_CACHE, ROOT, cache_in, dvc, git, \
+    planted_pairs, run_module, set_params, write_planted_images as write_images
 
 pytestmark = pytest.mark.pipeline
 
@@ -74,15 +74,18 @@ def images_base(tmp_path_factory) -> Path:
     write_images(repo / "data" / "images", LABELS, PLANTED)
     git("init", "-q", "-b", "main", cwd=repo)
     commit(repo, "pipeline and images")
-    ran, _, out, _ = repro(repo)
+    with cache_in(repo):  # its own embedding cache, copied with it
+        ran, _, out, _ = repro(repo)
     assert ran == {"split", "encode", "score"}, out
     commit(repo, "dvc repro")
     return repo
 
 
 @pytest.fixture
-def images_repo(images_base, tmp_path) -> Path:
-    return copy_repo(images_base, tmp_path / "repo")
+def images_repo(images_base, tmp_path, monkeypatch) -> Path:
+    repo = copy_repo(images_base, tmp_path / "repo")
+    monkeypatch.setenv("RECALLK_CACHE_DIR", str(repo / PROJECT_CACHE))
+    return repo
 
 
 def _crossing(pairs: pd.DataFrame, split: pd.DataFrame) -> tuple[int, int]:

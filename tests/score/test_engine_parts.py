@@ -12,7 +12,8 @@ from ranking_cases import *  # noqa: F401,F403  (the oracle, the cases, the help
     (1e-9, "chunk_positives", (), 1),              # never below one positive
     (3, "tiles", (MIB, 0), 1.6),                   # 80% of the 2 MiB left after 1 MiB of unit copies
     (4, "tiles", (0, 2**16), 1.0),                 # 3.25 MiB of lists leave 0.75 MiB: the floor, a quarter
-    (1, "fast_tile_cells", (2, 2**20), 87381),     # 2**20 B over 2 cores at 6 B per cell
+    (1, "fast_tile_cells", (2, 2**20), 65536),     # 3/4 of each core's 2**19 B at 6 B per cell
+    (1, "fast_tile_side", (2, 16), 1024),          # 1/4 of each core's 2**19 B for two float32 sides of d = 16
     (64, "fast_tile_cells", (2, 2**20), 2**20),    # at most the cache-sized tile
     (1e-6, "fast_tile_cells", (2, 2**20), 4096),   # at least MIN_PAIRS
     (1, "exact_tile_cells", (2, 2**21), 19660),    # 3/4 of each core's 2**19 B at 20 B per cell

@@ -14,8 +14,8 @@ class Budget:
     """The memory bound of one ranking, and what it allows each part of the engine.
 
     The budget first pays for what a ranking holds throughout (the unit copies of
-    both sets, the positive lists and their counters); the tiles get what is left
-    (:meth:`tiles`), shared among the cores. Every size is at least one row or
+    queries and gallery when they fit :attr:`UNIT_SHARE`, the positive lists and their
+    counters); the tiles get what is left (:meth:`tiles`), shared among the cores. Every size is at least one row or
     :attr:`MIN_PAIRS` cells, whatever the budget.
 
     Parameters
@@ -44,13 +44,17 @@ class Budget:
     NEIGHBOR_BYTES_PER_CELL: ClassVar[int] = 9
     #: Smallest block or tile, whatever the budget (48 KiB of scratch): below it Python overhead dominates.
     MIN_PAIRS: ClassVar[int] = 4096
+    #: Share of the budget that the unit copies of queries and gallery may take; a set whose copy does not fit
+    #: is normalised tile by tile when read (:class:`~recallk.score.ranking.problem.UnitRows`).
+    UNIT_SHARE: ClassVar[float] = 0.25
     #: Share of the budget that one chunk of queries' positive lists and counters may take.
     LIST_SHARE: ClassVar[float] = 0.25
     #: Share of what is left for the tiles once the lists are held (the rest: BLAS, temporaries) ...
     TILE_SHARE: ClassVar[float] = 0.8
     #: ... and the tiles' floor, as a share of the whole budget.
     TILE_FLOOR: ClassVar[float] = 0.25
-    #: Share of each core's tile budget for the float64 copies of an exact tile's rows and columns.
+    #: Share of each core's tile budget for the copies of a tile's rows and columns (float64 for an exact tile,
+    #: float32 unit rows for a fast one).
     VECTOR_SHARE: ClassVar[float] = 0.25
     #: Direct path: most query x gallery cells of a problem ranked from one exact product, without tiles or
     #: threads (:mod:`~recallk.score.ranking.direct`); larger problems take the tiles. Measured on 2 cores
@@ -65,6 +69,10 @@ class Budget:
     def bytes(self) -> float:
         """The bound in bytes."""
         return self.max_memory_mb * _MIB
+
+    def unit_bytes(self) -> float:
+        """Most bytes of unit copies held throughout (:attr:`UNIT_SHARE` of the budget)."""
+        return self.bytes * self.UNIT_SHARE
 
     def label_rows(self, width: int) -> int:
         """Rows of one large label's positives product, ``width`` columns wide (at least one)."""
@@ -84,8 +92,15 @@ class Budget:
 
     def fast_tile_cells(self, workers: int, most: int) -> int:
         """Cells of one fast tile: each of ``workers`` threads holds one (:attr:`TILE_BYTES_PER_PAIR`
-        per cell); at most ``most``, at least :attr:`MIN_PAIRS`."""
-        return max(self.MIN_PAIRS, min(most, int(self.bytes // (workers * self.TILE_BYTES_PER_PAIR))))
+        per cell) in what its share leaves after :attr:`VECTOR_SHARE`; at most ``most``, at least
+        :attr:`MIN_PAIRS`."""
+        per_core = self.bytes / workers
+        return max(self.MIN_PAIRS, min(most, int(per_core * (1 - self.VECTOR_SHARE) // self.TILE_BYTES_PER_PAIR)))
+
+    def fast_tile_side(self, workers: int, dim: int) -> int:
+        """Most rows or columns of one fast tile: their float32 unit rows (two sides of ``dim`` values, read
+        for the tile when the set is not held) take :attr:`VECTOR_SHARE` of each thread's share."""
+        return self._side(workers, 4 * dim)
 
     def exact_tile_cells(self, workers: int, most: int) -> int:
         """Cells of one exact tile: each of ``workers`` threads holds one (:attr:`EXACT_BYTES_PER_PAIR`
@@ -97,8 +112,13 @@ class Budget:
     def exact_tile_side(self, workers: int, dim: int) -> int:
         """Most rows or columns of one exact tile: their float64 copies (two sides of ``dim`` values) take
         :attr:`VECTOR_SHARE` of each of ``workers`` threads' share; at least the side of :attr:`MIN_PAIRS`."""
+        return self._side(workers, 8 * dim)
+
+    def _side(self, workers: int, row_bytes: int) -> int:
+        """Rows or columns whose copies (two sides of ``row_bytes`` each) fit :attr:`VECTOR_SHARE` of each of
+        ``workers`` threads' share; at least the side of :attr:`MIN_PAIRS`."""
         per_core = self.bytes / workers
-        return max(math.isqrt(self.MIN_PAIRS), int(per_core * self.VECTOR_SHARE // (2 * 8 * dim)))
+        return max(math.isqrt(self.MIN_PAIRS), int(per_core * self.VECTOR_SHARE // (2 * row_bytes)))
 
     def direct(self, n_query: int, n_gallery: int, unit_bytes: int) -> bool:
         """Whether ``n_query`` x ``n_gallery`` takes the direct path: at most :attr:`DIRECT_CELLS` cells, and the

@@ -42,7 +42,7 @@ def direct_ranks(p: Problem, complete: bool, cap: int | None) -> tuple[np.ndarra
     (positives per query, offsets, ranks, first ranks under the opposite tie rule)."""
     n, m = p.q.shape[0], p.gp.shape[0]
     with single_threaded_blas(n * m * p.q.shape[1]):
-        sims = cosine_block(p.q, p.gp.astype(np.float64).T)
+        sims = cosine_block(p.q[:], p.gp[:].astype(np.float64).T)  # [:]: unit rows held or read
     positive = p.q_label[:, None] == p.g_label
     if p.groups or p.self_col.max() >= 0:  # some cells may not be retrieved
         retrievable = ~p.excluded(np.arange(n), 0, m)

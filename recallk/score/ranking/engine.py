@@ -158,8 +158,9 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
 
     Notes
     -----
-    ``max_memory_mb`` first pays for the unit copies of both sets and the positive
-    lists and counters (52 bytes per positive, or per query when not ``complete``);
+    ``max_memory_mb`` first pays for the unit copies of both sets (those that fit a quarter
+    of it; a set that does not is normalised tile by tile as the tiles read it, with the
+    same bits) and the positive lists and counters (52 bytes per positive, or per query when not ``complete``);
     tiles get 80% of the rest, and never less than a quarter of ``max_memory_mb``. When
     every positive's lists would take more than a quarter of the budget (few, large
     labels), the complete ranking takes runs of queries whose lists fit there
@@ -169,14 +170,14 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     if cap is not None and (complete or isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1):
         raise ValueError(f"`cap` must be a positive integer, with complete=False. Got {cap!r} instead.")
     started = time.perf_counter()
-    p = Problem.build(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude,
-                      same_set)
-    n, m = p.q.shape[0], p.gp.shape[0]
     budget = Budget(max_memory_mb)
+    p = Problem.build(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude,
+                      same_set, unit_bytes=budget.unit_bytes())
+    n, (m, d) = p.q.shape[0], p.gp.shape
     kind = ("exact pass (every positive)" if complete else "fast pass (first positive)" if cap is None
             else f"fast pass (first positive, cap {cap})")
     # small: one exact product, no tiles, no threads (unless the tiles run elsewhere)
-    if count_tiles is None and budget.direct(n, m, p.q.nbytes + p.gp.nbytes):
+    if count_tiles is None and budget.direct(n, m, 4 * d * (n + m)):
         n_pos, offsets, ranks, opposite = direct_ranks(p, complete, cap)
         log.debug("ranked %d queries x %d gallery items: direct path (one exact product), %s, %s, %.3f s", n, m,
                   kind, "leave-one-out" if p.same_set else "query x gallery", time.perf_counter() - started)

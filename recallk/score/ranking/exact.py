@@ -14,7 +14,8 @@ from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.counting import _Counter
 from recallk.score.ranking.problem import Problem
 from recallk.score.ranking.scan import _exact_product
-from recallk.score.ranking.schedule import Select, TileWorker, _each_core, _n_tiles, _n_workers, _tiling
+from recallk.score.ranking.schedule import (Select, TileWorker, _each_core, _n_tiles, _n_workers, _tiles_per_job,
+                                            _tiling)
 
 #: Exact tiles' cells: the float64 product needs no cache residence (the sort reads one row at a time),
 #: and taller tiles multiply faster.
@@ -38,7 +39,7 @@ def _exact_tiles(p: Problem, counter: _Counter, budget: Budget, select: Select =
         n_thr = counter.off[1:] - counter.off[:-1]
         jobs = [rows for rows in (rows[n_thr[rows] > 0] for rows in jobs) if rows.size]
     jobs = jobs if select is None else select(jobs)
-    _each_core(jobs, lambda: ExactWorker(p, counter, width))
+    _each_core(jobs, lambda: ExactWorker(p, counter, width), _tiles_per_job(p, width), "rank (every positive)")
     return len(jobs), _n_tiles(p, jobs, width)
 
 
@@ -60,6 +61,7 @@ class ExactWorker(TileWorker):
             c1 = min(c0 + width, m)
             sims, product = _exact_product(left, self._float64("right", p.gp[c0:c1]), self.scratch)
             self.counter.exact_tile(sims, rows, c0, c1, lambda k: product[k].astype(np.float32))
+            self.tiles_done()
 
     def symmetric_tile(self, r0: int, c0: int) -> None:
         """Leave-one-out: one tile on or above the diagonal, for its rows and (off it) its columns."""

@@ -15,14 +15,19 @@ import numpy as np
 
 from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.counting import _Counter, _Undecided
-from recallk.score.ranking.problem import Problem
+from recallk.score.ranking.problem import Problem, UnitRows
 from recallk.score.ranking.scan import _scan
-from recallk.score.ranking.schedule import Select, TileWorker, _each_core, _n_tiles, _n_workers, _tiling
+from recallk.score.ranking.schedule import (Select, TileWorker, _each_core, _n_tiles, _n_workers, _tiles_per_job,
+                                            _tiling)
 
 #: Cells of one thread's tile (4 MiB of float32). Each thread multiplies its own tiles with
 #: single-threaded BLAS and scans each tile while it is still in the cache: as fast a product as big
 #: blocks, without writing and re-reading every block through memory (or BLAS threads spinning meanwhile).
 _TILE_CELLS = 2**20
+#: A gallery normalised when read (not held) costs about as much per tile as the product of a 512-row
+#: tile: a query run then holds up to this many tiles' rows and reads each gallery tile once for all of
+#: them (as many runs for every thread).
+_READ_BLOCKS = 8
 
 
 def _fast_tiles(p: Problem, counter: _Counter, budget: Budget, cap: int | None = None,
@@ -40,9 +45,17 @@ def _fast_tiles(p: Problem, counter: _Counter, budget: Budget, cap: int | None =
     ``select`` keeps a share of the jobs (a Ray task's; the counts of every share add up).
     Returns the number of jobs and of tiles they cover.
     """
-    jobs, width = _tiling(p, budget.fast_tile_cells(_n_workers(), _TILE_CELLS))
+    workers = _n_workers()
+    most = budget.fast_tile_side(workers, p.gp.shape[1])  # the rows' and columns' unit copies, read per tile
+    cells = budget.fast_tile_cells(workers, _TILE_CELLS)
+    jobs, width = _tiling(p, cells, most)
+    height = max(1, min(cells // width, most))  # one tile's rows
+    if isinstance(p.gp, UnitRows) and not p.same_set:  # taller runs: each gallery tile normalised once for several
+        runs = workers * -(-p.q.shape[0] // (workers * height * _READ_BLOCKS))  # a multiple of the threads
+        jobs, width = _tiling(p, cells, most, run_rows=max(height, -(-p.q.shape[0] // runs)))
     jobs = jobs if select is None else select(jobs)
-    _each_core(jobs, lambda: FastWorker(p, counter, width, cap))
+    _each_core(jobs, lambda: FastWorker(p, counter, width, cap, height), _tiles_per_job(p, width),
+               "rank (first positive)")
     return len(jobs), _n_tiles(p, jobs, width)
 
 
@@ -55,11 +68,13 @@ class FastWorker(TileWorker):
         As for :class:`~recallk.score.ranking.schedule.TileWorker`.
     cap : int or None
         A query stops counting once this many cells surely beat its first positive.
+    height : int, optional
+        Rows of one tile: a taller query run is multiplied in blocks of ``height`` rows (None: a run at once).
     """
 
-    def __init__(self, p: Problem, counter: _Counter, width: int, cap: int | None) -> None:
+    def __init__(self, p: Problem, counter: _Counter, width: int, cap: int | None, height: int | None = None) -> None:
         super().__init__(p, counter, width)
-        self.cap, self.undecided = cap, _Undecided(counter)
+        self.cap, self.height, self.undecided = cap, height or p.q.shape[0] or 1, _Undecided(counter)
 
     def finish(self) -> None:
         """Decide the undecided cells still held."""
@@ -72,16 +87,18 @@ class FastWorker(TileWorker):
             live[live] = counter.gt[counter.off[queries[live]]] < self.cap
         return np.flatnonzero(live)
 
-    def _row_tile(self, queries: np.ndarray, vectors: np.ndarray, c0: int, c1: int, window) -> np.ndarray:
-        """Cells surely above each query's first positive among columns [c0, c1) (undecided ones handed on)."""
-        p, (n_thr, lo, hi) = self.p, window
-        tile = np.matmul(vectors, p.gp[c0:c1].T, out=self.scratch.get("tile", (queries.size, c1 - c0), np.float32))
+    def _row_tile(self, queries: np.ndarray, vectors: np.ndarray, columns: np.ndarray, c0: int, window) -> np.ndarray:
+        """Cells surely above each query's first positive among the unit rows ``columns`` of sorted columns
+        from ``c0`` (undecided ones handed on)."""
+        p, (n_thr, lo, hi), c1 = self.p, window, c0 + columns.shape[0]
+        tile = np.matmul(vectors, columns.T, out=self.scratch.get("tile", (queries.size, c1 - c0), np.float32))
         p.mask(tile, queries, c0, c1)
         return _scan(tile, [(1, lo, hi, self.undecided.sink(queries, n_thr, c0))], self.scratch)[0]
 
     def query_run(self, rows: np.ndarray) -> None:
-        """Query x gallery: a run of queries over every gallery tile, the stopped ones leaving."""
-        p, m, width, cap = self.p, self.p.gp.shape[0], self.width, self.cap
+        """Query x gallery: a run of queries over every gallery tile, the stopped ones leaving; a run taller
+        than a tile is multiplied in blocks of tile rows, each gallery tile read once for all of them."""
+        p, m, width, cap, height = self.p, self.p.gp.shape[0], self.width, self.cap, self.height
         window = self.counter.first_window(rows)
         live = self._counting(rows, window[0])
         above = np.zeros(rows.size, dtype=np.int64)
@@ -89,7 +106,12 @@ class FastWorker(TileWorker):
         for c0 in range(0, m, width):
             if not live.size:
                 break
-            above[live] += self._row_tile(rows[live], vectors, c0, min(c0 + width, m), [w[live] for w in window])
+            columns = p.gp[c0:min(c0 + width, m)]  # held, or normalised now (UnitRows)
+            for b0 in range(0, live.size, height):
+                part = live[b0:b0 + height]
+                above[part] += self._row_tile(rows[part], vectors[b0:b0 + height], columns, c0,
+                                              [w[part] for w in window])
+            self.tiles_done()
             if cap is not None:  # those at the cap stop: their rank is at least cap
                 still = above[live] < cap
                 if not still.all():
@@ -108,8 +130,8 @@ class FastWorker(TileWorker):
         if sum(lv.size * (b - a) for lv, (_, _, (a, b), _) in zip(live, sides)) < (r1 - r0) * (c1 - c0):
             for lv, (queries, first, (a, b), win) in zip(live, sides):  # multiply the live parts only
                 if lv.size:
-                    counter.add_above(queries[lv], win[0][lv],
-                                      self._row_tile(queries[lv], p.gp[first + lv], a, b, [w[lv] for w in win]))
+                    counter.add_above(queries[lv], win[0][lv], self._row_tile(queries[lv], p.gp[first + lv], p.gp[a:b],
+                                                                              a, [w[lv] for w in win]))
             return
         tile = np.matmul(p.gp[r0:r1], p.gp[c0:c1].T, out=self.scratch.get("tile", (r1 - r0, c1 - c0), np.float32))
         p.mask(tile, rows, c0, c1)  # positives and exclusions are symmetric: the mirror's cells too

@@ -19,6 +19,70 @@ from recallk.score.similarity import float32_dot_error_bound, l2_normalize
 
 #: One exclusion column: each query's code, the sorted gallery columns of each code, each column's code.
 Group = tuple[np.ndarray, list[np.ndarray], np.ndarray]
+#: Rows normalised at a time when unit rows are read from a :class:`UnitRows` (no threads: the tiles' own
+#: threads read them).
+_READ_ROWS = 512
+
+
+class UnitRows:
+    """Unit rows of ``x`` in the order ``order``, normalised when read: no copy of the whole set.
+
+    ``rows[key]`` (a slice or an integer array of positions) is ``l2_normalize(x, rows=order)[key]``,
+    bit for bit (:func:`~recallk.score.similarity.l2_normalize` normalises each row on its own), in
+    chunks of ``_READ_ROWS`` rows. It holds nothing but a view of the caller's ``x`` and ``order``, so
+    :attr:`nbytes` is 0: the engine counts the rows it reads as tile scratch.
+
+    Parameters
+    ----------
+    x : ndarray
+        (m, d) real rows, the caller's array (validated; not copied).
+    order : ndarray, optional
+        (k,) rows of ``x`` in the order they are read (None: ``x`` as it is).
+    """
+
+    def __init__(self, x: np.ndarray, order: np.ndarray | None = None) -> None:
+        self.x = x
+        self.order = np.arange(x.shape[0]) if order is None else np.asarray(order)
+        self.shape = (self.order.size, x.shape[1])
+        self.dtype = np.dtype(np.float32)
+        self.ndim = 2
+
+    nbytes = 0  # nothing held
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key) -> np.ndarray:
+        picked = self.order[key]
+        if picked.ndim == 0:
+            return self[np.atleast_1d(key)][0]
+        if picked.size <= _READ_ROWS:
+            return l2_normalize(self.x, rows=picked)
+        out = np.empty((picked.size, self.shape[1]), dtype=np.float32)
+        for s in range(0, picked.size, _READ_ROWS):  # one chunk a call: no thread pool of its own
+            out[s:s + _READ_ROWS] = l2_normalize(self.x, rows=picked[s:s + _READ_ROWS])
+        return out
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        whole = self[:]
+        return whole if dtype is None else whole.astype(dtype)
+
+    def subset(self, rows: np.ndarray) -> UnitRows:
+        """The rows at positions ``rows``, still read lazily."""
+        return UnitRows(self.x, self.order[rows])
+
+
+def unit_rows(x: np.ndarray, order: np.ndarray | None, materialize: bool) -> np.ndarray | UnitRows:
+    """``l2_normalize(x, rows=order)`` held as one float32 array, or (``materialize`` False) the same rows
+    normalised when read (:class:`UnitRows`)."""
+    if materialize:
+        return l2_normalize(x) if order is None else l2_normalize(x, rows=order)
+    return UnitRows(np.asarray(x), order)
+
+
+def take_rows(rows: np.ndarray | UnitRows, which: np.ndarray) -> np.ndarray | UnitRows:
+    """Rows ``which`` of held unit rows (a copy), or of :class:`UnitRows` (still lazy)."""
+    return rows.subset(which) if isinstance(rows, UnitRows) else rows[which]
 
 
 def _codes(*columns: Any, missing: bool = False) -> list[np.ndarray]:
@@ -62,10 +126,11 @@ class Problem:
 
     Attributes
     ----------
-    q : ndarray
-        (n, d) unit float32 queries.
-    gp : ndarray
-        (m, d) unit float32 gallery, sorted by label.
+    q : ndarray or UnitRows
+        (n, d) unit float32 queries: held, or normalised when read (:class:`UnitRows`) when the
+        budget cannot hold them.
+    gp : ndarray or UnitRows
+        (m, d) unit float32 gallery, sorted by label; held or read as ``q``.
     gindex : ndarray
         (m,) gallery index of each sorted column (the tie rule: smaller first).
     lo, hi : ndarray
@@ -82,8 +147,8 @@ class Problem:
         Leave-one-out: the queries are the gallery, row for row (query ``i`` is gallery item ``i``).
     """
 
-    q: np.ndarray
-    gp: np.ndarray
+    q: np.ndarray | UnitRows
+    gp: np.ndarray | UnitRows
     gindex: np.ndarray
     lo: np.ndarray
     hi: np.ndarray
@@ -98,7 +163,7 @@ class Problem:
     def build(cls, query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
               gallery_labels: Sequence[Any], query_ids: Sequence[Any] | None = None,
               gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
-              same_set: bool | None = None) -> Problem:
+              same_set: bool | None = None, unit_bytes: float | None = None) -> Problem:
         """Prepare validated inputs (:func:`recallk.checks.check_inputs`) once.
 
         Parameters
@@ -107,6 +172,10 @@ class Problem:
             As for :func:`recallk.score.ranking.rank_positives`.
         same_set : bool or None
             Leave-one-out. None detects it: the same rows, labels, ids and exclusion values.
+        unit_bytes : float, optional
+            Most bytes of unit copies to hold: the queries' copy (4·d B per query) is held when it fits,
+            then the gallery's when both fit; a set that does not is normalised when read
+            (:class:`UnitRows`), tile by tile, with the same bits. None: hold both.
 
         Raises
         ------
@@ -115,8 +184,10 @@ class Problem:
         """
         q_codes, g_codes = _codes(query_labels, gallery_labels)
         order = np.argsort(g_codes, kind="stable")
-        q, gp = l2_normalize(query_emb), l2_normalize(gallery_emb, rows=order)  # gallery sorted by label
-        n, m = q.shape[0], gp.shape[0]
+        n, m, d = len(query_emb), len(gallery_emb), np.shape(gallery_emb)[1]
+        hold_q = unit_bytes is None or 4 * d * n <= unit_bytes
+        hold_g = unit_bytes is None or 4 * d * (n * hold_q + m) <= unit_bytes
+        q, gp = unit_rows(query_emb, None, hold_q), unit_rows(gallery_emb, order, hold_g)  # gallery sorted by label
         gp_codes = g_codes[order]
         lo, hi = np.searchsorted(gp_codes, q_codes, "left"), np.searchsorted(gp_codes, q_codes, "right")
         self_col = np.full(n, -1, dtype=np.int64)
@@ -149,7 +220,7 @@ class Problem:
 
     def queries(self, rows: np.ndarray) -> Problem:
         """The problem of queries ``rows`` alone against the whole gallery; never leave-one-out."""
-        return replace(self, q=self.q[rows], lo=self.lo[rows], hi=self.hi[rows], q_label=self.q_label[rows],
+        return replace(self, q=take_rows(self.q, rows), lo=self.lo[rows], hi=self.hi[rows], q_label=self.q_label[rows],
                        self_col=self.self_col[rows],
                        groups=[(q_code[rows], cols, g_code) for q_code, cols, g_code in self.groups],
                        same_set=False)

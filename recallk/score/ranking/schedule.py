@@ -9,6 +9,7 @@ serves its rows and its columns.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
@@ -18,6 +19,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from recallk.progress import Progress
 from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.counting import _Counter
 from recallk.score.ranking.problem import Problem
@@ -28,6 +30,13 @@ _TILE_WIDTH = 2048
 #: Products of at most this many multiply-adds run on one BLAS thread anyway (OpenBLAS threads a gemm only
 #: above 65,536 x 4): no threadpoolctl call for them.
 _ONE_THREAD_MACS = 2**18
+
+#: Seconds between progress lines when stderr is not a terminal (under ``dvc repro``), and before a
+#: terminal's bar appears: calls that end sooner (a training loop's) show nothing.
+_PROGRESS_INTERVAL = 10.0
+_PROGRESS_DELAY = 3.0
+
+log = logging.getLogger(__name__)
 
 _blas_libraries = None  # threadpoolctl's controllers of the BLAS libraries loaded (numpy's among them), found once
 
@@ -47,6 +56,13 @@ class TileWorker:
 
     def __init__(self, p: Problem, counter: _Counter, width: int) -> None:
         self.p, self.counter, self.width, self.scratch = p, counter, width, _Buffers()
+        self.ticked, self.on_tiles = 0, None  # tiles reported during the current job; :func:`_each_core`'s sink
+
+    def tiles_done(self, n: int = 1) -> None:
+        """Report ``n`` tiles of the current job done (progress within a long query run)."""
+        self.ticked += n
+        if self.on_tiles is not None:
+            self.on_tiles(n)
 
     def run(self, job: Any) -> None:
         """Do one job: a leave-one-out tile ``(r0, c0)``, or a run of query rows."""
@@ -99,20 +115,25 @@ def _query_chunks(p: Problem, budget: Budget) -> list[np.ndarray]:
     return [np.arange(a, b) for a, b in consecutive_runs(p.hi - p.lo, budget.chunk_positives())]  # at most hi - lo
 
 
-def _tiling(p: Problem, cells: int, most: int | None = None) -> tuple[list, int]:
+def _tiling(p: Problem, cells: int, most: int | None = None, run_rows: int | None = None) -> tuple[list, int]:
     """Jobs of about ``cells`` cells per tile for :func:`_each_core`, and their tiles' side (leave-one-out:
     square tiles (r0, c0) on and above the diagonal) or gallery width (query x gallery: runs of query
     rows sorted by label, so that a tile's masked positives are a few runs, each over every gallery
-    tile); no side, width or run longer than ``most``."""
+    tile, of ``run_rows`` rows if given, else one tile's); no side, width or run longer than ``most``."""
     n, m = p.q.shape[0], p.gp.shape[0]
     most = m if most is None else most
     if p.same_set:
         side = max(1, min(m, math.isqrt(cells), most))
         return [(r0, c0) for r0 in range(0, m, side) for c0 in range(r0, m, side)], side
     width = max(1, min(m, _TILE_WIDTH, cells, most))
-    height = max(1, min(cells // width, most))
+    height = max(1, min(run_rows or cells // width, most))
     q_order = np.argsort(p.lo, kind="stable")
     return [q_order[r0:r0 + height] for r0 in range(0, n, height)], width
+
+
+def _tiles_per_job(p: Problem, width: int) -> int:
+    """Tiles one job of :func:`_tiling` covers: one (leave-one-out), else every gallery tile."""
+    return 1 if p.same_set else -(-p.gp.shape[0] // width)
 
 
 #: Picks a share of a pass's jobs (a Ray task's), or None for all of them.
@@ -121,26 +142,40 @@ Select = Callable[[list], list] | None
 
 def _n_tiles(p: Problem, jobs: list, width: int) -> int:
     """Tiles that jobs of :func:`_tiling` cover: one each (leave-one-out), else every gallery tile each."""
-    return len(jobs) if p.same_set else len(jobs) * -(-p.gp.shape[0] // width)
+    return len(jobs) * _tiles_per_job(p, width)
 
 
-def _each_core(jobs: list, new_worker: Callable[[], TileWorker]) -> None:
+def _each_core(jobs: list, new_worker: Callable[[], TileWorker], tiles_per_job: int = 1, desc: str = "rank") -> None:
     """Do ``jobs`` on every core: each thread makes its worker with ``new_worker()``, calls its ``run(job)``
     for jobs taken in turn from the shared list, then its ``finish()``. BLAS runs single-threaded meanwhile:
-    one product per core, with no BLAS threads spinning beside the numpy work."""
+    one product per core, with no BLAS threads spinning beside the numpy work.
+
+    Progress (:class:`~recallk.progress.Progress`, ``desc``, in tiles: ``tiles_per_job`` per job, reported by
+    the worker as it goes (:meth:`TileWorker.tiles_done`) or when the job ends): a bar on
+    a terminal once the pass has run :data:`_PROGRESS_DELAY` seconds, else an INFO line with the rate and the
+    time left every :data:`_PROGRESS_INTERVAL` seconds."""
     pending, lock = iter(jobs), threading.Lock()
+    bar = Progress(len(jobs) * tiles_per_job, desc, "tile", log, interval=_PROGRESS_INTERVAL, delay=_PROGRESS_DELAY)
+
+    def advance(n: int) -> None:
+        if n > 0:
+            with lock:
+                bar.update(n)
 
     def work() -> None:
         worker = new_worker()
+        worker.on_tiles = advance
         while True:
             with lock:
                 job = next(pending, None)
             if job is None:
                 return worker.finish()
+            worker.ticked = 0
             worker.run(job)
+            advance(tiles_per_job - worker.ticked)  # the tiles a job skipped (stopped queries) or did not report
 
     threads = max(1, min(_n_workers(), len(jobs)))
-    with single_threaded_blas(), ThreadPoolExecutor(max_workers=threads) as pool:
+    with bar, single_threaded_blas(), ThreadPoolExecutor(max_workers=threads) as pool:
         for future in [pool.submit(work) for _ in range(threads)]:
             future.result()
 
