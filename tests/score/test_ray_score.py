@@ -38,7 +38,8 @@ def assert_same_ranking(got, want):
 
 
 @pytest.mark.parametrize("leave_one_out, complete, cap, exclude, mb, passes", [
-    # a 0.02 MB budget makes the smallest tiles: 20 to 30 jobs a pass, shared by the tasks
+    # a 0.02 MB budget makes the smallest tiles: many jobs a pass (first positive with the gallery read per
+    # tile: taller query runs, fewer jobs), shared by the 3 tasks
     (False, True, None, False, 0.02, 1),  # query x gallery, every positive
     (False, False, None, True, 0.02, 1),  # first positive, exclude_same (camera)
     (False, False, 3, False, 0.02, 1),    # first positive with a cap: each task stops counting on its own
@@ -57,7 +58,7 @@ def test_ray_ranking_byte_identical_to_local(ray_cluster, leave_one_out, complet
     tiles = RayTiles(shares=3)
     got = rank_positives(*args, **options, count_tiles=tiles)
     assert_same_ranking(got, want)
-    assert tiles.passes >= passes and (tiles.jobs >= 10 or mb == 512)  # the work was really split
+    assert tiles.passes >= passes and (tiles.jobs >= 3 or mb == 512)  # the work was really split: a job per task
     assert (want.first_rank != want.first_rank_opposite).any()  # the data really has ties that matter
 
 
