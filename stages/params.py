@@ -92,14 +92,24 @@ def _cosine(v: Any) -> str | None:
 #: The default of `encode.precomputed.path` (recallk.encode.precomputed.PLACEHOLDER; not imported, so the
 #: params schema stays free of the encode code).
 PRECOMPUTED_PLACEHOLDER = "recallk/encode/no_precomputed_embeddings.txt"
+#: The defaults of `encode.precomputed.ids` and `encode.callable.module_file` (recallk.encode.precomputed.IDS_PLACEHOLDER
+#: and recallk.encode.registry.MODULE_PLACEHOLDER).
+IDS_PLACEHOLDER = "recallk/encode/no_precomputed_ids.txt"
+MODULE_PLACEHOLDER = "recallk/encode/no_callable_module.txt"
 
 
-def _tracked_path(v: Any) -> str | None:
-    if not isinstance(v, str) or not v.strip():
-        return (f"must be a path: the encode stage depends on it in dvc.yaml, so that replacing the file re-runs "
-                f"encode, and DVC cannot track null. Keep {PRECOMPUTED_PLACEHOLDER} (none) when another backbone "
-                f"is used. Got {quote(v)} instead.")
-    return None
+def _tracked(placeholder: str, unused: str) -> Callable[[Any], str | None]:
+    """A path the encode stage depends on in dvc.yaml (so never null: DVC cannot track null)."""
+    def check(v: Any) -> str | None:
+        if not isinstance(v, str) or not v.strip():
+            return (f"must be a path: the encode stage depends on it in dvc.yaml, so that changing the file re-runs "
+                    f"encode, and DVC cannot track null. Keep {placeholder} (none) {unused}. Got {quote(v)} instead.")
+        return None
+
+    return check
+
+
+_tracked_path = _tracked(PRECOMPUTED_PLACEHOLDER, "when another backbone is used")
 
 
 #: Largest `split.near_duplicates.max_distance` (of 64 bits): beyond it unrelated photos match and the search slows.
@@ -130,7 +140,11 @@ SCHEMA: dict[str, dict[str, Any]] = {
         "num_workers": Param(2, _int(1, 256)),
         "pixels": {"resolution": Param(16, _int(1, 1024))},
         # path: DVC tracks it (dvc.yaml), so never null; the default is a committed placeholder for "none"
-        "precomputed": {"path": Param(PRECOMPUTED_PLACEHOLDER, _tracked_path), "ids": Param(None, _path(True))},
+        "precomputed": {"path": Param(PRECOMPUTED_PLACEHOLDER, _tracked_path),
+                        "ids": Param(IDS_PLACEHOLDER, _tracked(IDS_PLACEHOLDER, "with an .npz, which holds its ids"))},
+        # the module file of a `callable:` backbone (or a folder holding it): a dvc.yaml dep, like the two above
+        "callable": {"module_file": Param(MODULE_PLACEHOLDER,
+                                          _tracked(MODULE_PLACEHOLDER, "when the backbone is not a callable"))},
     },
     "score": {
         "ks": Param([1, 5, 10], ks_problem),

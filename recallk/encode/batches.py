@@ -47,27 +47,68 @@ def read_checked(path: str, sha256: str, min_side: int | None = None) -> Image.I
                          "(the split stage).") from None
 
 
+#: Bytes of decoded images held at once by :func:`decoded_batches` (the batch the backbone works on and
+#: those decoded ahead of it), estimated from each image's size as 4 bytes per pixel.
+MAX_DECODED_BYTES = 1 << 30
+
+
+def _chunks(sizes: Sequence[int], batch_size: int, max_bytes: int) -> list[tuple[int, int, int]]:
+    """``(start, stop, bytes)`` of consecutive batches of at most ``batch_size`` images and ``max_bytes``
+    bytes each (a single larger image is a batch of its own)."""
+    out, start, held = [], 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and (i - start == batch_size or held + size > max_bytes):
+            out.append((start, i, held))
+            start, held = i, 0
+        held += size
+    if start < len(sizes):
+        out.append((start, len(sizes), held))
+    return out
+
+
 def decoded_batches(paths: Sequence[str], shas: Sequence[str], *, batch_size: int, num_workers: int,
-                    min_side: int | None = None, prefetch: int = 2) -> Iterator[tuple[int, list[Image.Image]]]:
-    """Yield ``(start, images)`` batches in order, decoding up to ``prefetch`` batches ahead in threads."""
-    starts = deque(range(0, len(paths), batch_size))
-    pending: deque[tuple[int, list[Future]]] = deque()
+                    min_side: int | None = None, prefetch: int = 2, sizes: Sequence[int] | None = None,
+                    max_bytes: int = MAX_DECODED_BYTES) -> Iterator[tuple[int, list[Image.Image]]]:
+    """Yield ``(start, images)`` batches in order, decoding up to ``prefetch`` batches ahead in threads.
+
+    Memory is bounded in bytes, not only in images: with ``sizes`` (each image's decoded bytes, e.g.
+    4 x width x height from the catalog), a batch holds at most ``batch_size`` images and
+    ``max_bytes / (prefetch + 1)`` bytes, and batches are decoded ahead only while every batch held
+    (yielded and pending) fits in ``max_bytes``. A batch may then have fewer than ``batch_size`` images;
+    each image's embedding does not depend on its batch.
+    """
+    sizes = list(sizes) if sizes is not None else [0] * len(paths)
+    chunks = deque(_chunks(sizes, batch_size, max(1, max_bytes // (prefetch + 1))))
+    pending: deque[tuple[int, int, list[Future]]] = deque()
     with ThreadPoolExecutor(max_workers=num_workers) as pool:
-        while starts or pending:
-            while starts and len(pending) <= prefetch:
-                s = starts.popleft()
-                pending.append((s, [pool.submit(read_checked, p, h, min_side)
-                                    for p, h in zip(paths[s:s + batch_size], shas[s:s + batch_size])]))
-            start, futures = pending.popleft()
+        while chunks or pending:
+            held = sum(b for _, b, _ in pending)
+            while chunks and len(pending) <= prefetch and (not pending or held + chunks[0][2] <= max_bytes):
+                s, e, b = chunks.popleft()
+                held += b
+                pending.append((s, b, [pool.submit(read_checked, p, h, min_side)
+                                       for p, h in zip(paths[s:e], shas[s:e])]))
+            start, _, futures = pending.popleft()
             yield start, [f.result() for f in futures]
 
 
 def _run_backbone(backbone: Backbone, images: list[Image.Image], dim: int | None) -> np.ndarray:
     try:
-        emb = np.asarray(backbone.encode(images), dtype=np.float32)
+        out = backbone.encode(images)
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a user callable's error (or sys.exit) is a message, never a silent exit
+        if not backbone.user_code:
+            raise
+        what = (f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit)
+                else f"raised {type(exc).__name__}: {clip(str(exc))}")
+        raise InputError(f"backbone {backbone.name!r} {what} on a batch of {len(images)} image(s); fix the function "
+                         "(it must return an (n, d) array of floats, one row per image).") from None
+    try:
+        emb = np.asarray(out, dtype=np.float32)
     except (TypeError, ValueError) as exc:
         raise InputError(f"backbone {backbone.name!r} did not return numbers for a batch of {len(images)} "
-                        f"({exc}); return an (n, d) array of floats.") from None
+                        f"({clip(str(exc))}); return an (n, d) array of floats.") from None
     want = (len(images), dim if dim is not None else (emb.shape[1] if emb.ndim == 2 else -1))
     if emb.ndim != 2 or emb.shape != want:
         raise InputError(f"backbone {backbone.name!r} returned shape {emb.shape} for a batch of {len(images)}; "
@@ -90,13 +131,13 @@ def _drop_unusable_hits(known: dict[str, np.ndarray], dim: int | None) -> int:
 
 def _encode_into(known: dict[str, np.ndarray], todo: list[str], paths: list[str], backbone: Backbone,
                  dim: int | None, *, batch_size: int, num_workers: int, cache: EmbeddingCache | None,
-                 ) -> tuple[int | None, set[str]]:
+                 sizes: list[int] | None = None) -> tuple[int | None, set[str]]:
     """Encode the files ``todo`` (at ``paths``) into ``known`` and the cache, batch by batch; return
     the dimension and the shas whose embedding was NaN, inf or all zero (kept out of both)."""
     failed_shas: set[str] = set()
     with Progress(len(todo), f"encode {backbone.name}", "img", log) as bar:
         for start, images in decoded_batches(paths, todo, batch_size=batch_size, num_workers=num_workers,
-                                             min_side=backbone.input_size):
+                                             min_side=backbone.input_size, sizes=sizes):
             emb = _run_backbone(backbone, images, dim)
             dim = emb.shape[1]
             batch = todo[start:start + len(images)]
@@ -131,10 +172,14 @@ def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int
     if backbone.dim is None and known and len(known) == len(first_row):
         del known[next(iter(first_row))]  # encode one file: its dimension is the truth the hits are judged by
     names, paths = catalog["image_id"].tolist(), catalog["path"].tolist()
+    sides = [pd.to_numeric(catalog[c], errors="coerce").fillna(0) if c in catalog else pd.Series(0, index=catalog.index)
+             for c in ("width", "height")]  # a table without sizes is bounded in images only
+    pixels = (sides[0] * sides[1]).astype("int64").tolist()
 
     def encode(todo: list[str], dim: int | None) -> tuple[int | None, set[str]]:
-        return _encode_into(known, todo, [paths[first_row[sha]] for sha in todo], backbone, dim,
-                            batch_size=batch_size, num_workers=num_workers, cache=cache)
+        rows = [first_row[sha] for sha in todo]
+        return _encode_into(known, todo, [paths[i] for i in rows], backbone, dim, batch_size=batch_size,
+                            num_workers=num_workers, cache=cache, sizes=[4 * pixels[i] for i in rows])
 
     todo = [sha for sha in first_row if sha not in known]
     dim, failed_shas = encode(todo, backbone.dim)

@@ -14,7 +14,7 @@ from recallk.encode import precomputed
 from recallk.encode.base import file_sha256
 from recallk.encode.batches import encode_catalog
 from recallk.encode.cache import EmbeddingCache, default_path
-from recallk.encode.registry import get_backbone
+from recallk.encode.registry import CALLABLE_PREFIX, get_backbone
 from recallk.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,8 @@ def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers:
         out = precomputed.align(ids, emb, catalog["image_id"].tolist(), source=str(opts.get("path")))
         log.info("loaded %d precomputed embeddings (dim %d)", len(out), out.shape[1])
         return out, _provenance(backbone, f"{opts.get('path')} sha256 {file_sha256(opts.get('path'))[:16]}", out)
-    model = get_backbone(backbone, backbone_options.get(backbone))
+    options = backbone_options.get("callable" if backbone.startswith(CALLABLE_PREFIX) else backbone)
+    model = get_backbone(backbone, options)
     with EmbeddingCache(default_path(), model.fingerprint) as cache:
         out, n_encoded, n_cached = encode_catalog(catalog, model, batch_size=batch_size,
                                                   num_workers=num_workers, cache=cache)

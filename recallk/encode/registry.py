@@ -11,6 +11,7 @@ import functools
 import hashlib
 import importlib
 import inspect
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -18,7 +19,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from recallk.checks import did_you_mean
+from recallk.checks import clip, did_you_mean, quote
 from recallk.encode.base import Backbone, fingerprint
 from recallk.errors import InputError
 
@@ -59,13 +60,33 @@ def efficientnet_lite0(**options: Any) -> Backbone:
 
 
 CALLABLE_PREFIX = "callable:"
+#: The default of ``encode.callable.module_file``: a committed file standing for "no callable module"
+#: (the encode stage depends on ``${encode.callable.module_file}`` in dvc.yaml, and DVC cannot track null).
+MODULE_PLACEHOLDER = "recallk/encode/no_callable_module.txt"
 
 
-def user_callable(spec: str) -> Backbone:
+def _check_module_file(spec: str, source: str, module_file: str) -> None:
+    """The module's source must be ``module_file`` or lie inside it (a folder): that is what DVC tracks."""
+    real, named = Path(os.path.realpath(source)), Path(os.path.realpath(module_file))
+    if real == named or real.is_relative_to(named):
+        return
+    rel = os.path.relpath(source) if Path(source).resolve().is_relative_to(Path.cwd().resolve()) else source
+    unset = Path(module_file).name == Path(MODULE_PLACEHOLDER).name
+    raise InputError(f"`encode.backbone: {clip(spec)}` runs code from {quote(rel)}, but "
+                     f"`encode.callable.module_file` is {quote(module_file)}{' (none)' if unset else ''}: DVC re-runs "
+                     f"encode when that file changes (dvc.yaml depends on it), so set `encode.callable.module_file: "
+                     f"{clip(rel)}` (or a folder that holds it, for a package).")
+
+
+def user_callable(spec: str, module_file: str | None = None) -> Backbone:
     """``callable:package.module:function``: a user function ``list[PIL.Image] -> (n, d)`` array.
 
     It is imported from the working directory or the installed packages. Its
-    fingerprint hashes the module's source file, so editing it re-encodes.
+    fingerprint hashes the module's source file, so editing it re-encodes. With ``module_file``
+    (``encode.callable.module_file``, which the encode stage depends on in dvc.yaml), the module's
+    source must be that file or lie in that folder, so DVC sees its edits too. A builtin
+    (``builtins:eval``) has no source file and is refused. Whatever the function raises when
+    called, ``sys.exit`` included, becomes an :class:`InputError` naming it.
     """
     target = spec[len(CALLABLE_PREFIX):]
     module_name, _, func_name = target.partition(":")
@@ -83,16 +104,24 @@ def user_callable(spec: str) -> Backbone:
     func = getattr(module, func_name, None)
     if not callable(func):
         raise InputError(f"module {module_name!r} has no function {func_name!r} for `encode.backbone`; {hint}.")
-    source = inspect.getsourcefile(module)
-    digest = hashlib.sha256(Path(source).read_bytes()).hexdigest() if source else module_name
-    return Backbone(name=target, dim=None, encode=func,
+    try:
+        source = inspect.getsourcefile(module)
+    except TypeError:  # a built-in module (builtins, sys): no file
+        source = None
+    if not source or inspect.isbuiltin(func) or not Path(source).is_file():
+        raise InputError(f"`encode.backbone: {clip(spec)}` names a built-in, which has no source file to fingerprint "
+                         f"or track; a backbone is a Python function in a module file of yours; {hint}.")
+    if module_file is not None:
+        _check_module_file(spec, source, module_file)
+    digest = hashlib.sha256(Path(source).read_bytes()).hexdigest()
+    return Backbone(name=target, dim=None, encode=func, user_code=True,
                     fingerprint=fingerprint("callable", "1", target=target, source_sha256=digest))
 
 
 def get_backbone(name: str, options: dict[str, Any] | None = None) -> Backbone:
     """Build the registered backbone ``name`` with ``options``; a InputError names the fix."""
     if name.startswith(CALLABLE_PREFIX):
-        return user_callable(name)
+        return user_callable(name, **(options or {}))
     if name not in REGISTRY:
         names = sorted([*REGISTRY, "precomputed"])
         raise InputError(f"unknown backbone {name!r} in `encode.backbone`.{did_you_mean(name, names)} "
