@@ -23,7 +23,7 @@ from recallk.score import html
 from recallk.score.metrics import metric_keys
 from recallk.score.report import PAIR_COUNTS, format_report, provenance, split_metrics
 from recallk.score.suite import score_split
-from recallk.score.tables import compact_per_query
+from recallk.score.tables import compact_per_query, neutralise_formulas
 from stages.params import load_section
 from stages.runner import json_file, parse_stage_args, read_input_csv, remove_outputs, run_stage, write_all
 from stages.score_inputs import load_inputs
@@ -45,7 +45,10 @@ TABLES = ("per_class", "curve", "per_query", "compact", "neighbors", "confusions
 
 
 def csv_file(frame: pd.DataFrame) -> Callable[[Path], None]:
-    return lambda tmp: frame.to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")
+    """A report table's writer: text that a spreadsheet would run as a formula is quoted
+    (:func:`recallk.score.tables.neutralise_formulas`)."""
+    safe = neutralise_formulas(frame)
+    return lambda tmp: safe.to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")
 
 
 def off_sheet() -> Image.Image:
