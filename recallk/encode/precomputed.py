@@ -104,8 +104,8 @@ def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray]:
         if missing:
             raise InputError(f"{quote(path)} lacks array(s) {', '.join(missing)}; save it with "
                              "numpy.savez(path, ids=..., embeddings=...).")
-        for key in ("ids", "embeddings"):
-            member = archive.getinfo(f"{key}.npy" if f"{key}.npy" in names else key)
+        members = {key: archive.getinfo(f"{key}.npy" if f"{key}.npy" in names else key) for key in ("ids", "embeddings")}
+        for key, member in members.items():  # every header and size first, then any data
             source = f"precomputed embeddings {quote(path)} (member {quote(member.filename)})"
             if not member.filename.endswith(".npy"):
                 raise InputError(f"{source} is not an .npy array; save the archive with numpy.savez(path, ids=..., "
@@ -116,6 +116,8 @@ def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray]:
                                  "numpy.savez.")
             with archive.open(member) as fh:
                 _header(fh, member.file_size, source)
+        for key, member in members.items():
+            source = f"precomputed embeddings {quote(path)} (member {quote(member.filename)})"
             try:
                 with archive.open(member) as fh:
                     out[key] = np.load(fh, allow_pickle=False)
