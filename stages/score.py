@@ -44,10 +44,11 @@ PATHS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.c
 TABLES = ("per_class", "curve", "per_query", "compact", "neighbors", "confusions", "near_duplicates")
 
 
-def csv_file(frame: pd.DataFrame) -> Callable[[Path], None]:
+def csv_file(frame: pd.DataFrame, evaluated_id: str) -> Callable[[Path], None]:
     """A report table's writer: text that a spreadsheet would run as a formula is quoted
-    (:func:`recallk.score.tables.neutralise_formulas`)."""
-    safe = neutralise_formulas(frame)
+    (:func:`recallk.score.tables.neutralise_formulas`), and a last column ``evaluated`` holds the id
+    of what was evaluated (:func:`recallk.score.report.evaluation_id`, ``id`` in metrics/evaluated.json)."""
+    safe = neutralise_formulas(frame).assign(evaluated=evaluated_id)
     return lambda tmp: safe.to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")
 
 
@@ -112,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     headline, detail = split_metrics(metrics)
     write_all([(args.metrics, json_file(headline)), (args.intervals, json_file(detail)),
                (args.evaluated, json_file(evaluated))]
-              + [(getattr(args, name), csv_file(tables[name])) for name in TABLES]
+              + [(getattr(args, name), csv_file(tables[name], evaluated["id"])) for name in TABLES]
               + [(args.failures, lambda tmp: (sheet or off_sheet()).save(tmp, format="PNG")),
                  (args.report, lambda tmp: tmp.write_text(page, encoding="utf-8", newline="\n"))])
     if not os.environ.get("RECALLK_NO_REPORT"):  # `make repro` prints it once, with --show
