@@ -115,3 +115,36 @@ def test_neutralise_and_restore_are_exact_inverses(value, written):
     out = neutralise_formulas(frame)
     assert out["label"].tolist() == [written] and out["recall@1"].tolist() == [1.0]
     assert restore_formulas(out).equals(frame)
+
+
+# ---------------------------------------------------------------- every output names what was evaluated
+
+
+def test_every_report_csv_names_what_was_evaluated(formula_run):
+    """Issue 13: the CSV outputs did not say what they measured; now a last column ``evaluated`` holds the
+    id that metrics/evaluated.json spells out (a column, so the files stay plain CSV for dvc plots)."""
+    evaluated = json.loads((formula_run / "metrics/evaluated.json").read_text(encoding="utf-8"))
+    assert len(evaluated["id"]) == 12
+    for rel in REPORT_TABLES + ("metrics/recall_curve.csv", "data/scores/near_duplicates.csv"):
+        frame = pd.read_csv(formula_run / rel, dtype=str, keep_default_na=False)
+        assert frame.columns[-1] == "evaluated", rel
+        assert set(frame["evaluated"]) <= {evaluated["id"]}, rel  # near_duplicates.csv: header only (check off)
+
+
+def test_the_evaluation_id_follows_what_is_measured_not_how():
+    from recallk.score.report import evaluation_id
+
+    split = {"data_root": "data/digits", "num_images": 10, "strategy": "per_class", "seed": 0}
+    encode = {"backbone": "pixels", "fingerprint": "abc", "embedding_dim": 48}
+    score = {"ks": [1, 5], "metrics": ["recall"], "exclude_same": [], "whiten": "none",
+             "near_duplicates": {"min_cosine": None}, "backend": "numpy", "max_memory_mb": 512,
+             "bootstrap": {"resamples": 10, "seed": 0}, "failures": {"queries": 8, "k": 5}}
+    base = evaluation_id(split, encode, score)
+    assert base == evaluation_id(split, encode, dict(score))  # deterministic
+    for how in ({"backend": "faiss"}, {"max_memory_mb": 64}, {"bootstrap": {"resamples": 0, "seed": 3}},
+                {"failures": {"queries": 0, "k": 0}}):
+        assert evaluation_id(split, encode, {**score, **how}) == base, how
+    for what in ({"ks": [1]}, {"whiten": "pca"}, {"exclude_same": ["camera"]}, {"metrics": ["map"]}):
+        assert evaluation_id(split, encode, {**score, **what}) != base, what
+    assert evaluation_id(split, {**encode, "fingerprint": "abd"}, score) != base
+    assert evaluation_id({**split, "seed": 1}, encode, score) != base
