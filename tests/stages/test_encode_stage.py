@@ -81,7 +81,8 @@ def _cache_rows(db_path):
 def test_stage_resumes_after_sigkill(split_project, tmp_path, monkeypatch):
     project = split_project
     (project / "slowenc.py").write_text(SLOWENC)
-    set_params(project, {"encode.backbone": "callable:slowenc:embed", "encode.batch_size": 10})
+    set_params(project, {"encode.backbone": "callable:slowenc:embed", "encode.callable.module_file": "slowenc.py",
+                          "encode.batch_size": 10})
     cache_dir = tmp_path / "cache"
     db_path = cache_dir / "embeddings.sqlite"
     env = {**tool_env(), "RECALLK_CACHE_DIR": str(cache_dir)}
