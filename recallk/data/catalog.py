@@ -145,8 +145,8 @@ def scan_folder(root: Path) -> pd.DataFrame:
             _scan_label(root, entry.path, entry.name, (os.path.realpath(root), os.path.realpath(entry.path)),
                         rows, problems)
     if problems:
-        raise InputError(f"data root {quote(str(root))}: {len(problems)} folder(s), link(s) or name(s) cannot be "
-                         "scanned, so their images would be missing from the catalog:\n  - " + "\n  - ".join(problems))
+        raise InputError(f"data root {quote(str(root))}: {len(problems)} folder(s) or link(s) cannot be scanned "
+                         "(or have a name that is not UTF-8), so their images would be missing from the catalog:\n  - " + "\n  - ".join(problems))
     if loose:
         log.warning("ignoring %d file(s) directly under %s (images belong in a folder per label): %s",
                     len(loose), root, ", ".join(loose[:5]))

@@ -261,7 +261,7 @@ def test_params_that_yaml_1_1_reads_differently_are_refused(tmp_path, line, writ
 
 @pytest.mark.parametrize("line, twice, name", [
     ("  seed: 0", "  seed: 0\n  seed: 3", "`split.seed` is given twice (lines 7 and 8)"),
-    ("score:", "split: {}\nscore:", "`split` is given twice (lines 1 and 25)"),
+    ("score:", "split: {}\nscore:", "`split` is given twice (lines 1 and 27)"),  # score: on line 27 of params.yaml
     ("    train: 0.5", "    train: 0.5\n    train: 0.7", "`split.fractions.train` is given twice"),
 ])
 def test_params_with_a_repeated_key_are_refused(tmp_path, line, twice, name):
