@@ -9,7 +9,7 @@ import numpy as np
 from PIL import Image
 
 from recallk import images
-from recallk.checks import check_ks
+from recallk.checks import as_array, check_ks
 from recallk.score.metrics import recall_at_k
 
 
@@ -18,7 +18,7 @@ def encode_all(items: Sequence[Any], encoder_fn: Callable[[list[Image.Image]], A
     out = []
     for start in range(0, len(items), batch):
         chunk = [x if isinstance(x, Image.Image) else images.load(x) for x in items[start:start + batch]]
-        out.append(np.asarray(encoder_fn(chunk), dtype=np.float32))
+        out.append(np.asarray(as_array(encoder_fn(chunk)), dtype=np.float32))  # a torch tensor is detached
     return np.concatenate(out) if out else np.empty((0, 0), dtype=np.float32)
 
 
@@ -44,18 +44,18 @@ def evaluate(query_images: Sequence[Any], query_labels: Sequence[Any], gallery_i
 
     Notes
     -----
-    When both lists are paths, a path present in both is the same image: that
-    query never retrieves it (self-match exclusion by absolute path). PIL
-    images carry no identity, so no self-match exclusion applies to them.
+    An item present in both lists is the same image, and that query never retrieves it
+    (self-match exclusion): a path by its absolute path, a PIL image by object identity
+    (the same object in both lists; two equal-looking copies are two images).
+    ``encoder_fn`` may return a torch tensor, requiring grad or not (it is detached).
+    When every query lacks a positive the result is NaN with a ``RuntimeWarning``.
     """
     check_ks(ks)
     q_emb = encode_all(query_images, encoder_fn)
     g_emb = encode_all(gallery_images, encoder_fn)
 
-    def ids(items: Sequence[Any]) -> list[str | None] | None:
-        if not all(isinstance(x, (str, os.PathLike)) for x in items):
-            return None
-        return [os.path.abspath(x) for x in items]
+    def ids(items: Sequence[Any]) -> list[str]:
+        return [f"<PIL image {id(x)}>" if isinstance(x, Image.Image) else os.path.abspath(x) for x in items]
 
     return recall_at_k(q_emb, g_emb, np.asarray(query_labels), np.asarray(gallery_labels), ks,
                        query_ids=ids(query_images), gallery_ids=ids(gallery_images))

@@ -195,10 +195,19 @@ def check_exclude_pairs(exclude: Any, n_queries: int, n_gallery: int) -> list[tu
 # ------------------------------------------------------------------------------------ embeddings, labels, ids
 
 
+def as_array(x: Any) -> np.ndarray:
+    """``x`` as a numpy array; a torch tensor is detached and moved to the CPU first (one that requires
+    grad, the usual training-loop output, cannot be converted otherwise). torch is never imported here."""
+    if type(x).__module__.startswith("torch") and hasattr(x, "detach"):
+        x = x.detach().cpu()
+    return np.asarray(x)
+
+
 def check_matrix(x: Any, name: str) -> np.ndarray:
-    """A 2-D array of real, finite numbers with rows of one length (dimension >= 1)."""
+    """A 2-D array of real, finite numbers with rows of one length (dimension >= 1); a torch tensor
+    (requiring grad or not, on any device) is detached and copied to the CPU (:func:`as_array`)."""
     try:
-        arr = np.asarray(x)
+        arr = as_array(x)
     except ValueError:  # ragged rows
         raise InputError(f"`{name}` must be a 2-D array (n, d) with rows of one length; "
                          "its rows differ in length.") from None

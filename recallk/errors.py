@@ -8,6 +8,8 @@ exit 2; any other exception is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import errno
+
 
 class InputError(ValueError):
     """Bad input the caller must fix (data, files, arguments or params)."""
@@ -25,3 +27,35 @@ class MissingExtraError(InputError):
         super().__init__(f"{what} needs the {extra} extra: pip install -c constraints.txt -e '.[{extra}]' "
                          f"({package}; {missing}).")
         self.extra = extra
+
+
+#: errno -> what to do about it, for :func:`os_advice`.
+_OS_ADVICE = {
+    errno.ENOSPC: "free disk space",
+    errno.EDQUOT: "free disk space (the disk quota is reached)",
+    errno.EFBIG: "raise the file-size limit (`ulimit -f`) or free disk space",
+    errno.EACCES: "fix the permissions of the file or its folder",
+    errno.EPERM: "fix the permissions of the file or its folder",
+    errno.EROFS: "the file system is read-only: write to another folder",
+    errno.ENAMETOOLONG: "the path or one of its names is too long for the file system: shorten it",
+    errno.ENOENT: "a folder on the path does not exist: create it or fix the path",
+    errno.ENOTDIR: "a part of the path is a file, not a folder: fix the path",
+    errno.EISDIR: "the path is a folder, not a file: fix the path",
+}
+
+
+def os_advice(exc: OSError) -> str:
+    """What to do about an OS error, by its errno (a too-long name is not a full disk); a generic list
+    when the errno says nothing more."""
+    return _OS_ADVICE.get(exc.errno, "free disk space, raise the file-size limit (`ulimit -f`) or fix permissions")
+
+
+def sqlite_advice(exc: Exception) -> str:
+    """What to do about an SQLite error of the embedding cache, by its code (full disk, read-only, cannot open)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return {13: "free disk space or raise the file-size limit (`ulimit -f`)",  # SQLITE_FULL
+            8: "the cache file or its folder is read-only: fix its permissions",  # SQLITE_READONLY
+            3: "fix the permissions of the cache file or its folder",  # SQLITE_PERM
+            14: "the cache file cannot be opened: fix its folder's permissions or the path",  # SQLITE_CANTOPEN
+            }.get(code & 0xFF if isinstance(code, int) else None,
+                  "free disk space, fix the cache file's permissions, or delete the cache file")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import warnings
 
 import numpy as np
 from PIL import Image, ImageOps
@@ -19,6 +20,11 @@ from PIL import Image, ImageOps
 #: every backbone fingerprint includes it, so cached embeddings are then recomputed.
 DECODE_VERSION = "3"  # 2: 16-bit images (modes I;16* and I) scaled to 8 bits, not clipped;
 #                       3: float images (mode F) scaled from 0..1; levels beyond 16 bits or 0..1 refused
+
+#: Largest image accepted, in pixels (width x height, from the header, before anything is decoded): Pillow's
+#: own ``MAX_IMAGE_PIXELS`` (89,478,485, about 9459 x 9459; 256 MiB as RGB). Pillow only warns between this and
+#: twice it, so without this check an 809 KB PNG of 1.3 x the limit would be decoded in full (over 1 GB).
+MAX_PIXELS = 89_478_485
 
 #: Exceptions Pillow raises for files that are not (complete) images.
 DECODE_ERRORS = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
@@ -30,9 +36,18 @@ def decode(data: bytes, min_side: int | None = None) -> Image.Image:
     With ``min_side``, a JPEG may be decoded at a reduced scale (Pillow's
     ``draft``: 1/2, 1/4 or 1/8) as long as both sides stay >= ``min_side``;
     much faster for large photos that a backbone shrinks anyway, and deterministic.
-    Raises one of :data:`DECODE_ERRORS` when the bytes are not a complete image.
+    Raises one of :data:`DECODE_ERRORS` when the bytes are not a complete image, or when the
+    header claims more than :data:`MAX_PIXELS` pixels (checked before decoding).
     """
-    with Image.open(io.BytesIO(data)) as img:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # refused below, with a clearer message
+        img = Image.open(io.BytesIO(data))
+    with img:
+        width, height = img.size
+        if width * height > MAX_PIXELS:
+            raise Image.DecompressionBombError(
+                f"{width} x {height} = {width * height:,} pixels, above the limit of {MAX_PIXELS:,} "
+                "(recallk.images.MAX_PIXELS, Pillow's MAX_IMAGE_PIXELS): downscale the image")
         if min_side and img.format == "JPEG":
             img.draft("RGB", (min_side, min_side))
         img.load()

@@ -141,6 +141,8 @@ def _tracked_path(v: Any) -> str | None:
         return (f"is a path DVC tracks, and DVC reads {quote(v)} as a file of that name; write the folder "
                 f"itself, {quote(v[len('local-dir:'):])} (a folder is read as a local-dir: config and weights).")
     return None
+#: The placeholders of the hostile-input work, one file since (kept as names: tests and docs use them).
+PRECOMPUTED_PLACEHOLDER = IDS_PLACEHOLDER = MODULE_PLACEHOLDER = NO_FILE
 
 
 #: Largest `split.near_duplicates.max_distance` (of 64 bits): beyond it unrelated photos match and the search slows.
@@ -175,7 +177,9 @@ SCHEMA: dict[str, dict[str, Any]] = {
                 "num_gpus": Param(0, _gpus), "batch_size": Param(64, _int(1, 65536))},
         "pixels": {"resolution": Param(16, _int(1, 1024))},
         # path: DVC tracks it (dvc.yaml), so never null; the default is a committed placeholder for "none"
-        "precomputed": {"path": Param(NO_FILE, _tracked_path), "ids": Param(None, _path(True))},
+        "precomputed": {"path": Param(NO_FILE, _tracked_path), "ids": Param(NO_FILE, _tracked_path)},
+        # the module file of a `callable:` backbone (or a folder holding it): a dvc.yaml dep, like the weights
+        "callable": {"module_file": Param(NO_FILE, _tracked_path)},
         # timm:<model>: a weights file or a local-dir folder (config.json + weights); none: the local HF cache
         "timm": {"weights": Param(NO_FILE, _tracked_path)},
         # open_clip:<model>: a checkpoint file or a local-dir folder (open_clip_config.json + weights)

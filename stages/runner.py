@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from recallk.data import contract
-from recallk.errors import InputError
+from recallk.errors import InputError, os_advice, sqlite_advice
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)  # read the process umask once (setting it back at once)
@@ -51,8 +51,8 @@ def write_all(writers: Sequence[tuple[str | os.PathLike, Callable[[Path], None]]
                     os.fsync(fh.fileno())
             except OSError as exc:
                 why = f"{exc.strerror} (errno {exc.errno})" if exc.errno else f"the write was cut short ({exc})"
-                raise InputError(f"could not write {target}: {why}. Free disk space, raise the file-size limit "
-                                "(`ulimit -f`) or fix permissions, then re-run; no partial output was kept.") from None
+                raise InputError(f"could not write {target}: {why}. To fix: {os_advice(exc)}, then re-run; no "
+                                 "partial output was kept.") from None
         try:
             for tmp, target in temps:
                 os.replace(tmp, target)
@@ -137,10 +137,9 @@ def run_stage(main: Callable[[Sequence[str] | None], None], argv: Sequence[str] 
     except OSError as exc:  # disk full, file-size limit, permissions: nothing half-written stays behind
         where = f" {exc.filename}" if exc.filename else ""
         sys.stderr.write(f"error: could not read or write{where}: {exc.strerror or exc} (errno {exc.errno}). "
-                         "Free disk space, raise the file-size limit (`ulimit -f`) or fix permissions, "
-                         "then re-run; no partial output was kept.\n")
+                         f"To fix: {os_advice(exc)}, then re-run; no partial output was kept.\n")
         sys.exit(2)
     except sqlite3.Error as exc:  # the embedding cache could not be written (disk full, file-size limit)
         sys.stderr.write(f"error: the embedding cache could not be updated ({exc}); its last committed batch "
-                         "is intact. Free disk space or raise the file-size limit, then re-run.\n")
+                         f"is intact. To fix: {sqlite_advice(exc)}, then re-run.\n")
         sys.exit(2)

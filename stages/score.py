@@ -23,7 +23,7 @@ from recallk.score import html
 from recallk.score.metrics import metric_keys
 from recallk.score.report import PAIR_COUNTS, format_report, provenance, split_metrics
 from recallk.score.suite import score_split
-from recallk.score.tables import compact_per_query
+from recallk.score.tables import compact_per_query, neutralise_formulas
 from stages.params import load_section
 from stages.runner import json_file, parse_stage_args, read_input_csv, remove_outputs, run_stage, write_all
 from stages.score_inputs import load_inputs
@@ -44,8 +44,12 @@ PATHS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.c
 TABLES = ("per_class", "curve", "per_query", "compact", "neighbors", "confusions", "near_duplicates")
 
 
-def csv_file(frame: pd.DataFrame) -> Callable[[Path], None]:
-    return lambda tmp: frame.to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")
+def csv_file(frame: pd.DataFrame, evaluated_id: str) -> Callable[[Path], None]:
+    """A report table's writer: text that a spreadsheet would run as a formula is quoted
+    (:func:`recallk.score.tables.neutralise_formulas`), and a last column ``evaluated`` holds the id
+    of what was evaluated (:func:`recallk.score.report.evaluation_id`, ``id`` in metrics/evaluated.json)."""
+    safe = neutralise_formulas(frame).assign(evaluated=evaluated_id)
+    return lambda tmp: safe.to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")
 
 
 def off_sheet() -> Image.Image:
@@ -109,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     headline, detail = split_metrics(metrics)
     write_all([(args.metrics, json_file(headline)), (args.intervals, json_file(detail)),
                (args.evaluated, json_file(evaluated))]
-              + [(getattr(args, name), csv_file(tables[name])) for name in TABLES]
+              + [(getattr(args, name), csv_file(tables[name], evaluated["id"])) for name in TABLES]
               + [(args.failures, lambda tmp: (sheet or off_sheet()).save(tmp, format="PNG")),
                  (args.report, lambda tmp: tmp.write_text(page, encoding="utf-8", newline="\n"))])
     if not os.environ.get("RECALLK_NO_REPORT"):  # `make repro` prints it once, with --show

@@ -47,9 +47,11 @@ def test_evaluate_self_match_by_path(tmp_path):
     # a different spelling of the same path is still the same image
     rel = os.path.relpath(red)
     assert evaluate([rel], ["x"], gallery, gl, mean_colour, ks=[1]) == {"recall@1": 0.0}
-    # PIL images carry no identity: the query's twin in the gallery counts as a hit
+    # the same PIL object in both lists is the same image, like a path (tests/score/test_api_training_loop.py)
     imgs = [Image.open(p) for p in gallery]
-    assert evaluate(imgs[:1], ["x"], imgs, gl, mean_colour, ks=[1, 2]) == {"recall@1": 1.0, "recall@2": 1.0}
+    assert evaluate(imgs[:1], ["x"], imgs, gl, mean_colour, ks=[1, 2]) == {"recall@1": 0.0, "recall@2": 1.0}
+    # an equal copy is another object: the query's twin in the gallery counts as a hit
+    assert evaluate([Image.open(red)], ["x"], imgs, gl, mean_colour, ks=[1, 2]) == {"recall@1": 1.0, "recall@2": 1.0}
 
 
 def test_evaluate_accepts_pil_images(tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from recallk.errors import InputError
+from recallk.score.tables import restore_formulas
 
 #: The compact per-query table, committed with the metrics.
 TABLE = "metrics/per_query.csv"
@@ -46,9 +47,10 @@ def resolve_revision(spec: str, repo: Path) -> str | None:
 def read_table(text: str, source: str) -> pd.DataFrame:
     """Parse a per-query CSV (every cell as text; empty cells stay empty)."""
     try:
-        return pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False).replace("", pd.NA)
+        frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise InputError(f"{source} is not a readable per-query CSV ({exc}).") from None
+    return restore_formulas(frame).replace("", pd.NA)  # the score stage quotes formula-like text
 
 
 def evaluated(spec: str, repo: str | Path = ".") -> dict[str, str]:

@@ -10,6 +10,7 @@ Nothing is judged here; :mod:`recallk.data.contract` decides what is acceptable.
 
 from __future__ import annotations
 
+import csv
 import errno
 import hashlib
 import logging
@@ -36,6 +37,19 @@ CATALOG_COLUMNS = ("image_id", "path", "label", "sha256", "width", "height", "ph
 FILE_COLUMNS = ("path", "sha256", "width", "height", "phash")
 
 
+#: Folders that are never a data root: scanning one would read the whole machine (every file hashed
+#: and decoded). A filesystem root and the home folder are refused too (:func:`check_root`).
+SYSTEM_ROOTS = frozenset({"/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/media", "/mnt", "/opt",
+                          "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/Users",
+                          "/System", "/Library", "/Volumes", "/private", "/private/tmp", "/private/var"})
+
+
+def is_system_root(folder: Path) -> bool:
+    """A filesystem root, the home folder or one of :data:`SYSTEM_ROOTS` (after resolving links)."""
+    real = Path(os.path.realpath(folder))
+    return real.parent == real or real.as_posix() in SYSTEM_ROOTS or real == Path(os.path.realpath(Path.home()))
+
+
 def check_root(root: Path) -> None:
     if not root.exists():
         raise InputError(f"data root {quote(str(root))} does not exist; set `split.data_root` in params.yaml to your "
@@ -43,6 +57,21 @@ def check_root(root: Path) -> None:
     if not root.is_dir():
         raise InputError(f"data root {quote(str(root))} is not a folder; set `split.data_root` to the folder that "
                          "holds the images.")
+    if is_system_root(root):
+        raise InputError(f"data root {quote(str(root))} is a system folder (it resolves to "
+                         f"{quote(os.path.realpath(root))}); the split would hash and decode every file under it. "
+                         "Set `split.data_root` to the folder that holds your label folders or manifest.")
+
+
+def _name_problem(rel: str, name: str) -> str | None:
+    """Why a file or folder name cannot be catalogued (one that is not UTF-8 text cannot be written to
+    the catalog CSV, nor named in params or a manifest), or None."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return (f"{rel}{name.encode('utf-8', 'backslashreplace').decode('ascii', 'backslashreplace')} has a name "
+                f"that is not UTF-8 text (bytes {os.fsencode(name)!r}); rename it with UTF-8 characters")
+    return None
 
 
 def _is_dir(entry: os.DirEntry) -> bool | None:
@@ -68,7 +97,10 @@ def _scan_label(root: Path, folder: str, label: str, ancestors: tuple[str, ...],
     subfolders = []
     for entry in entries:
         kind = _is_dir(entry)
-        if kind is None:
+        bad_name = _name_problem(f"{rel}/", entry.name)
+        if bad_name:
+            problems.append(bad_name)
+        elif kind is None:
             problems.append(f"{rel}/{entry.name} is a symlink loop; point the link at a file or folder, or remove it")
         elif not kind:
             rows.append((f"{rel}/{entry.name}", label))
@@ -102,7 +134,10 @@ def scan_folder(root: Path) -> pd.DataFrame:
                          "or set `split.data_root` to a readable folder.") from None
     for entry in top:
         kind = _is_dir(entry)
-        if kind is None:
+        bad_name = _name_problem("", entry.name)
+        if bad_name:
+            problems.append(bad_name)
+        elif kind is None:
             problems.append(f"{entry.name} is a symlink loop; point the link at a label folder, or remove it")
         elif not kind:
             loose.append(entry.name)
@@ -110,8 +145,8 @@ def scan_folder(root: Path) -> pd.DataFrame:
             _scan_label(root, entry.path, entry.name, (os.path.realpath(root), os.path.realpath(entry.path)),
                         rows, problems)
     if problems:
-        raise InputError(f"data root {quote(str(root))}: {len(problems)} folder(s) or link(s) cannot be scanned, so "
-                         "their images would be missing from the catalog:\n  - " + "\n  - ".join(problems))
+        raise InputError(f"data root {quote(str(root))}: {len(problems)} folder(s) or link(s) cannot be scanned "
+                         "(or have a name that is not UTF-8), so their images would be missing from the catalog:\n  - " + "\n  - ".join(problems))
     if loose:
         log.warning("ignoring %d file(s) directly under %s (images belong in a folder per label): %s",
                     len(loose), root, ", ".join(loose[:5]))
@@ -148,9 +183,10 @@ def read_manifest(root: Path, csv_name: str, images: str = "files") -> pd.DataFr
     if not csv_path.is_file():
         raise InputError(f"manifest {quote(str(csv_path))} not found; `split.csv` is a path inside `split.data_root`.")
     try:
+        _check_header(csv_path)
         frame = pd.read_csv(csv_path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-        raise InputError(f"manifest {quote(str(csv_path))} is not a readable UTF-8 CSV ({exc}); "
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError, csv.Error) as exc:
+        raise InputError(f"manifest {quote(str(csv_path))} is not a readable UTF-8 CSV ({clip(str(exc))}); "
                          "fix the file.") from None
     frame.columns = [str(c).strip() for c in frame.columns]
     if images == "none" and "path" in frame.columns:
@@ -175,6 +211,22 @@ def read_manifest(root: Path, csv_name: str, images: str = "files") -> pd.DataFr
         frame.insert(0, "image_id", frame["path"])
     first = ["image_id", "label"] if ids_only else ["image_id", "path", "label"]
     return frame[first + [c for c in frame.columns if c not in first]]
+
+
+def _check_header(csv_path: Path) -> None:
+    """Refuse a manifest header that names a column twice, as written (``label,label``: pandas would
+    silently rename the second ``label.1`` and use the first) or once spaces are stripped
+    (``label`` and ``label ``)."""
+    with open(csv_path, newline="", encoding="utf-8-sig") as fh:
+        header = next(csv.reader(fh), [])
+    seen: dict[str, list[str]] = {}
+    for name in header:
+        seen.setdefault(name.strip(), []).append(name)
+    repeated = {name: raw for name, raw in seen.items() if len(raw) > 1}
+    if repeated:
+        listed = "; ".join(f"{quote(name)} as {', '.join(map(quote, raw))}" for name, raw in repeated.items())
+        raise InputError(f"manifest {quote(str(csv_path))} names a column more than once in its header (spaces "
+                         f"around names are ignored): {clip(listed)}; give every column its own name.")
 
 
 def read_source(root: Path, csv_name: str | None, images: str = "files") -> pd.DataFrame:
@@ -227,13 +279,21 @@ def probe_file(root: Path, rel: object, resolved_root: Path | None = None,
         return (None, None, None, None, "resolves outside the data root (a symlink?); copy the file into the data root",
                 real)
     try:
-        is_file = stat.S_ISREG(os.stat(full).st_mode)
+        mode = os.stat(full).st_mode
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             return None, None, None, None, "is a symlink loop; point the link at a file or remove it", real
-        is_file = False
-    if not is_file:
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return (None, None, None, None, f"cannot be reached ({exc.strerror}: a folder on its path is not "
+                    "readable); fix the folder's permissions", real)
+        if exc.errno == errno.ENAMETOOLONG:
+            return None, None, None, None, "the path is too long for the file system; shorten it", real
         return None, None, None, None, "file does not exist; fix the path or remove the row", real
+    if stat.S_ISDIR(mode):
+        return None, None, None, None, "is a folder, not an image file; name a file or remove the row", real
+    if not stat.S_ISREG(mode):
+        return (None, None, None, None, "is not a regular file (a FIFO, socket or device); name an image file or "
+                "remove the row", real)
     try:
         data = full.read_bytes()
     except OSError as exc:

@@ -13,6 +13,7 @@ then raises one :class:`~recallk.errors.InputError` that names each failing row 
 
 from __future__ import annotations
 
+import re
 from pathlib import PurePosixPath
 
 import pandas as pd
@@ -27,9 +28,17 @@ EVAL_SPLITS = ("val", "gallery")
 #: How many failing rows to list per rule before summarising the rest.
 MAX_ROWS_PER_RULE = 20
 
+#: Longest image_id, in characters: ids are stored as fixed-width strings (ids.npy), so one very long id
+#: would make every row that wide (a 1 MB id times 50,000 rows is 200 GB).
+MAX_ID_LENGTH = 512
 IMAGE_ID_RULE = "image_id must not contain line breaks or control characters"
-PATH_RULE = "path must be relative to the data root, with no '..' part, no leading '/' and '/' separators"
+ID_LENGTH_RULE = (f"image_id must be at most {MAX_ID_LENGTH} characters (ids are stored fixed-width: shorten "
+                  "the id or the file's path)")
+PATH_RULE = ("path must be relative to the data root, with no '..' part, no leading '/', no drive letter or URL "
+             "scheme, no control characters (NUL, line breaks) and '/' separators")
 LABEL_RULE = "label must not be empty (fill in the label or drop the row)"
+LABEL_TEXT_RULE = ("label must not contain line breaks or control characters (one rule for label folders and "
+                   "manifests: rename the label)")
 PATH_ONCE_RULE = ("a file must be listed once (paths are compared with '.', '//' and symlinks resolved): "
                   "the same file under two image_ids would let a query retrieve itself (drop the extra rows)")
 EVAL_ONCE_RULE = ("byte-identical files (equal sha256) must not be in val/gallery under two image_ids: they are "
@@ -45,12 +54,19 @@ FILES_RULE = ("every catalog row describes an image file (path, sha256, width, h
               "or none does (an embeddings-only catalog: all five empty)")
 
 
+#: A Windows drive (``C:``, ``c:dir``) or a URL scheme (``http://``, ``s3://``) at the start of a path.
+_DRIVE_OR_URL = re.compile(r"^(?:[A-Za-z]:|[A-Za-z][A-Za-z0-9+.-]*://)")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def is_safe_relative(path: object) -> bool:
-    """True for a relative POSIX path with no ``..`` part (a string, not absolute, no drive)."""
-    if not isinstance(path, str) or not path or "\\" in path:
+    """True for a relative POSIX path with no ``..`` part (a string, not absolute, no drive letter or
+    URL scheme, no control character such as NUL or a line break). A ``:`` elsewhere is an ordinary
+    character (a label folder ``type:A`` is fine)."""
+    if not isinstance(path, str) or not path or "\\" in path or _CONTROL.search(path):
         return False
     p = PurePosixPath(path)
-    return not p.is_absolute() and ".." not in p.parts and ":" not in p.parts[0]
+    return not p.is_absolute() and ".." not in p.parts and not _DRIVE_OR_URL.match(path)
 
 
 def _leaking(df: pd.DataFrame) -> pd.Series:
@@ -113,12 +129,16 @@ def _columns() -> dict[str, pa.Column]:
                                        error=error or f"str_matches('{pattern}')"), nullable=True)
 
     return {
-        "image_id": pa.Column(str, pa.Check(lambda s: ~s.str.contains(r"[\x00-\x1f]", regex=True),
-                                            error=IMAGE_ID_RULE), nullable=False, unique=True),
+        "image_id": pa.Column(str, [pa.Check(lambda s: ~s.str.contains(r"[\x00-\x1f]", regex=True),
+                                             error=IMAGE_ID_RULE),
+                                    pa.Check(lambda s: s.str.len() <= MAX_ID_LENGTH, error=ID_LENGTH_RULE)],
+                              nullable=False, unique=True),
         "path": pa.Column(str, pa.Check(lambda v: is_safe_relative(v), element_wise=True, error=PATH_RULE),
                           nullable=False),
         "real_path": pa.Column(str, nullable=True),  # none for a path that is not safe (the path rule says so)
-        "label": pa.Column(str, pa.Check(lambda s: s.str.strip().str.len() > 0, error=LABEL_RULE), nullable=False),
+        "label": pa.Column(str, [pa.Check(lambda s: s.str.strip().str.len() > 0, error=LABEL_RULE),
+                                 pa.Check(lambda s: ~s.str.contains(r"[\x00-\x1f\x7f]", regex=True),
+                                          error=LABEL_TEXT_RULE)], nullable=False),
         "sha256": sha256(nullable=True),  # none for an unreadable file, which the problem rule reports
         "sha256_file": blank_or(r"[0-9a-f]{64}"),
         "phash": pa.Column(str, pa.Check.str_matches(r"^[0-9a-f]{16}$"), nullable=True),

@@ -30,6 +30,7 @@ class Backbone:
     encode: Callable[[Sequence[Image.Image]], np.ndarray]
     fingerprint: str
     input_size: int | None = None  # side the backbone resizes to; loaders may decode JPEGs at reduced size down to it
+    user_code: bool = False  # a user's callable: whatever it raises (even sys.exit) is a message, not a traceback
 
 
 def fingerprint(name: str, version: str, **options: Any) -> str:

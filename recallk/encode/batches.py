@@ -49,27 +49,68 @@ def read_checked(path: str, sha256: str, min_side: int | None = None, shown: str
                          "(the split stage).") from None
 
 
+#: Bytes of decoded images held at once by :func:`decoded_batches` (the batch the backbone works on and
+#: those decoded ahead of it), estimated from each image's size as 4 bytes per pixel.
+MAX_DECODED_BYTES = 1 << 30
+
+
+def _chunks(sizes: Sequence[int], batch_size: int, max_bytes: int) -> list[tuple[int, int, int]]:
+    """``(start, stop, bytes)`` of consecutive batches of at most ``batch_size`` images and ``max_bytes``
+    bytes each (a single larger image is a batch of its own)."""
+    out, start, held = [], 0, 0
+    for i, size in enumerate(sizes):
+        if i > start and (i - start == batch_size or held + size > max_bytes):
+            out.append((start, i, held))
+            start, held = i, 0
+        held += size
+    if start < len(sizes):
+        out.append((start, len(sizes), held))
+    return out
+
+
 def decoded_batches(paths: Sequence[str], shas: Sequence[str], *, batch_size: int, num_workers: int,
-                    min_side: int | None = None, prefetch: int = 2) -> Iterator[tuple[int, list[Image.Image]]]:
-    """Yield ``(start, images)`` batches in order, decoding up to ``prefetch`` batches ahead in threads."""
-    starts = deque(range(0, len(paths), batch_size))
-    pending: deque[tuple[int, list[Future]]] = deque()
+                    min_side: int | None = None, prefetch: int = 2, sizes: Sequence[int] | None = None,
+                    max_bytes: int = MAX_DECODED_BYTES) -> Iterator[tuple[int, list[Image.Image]]]:
+    """Yield ``(start, images)`` batches in order, decoding up to ``prefetch`` batches ahead in threads.
+
+    Memory is bounded in bytes, not only in images: with ``sizes`` (each image's decoded bytes, e.g.
+    4 x width x height from the catalog), a batch holds at most ``batch_size`` images and
+    ``max_bytes / (prefetch + 1)`` bytes, and batches are decoded ahead only while every batch held
+    (yielded and pending) fits in ``max_bytes``. A batch may then have fewer than ``batch_size`` images;
+    each image's embedding does not depend on its batch.
+    """
+    sizes = list(sizes) if sizes is not None else [0] * len(paths)
+    chunks = deque(_chunks(sizes, batch_size, max(1, max_bytes // (prefetch + 1))))
+    pending: deque[tuple[int, int, list[Future]]] = deque()
     with ThreadPoolExecutor(max_workers=num_workers) as pool:
-        while starts or pending:
-            while starts and len(pending) <= prefetch:
-                s = starts.popleft()
-                pending.append((s, [pool.submit(read_checked, p, h, min_side)
-                                    for p, h in zip(paths[s:s + batch_size], shas[s:s + batch_size])]))
-            start, futures = pending.popleft()
+        while chunks or pending:
+            held = sum(b for _, b, _ in pending)
+            while chunks and len(pending) <= prefetch and (not pending or held + chunks[0][2] <= max_bytes):
+                s, e, b = chunks.popleft()
+                held += b
+                pending.append((s, b, [pool.submit(read_checked, p, h, min_side)
+                                       for p, h in zip(paths[s:e], shas[s:e])]))
+            start, _, futures = pending.popleft()
             yield start, [f.result() for f in futures]
 
 
 def _run_backbone(backbone: Backbone, images: list[Image.Image], dim: int | None) -> np.ndarray:
     try:
-        emb = np.asarray(backbone.encode(images), dtype=np.float32)
+        out = backbone.encode(images)
+    except (KeyboardInterrupt, MemoryError):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a user callable's error (or sys.exit) is a message, never a silent exit
+        if not backbone.user_code:
+            raise
+        what = (f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit)
+                else f"raised {type(exc).__name__}: {clip(str(exc))}")
+        raise InputError(f"backbone {backbone.name!r} {what} on a batch of {len(images)} image(s); fix the function "
+                         "(it must return an (n, d) array of floats, one row per image).") from None
+    try:
+        emb = np.asarray(out, dtype=np.float32)
     except (TypeError, ValueError) as exc:
         raise InputError(f"backbone {backbone.name!r} did not return numbers for a batch of {len(images)} "
-                        f"({exc}); return an (n, d) array of floats.") from None
+                        f"({clip(str(exc))}); return an (n, d) array of floats.") from None
     return check_shape(backbone.name, emb, len(images), dim)
 
 
@@ -87,11 +128,14 @@ def check_shape(name: str, emb: np.ndarray, n: int, dim: int | None) -> np.ndarr
 BatchSource = Callable[[list[str], list[str], "int | None"], Iterable[tuple[Sequence[str], np.ndarray]]]
 
 
-def local_source(backbone: Backbone, *, batch_size: int, num_workers: int) -> BatchSource:
-    """The local engine: batches in order, decoded in ``num_workers`` threads ahead of the backbone."""
+def local_source(backbone: Backbone, *, batch_size: int, num_workers: int,
+                 sizes: dict[str, int] | None = None) -> BatchSource:
+    """The local engine: batches in order, decoded in ``num_workers`` threads ahead of the backbone, holding
+    at most :data:`MAX_DECODED_BYTES` of images by ``sizes`` (sha256 -> decoded bytes; unknown: 0)."""
     def source(todo: list[str], paths: list[str], dim: int | None) -> Iterator[tuple[Sequence[str], np.ndarray]]:
         for start, images in decoded_batches(paths, todo, batch_size=batch_size, num_workers=num_workers,
-                                             min_side=backbone.input_size):
+                                             min_side=backbone.input_size,
+                                             sizes=[(sizes or {}).get(sha, 0) for sha in todo]):
             emb = _run_backbone(backbone, images, dim)
             dim = emb.shape[1]
             yield todo[start:start + len(images)], emb
@@ -149,9 +193,13 @@ def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int
     ``batch_size`` and ``num_workers``); its batches may come in any order: each is keyed by
     sha256, committed to the cache as it arrives, and the output is assembled in catalog order.
     """
-    if source is None:
-        source = local_source(backbone, batch_size=batch_size, num_workers=num_workers)
     shas = catalog["sha256"].tolist()
+    if source is None:
+        sides = [pd.to_numeric(catalog[c], errors="coerce").fillna(0) if c in catalog
+                 else pd.Series(0, index=catalog.index) for c in ("width", "height")]  # none: bounded in images only
+        pixels = (sides[0] * sides[1]).astype("int64").tolist()
+        source = local_source(backbone, batch_size=batch_size, num_workers=num_workers,
+                              sizes={sha: 4 * px for sha, px in zip(shas, pixels)})
     first_row: dict[str, int] = {}  # sha -> first catalog row, in catalog order
     for i, sha in enumerate(shas):
         first_row.setdefault(sha, i)

@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from recallk.errors import InputError
+from recallk.errors import InputError, sqlite_advice
 
 _CHUNK = 500  # keys per SELECT, well under SQLite's variable limit
 
@@ -88,8 +88,8 @@ class EmbeddingCache:
                     "INSERT OR REPLACE INTO embedding VALUES (?, ?, ?, ?)",
                     [(self.fingerprint, sha, vectors.shape[1], vectors[i].tobytes()) for i, sha in enumerate(shas)])
         except sqlite3.Error as exc:
-            raise InputError(f"cannot write the embedding cache {str(self.path)!r} ({exc}); free disk space, "
-                            "or delete the cache file and re-run.") from None
+            raise InputError(f"cannot write the embedding cache {str(self.path)!r} ({exc}); to fix: "
+                             f"{sqlite_advice(exc)}, then re-run.") from None
 
     def close(self) -> None:
         self._db.close()

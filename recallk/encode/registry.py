@@ -15,6 +15,7 @@ import functools
 import hashlib
 import importlib
 import inspect
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -22,8 +23,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from recallk.checks import did_you_mean
-from recallk.encode.base import Backbone, fingerprint
+from recallk.checks import clip, did_you_mean, quote
+from recallk.encode.base import NO_FILE, Backbone, fingerprint, is_no_file
 from recallk.errors import InputError
 
 REGISTRY: dict[str, Callable[..., Backbone]] = {}
@@ -61,7 +62,10 @@ def register_family(family: str, torch: bool = False,
 
 
 def options_key(name: str) -> str:
-    """The ``encode`` section holding a backbone's options: ``timm`` for ``timm:resnet50``, else ``name``."""
+    """The ``encode`` section holding a backbone's options: ``timm`` for ``timm:resnet50``, ``callable`` for
+    ``callable:pkg.mod:fn``, else ``name``."""
+    if name.startswith(CALLABLE_PREFIX):
+        return "callable"
     family, sep, _ = name.partition(":")
     return family if sep and family in FAMILIES else name
 
@@ -116,13 +120,33 @@ for _family, (_module, _doc) in LAZY_FAMILIES.items():
 
 
 CALLABLE_PREFIX = "callable:"
+#: The default of ``encode.callable.module_file``: the committed file standing for "no file" (the encode
+#: stage depends on ``${encode.callable.module_file}`` in dvc.yaml, and DVC cannot track null).
+MODULE_PLACEHOLDER = NO_FILE
 
 
-def user_callable(spec: str) -> Backbone:
+def _check_module_file(spec: str, source: str, module_file: str) -> None:
+    """The module's source must be ``module_file`` or lie inside it (a folder): that is what DVC tracks."""
+    real, named = Path(os.path.realpath(source)), Path(os.path.realpath(module_file))
+    if real == named or real.is_relative_to(named):
+        return
+    rel = os.path.relpath(source) if Path(source).resolve().is_relative_to(Path.cwd().resolve()) else source
+    unset = is_no_file(module_file)
+    raise InputError(f"`encode.backbone: {clip(spec)}` runs code from {quote(rel)}, but "
+                     f"`encode.callable.module_file` is {quote(module_file)}{' (none)' if unset else ''}: DVC re-runs "
+                     f"encode when that file changes (dvc.yaml depends on it), so set `encode.callable.module_file: "
+                     f"{clip(rel)}` (or a folder that holds it, for a package).")
+
+
+def user_callable(spec: str, module_file: str | None = None) -> Backbone:
     """``callable:package.module:function``: a user function ``list[PIL.Image] -> (n, d)`` array.
 
     It is imported from the working directory or the installed packages. Its
-    fingerprint hashes the module's source file, so editing it re-encodes.
+    fingerprint hashes the module's source file, so editing it re-encodes. With ``module_file``
+    (``encode.callable.module_file``, which the encode stage depends on in dvc.yaml), the module's
+    source must be that file or lie in that folder, so DVC sees its edits too. A builtin
+    (``builtins:eval``) has no source file and is refused. Whatever the function raises when
+    called, ``sys.exit`` included, becomes an :class:`InputError` naming it.
     """
     target = spec[len(CALLABLE_PREFIX):]
     module_name, _, func_name = target.partition(":")
@@ -140,9 +164,17 @@ def user_callable(spec: str) -> Backbone:
     func = getattr(module, func_name, None)
     if not callable(func):
         raise InputError(f"module {module_name!r} has no function {func_name!r} for `encode.backbone`; {hint}.")
-    source = inspect.getsourcefile(module)
-    digest = hashlib.sha256(Path(source).read_bytes()).hexdigest() if source else module_name
-    return Backbone(name=target, dim=None, encode=func,
+    try:
+        source = inspect.getsourcefile(module)
+    except TypeError:  # a built-in module (builtins, sys): no file
+        source = None
+    if not source or inspect.isbuiltin(func) or not Path(source).is_file():
+        raise InputError(f"`encode.backbone: {clip(spec)}` names a built-in, which has no source file to fingerprint "
+                         f"or track; a backbone is a Python function in a module file of yours; {hint}.")
+    if module_file is not None:
+        _check_module_file(spec, source, module_file)
+    digest = hashlib.sha256(Path(source).read_bytes()).hexdigest()
+    return Backbone(name=target, dim=None, encode=func, user_code=True,
                     fingerprint=fingerprint("callable", "1", target=target, source_sha256=digest))
 
 
@@ -153,7 +185,7 @@ def get_backbone(name: str, options: dict[str, Any] | None = None, runtime: Any 
     backbones only; the others (pixels, ``callable:``) run where they run and ignore it.
     """
     if name.startswith(CALLABLE_PREFIX):
-        return user_callable(name)
+        return user_callable(name, **(options or {}))
     family, sep, model = name.partition(":")
     if sep and family in FAMILIES:
         if not model:

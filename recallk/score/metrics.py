@@ -24,11 +24,12 @@ Each reported value is the mean over the included queries (:func:`mean`: summed 
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from recallk.checks import (FIRST_ONLY, METRIC_NAMES, check_backend, check_exclude_pairs, check_inputs, check_ks,
+from recallk.checks import (FIRST_ONLY, METRIC_NAMES, as_array, check_backend, check_exclude_pairs, check_inputs, check_ks,
                             check_memory, check_metrics)
 from recallk.errors import InputError
 from recallk.score.ranking import Ranking, consecutive_runs, rank_positives
@@ -143,6 +144,10 @@ def rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=None, g
     ``ray``: ``address``, ``num_cpus``), with the same result.
     """
     q, g = check_inputs(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids)
+    if same_set is None and query_ids is None and q.shape == g.shape and (q is g or np.array_equal(q, g)):
+        warnings.warn("`query_emb` and `gallery_emb` hold the same rows and no ids were passed, so every query "
+                      "retrieves itself (recall@1 is 1.0); pass `query_ids` and `gallery_ids` (e.g. "
+                      "np.arange(n) for both) to exclude each query's own row.", UserWarning, stacklevel=3)
     max_memory_mb, backend = check_memory(max_memory_mb), check_backend(backend)
     pairs = check_exclude_pairs(exclude, q.shape[0], g.shape[0])
     complete = any(m not in FIRST_ONLY for m in metrics)
@@ -169,17 +174,25 @@ def _recall_cap(names: Sequence[str], ks: Sequence[int]) -> int | None:
     return max(ks) if set(names) == {"recall"} else None
 
 
-def summarize(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str]) -> tuple[dict[str, Any], dict]:
-    """Headline means, counts and tie sensitivity, plus the per-query arrays they came from."""
+def summarize(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str],
+              all_excluded: str = "raise") -> tuple[dict[str, Any], dict]:
+    """Headline means, counts and tie sensitivity, plus the per-query arrays they came from.
+
+    When every query is excluded (none has a positive it may retrieve) the metrics are undefined:
+    ``all_excluded="raise"`` (the score stage) raises an InputError; ``"nan"`` (the Python API, where a
+    training loop must not die on one odd batch) gives NaN for every metric with a ``RuntimeWarning``.
+    """
     values = per_query(ranking, ks, metrics)
     n_in = int(np.count_nonzero(ranking.n_positives > 0))
     if n_in == 0:
-        raise InputError(f"every one of the {ranking.n_positives.size} queries is excluded: none has a gallery "
-                         "item of its label that it may retrieve, so the metrics are undefined. "
-                         "Put same-label images in the gallery.")
+        why = (f"every one of the {ranking.n_positives.size} queries is excluded: none has a gallery "
+               "item of its label that it may retrieve, so the metrics are undefined")
+        if all_excluded == "raise":
+            raise InputError(f"{why}. Put same-label images in the gallery.")
+        warnings.warn(f"{why}; returning NaN. Put same-label items in the gallery.", RuntimeWarning, stacklevel=3)
     # a recall value is 0 or 1: its fsum is the number of hits, so mean() is hits / n_in exactly
-    out: dict[str, Any] = {key: np.count_nonzero(v == 1.0) / n_in if key.startswith("recall@") else mean(v)
-                           for key, v in values.items()}
+    out: dict[str, Any] = {key: (np.count_nonzero(v == 1.0) / n_in if n_in else math.nan)
+                           if key.startswith("recall@") else mean(v) for key, v in values.items()}
     out.update(num_queries=n_in, num_excluded_queries=int(ranking.n_positives.size - n_in))
     out.update(tie_sensitivity(ranking, ks))
     return out, values
@@ -231,7 +244,7 @@ def retrieval_metrics(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labe
     ks, names = check_ks(ks), check_metrics(metrics)
     ranking = rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, names, exclude,
                    max_memory_mb, backend, cap=_recall_cap(names, ks))
-    summary, _ = summarize(ranking, ks, names)
+    summary, _ = summarize(ranking, ks, names, all_excluded="nan")
     return {key: summary[key] for key in metric_keys(names, ks)}
 
 
@@ -249,8 +262,8 @@ def retrieval_summary(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labe
     ks, names = check_ks(ks), check_metrics(metrics)
     ranking = rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, names, exclude,
                    max_memory_mb, backend, cap=_recall_cap(names, ks))
-    summary, _ = summarize(ranking, ks, names)
-    g = np.asarray(gallery_emb)
+    summary, _ = summarize(ranking, ks, names, all_excluded="nan")
+    g = as_array(gallery_emb)
     summary.update(num_gallery=int(g.shape[0]), embedding_dim=int(g.shape[1]))
     return summary
 
@@ -299,7 +312,17 @@ def first_positive_ranks(query_emb: np.ndarray, gallery_emb: np.ndarray, query_l
                          gallery_labels: Sequence[Any], query_ids: Sequence[Any] | None = None,
                          gallery_ids: Sequence[Any] | None = None, max_memory_mb: float = 512,
                          ) -> tuple[np.ndarray, np.ndarray]:
-    """0-based rank of each query's best positive (-1 when it has none), and its number of positives."""
+    """Where each query's first positive ranks, and how many positives it has.
+
+    Returns
+    -------
+    (first_rank, n_positives) : two int64 arrays of shape (n_queries,)
+        ``first_rank[i]``: the 0-based rank of query i's most similar positive (a gallery item of its
+        label that it may retrieve) among the items it may retrieve, so ``first_rank[i] < K`` is a hit
+        at K; ties rank by gallery index, smaller first; -1 when the query has no positive.
+        ``n_positives[i]``: its number of positives (its own image, by ``query_ids``/``gallery_ids``,
+        never counts); 0 exactly where ``first_rank`` is -1.
+    """
     ranking = rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, ["recall"],
                    max_memory_mb=max_memory_mb)
     return ranking.first_rank, ranking.n_positives

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import math
 from typing import Any
 
@@ -55,7 +58,24 @@ def provenance(split: dict[str, Any] | None, encode: dict[str, Any] | None, scor
                  if boot["resamples"] else "off")
     out["scoring"] = (f"exclude_same {list(score['exclude_same'])}, whiten {score['whiten']}, "
                       f"backend {score['backend']}, intervals {intervals}")
+    out["id"] = evaluation_id(split, encode, score)
     return out
+
+
+#: Score params that decide what the tables measure (the others decide how it is computed, the
+#: intervals or the failure gallery, and never change a table's numbers): the score part of :func:`evaluation_id`.
+_WHAT = ("ks", "metrics", "exclude_same", "whiten", "near_duplicates")
+
+
+def evaluation_id(split: dict[str, Any] | None, encode: dict[str, Any] | None, score: dict[str, Any]) -> str:
+    """A short id (12 hex digits) of what was evaluated: sha256 over the split and encode stages'
+    provenance (data, split, backbone fingerprint) and the score params that decide what is measured
+    (:data:`_WHAT`; not ``backend``, ``max_memory_mb``, ``bootstrap`` or ``failures``). Every report CSV carries it in its last column ``evaluated`` and
+    ``metrics/evaluated.json`` under ``id``, so a table found on its own says what it measured."""
+    blob = json.dumps({"split": split, "encode": encode,
+                       "score": {k: score.get(k) for k in _WHAT}},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
 
 
 def format_report(metrics: dict[str, Any], evaluated: dict[str, str] | None = None) -> str:

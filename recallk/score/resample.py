@@ -19,6 +19,13 @@ def unit_sums(values: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.nd
     return np.bincount(inverse, weights=values), np.bincount(inverse).astype(np.float64), inverse
 
 
+def content_order(content: np.ndarray, image_ids: np.ndarray) -> np.ndarray:
+    """The order resamples draw queries in: by file content (sha256), then image_id (embeddings-only
+    catalogs have no content, so their order is the ids'). Catalog order follows file names, so without
+    this, renaming files would move every bootstrap bound; with it, only the content decides."""
+    return np.lexsort((np.asarray(image_ids, dtype=str), np.asarray(content, dtype=str)))
+
+
 def bootstrap_means(values: dict[str, np.ndarray], resamples: int, seed: int,
                     groups: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The mean of each of ``resamples`` bootstrap resamples of every array in ``values``.

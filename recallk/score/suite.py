@@ -14,13 +14,14 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from recallk.checks import check_exclude_columns
+from recallk.checks import check_exclude_columns, is_missing
 from recallk.errors import InputError
 from recallk.score import gallery as failure_gallery
 from recallk.score import near_duplicates as embedding_copies
 from recallk.score import tables
 from recallk.score.metrics import metric_keys, rank, summarize
 from recallk.score.neighbors import top_k
+from recallk.score.resample import content_order
 from recallk.score.similarity import cosine_block, l2_normalize
 from recallk.score.whitening import pca_whitening
 
@@ -94,7 +95,10 @@ def score_split(emb: np.ndarray, row: pd.Series, catalog: pd.DataFrame, *, queri
     table, class_means = tables.per_class({k: values[k] for k in keys}, q_labels)
     out: dict[str, Any] = {k: summary[k] for k in keys}
     out.update(class_means)
-    out.update(tables.bootstrap_ci({k: values[k] for k in keys}, **bootstrap, labels=q_labels))
+    content = (catalog.loc[queries, "sha256"].fillna("").astype(str).to_numpy() if "sha256" in catalog
+               else np.full(len(queries), ""))
+    order = content_order(content, queries)  # resample by content, so renaming files never moves a bound
+    out.update(tables.bootstrap_ci({k: values[k] for k in keys}, **bootstrap, labels=q_labels, order=order))
     out.update({k: v for k, v in summary.items() if k not in out})
     out.update(num_gallery=int(g_emb.shape[0]), embedding_dim=int(g_emb.shape[1]))
     failures = failures or {"queries": 0, "k": 0}
@@ -116,7 +120,7 @@ def score_split(emb: np.ndarray, row: pd.Series, catalog: pd.DataFrame, *, queri
                  "among their top %d", min_cosine, int(flagged.sum()), len(queries), max(ks))
     curve = tables.recall_curve(ranking, max(max(ks), CURVE_K))
     frames = {"per_class": table, "curve": curve,
-              "curve_band": tables.curve_band(ranking, curve, **bootstrap, labels=q_labels),
+              "curve_band": tables.curve_band(ranking, curve, **bootstrap, labels=q_labels, order=order),
               "per_query": tables.per_query(queries, q_labels, ranking, values, neighbors),
               "neighbors": neighbors[neighbors["rank"] <= max(ks)].reset_index(drop=True),
               "confusions": tables.confusions(neighbors), "near_duplicates": copies}
@@ -141,7 +145,7 @@ def _failure_sheet(per_query: pd.DataFrame, neighbors: pd.DataFrame, failures: d
         allowed = (gallery != qid) & (g_labels == str(query["label"]))
         for q_values, g_values in exclude:
             value = q_values[i]
-            if value is not None and value == value and value != "":
+            if not is_missing(value):
                 allowed &= np.asarray(g_values, dtype=object) != value
         positives = np.flatnonzero(allowed)
         best = positives[np.lexsort((positives, -sims[positives]))[0]]

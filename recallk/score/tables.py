@@ -4,6 +4,7 @@ tables, and the recall@K curve. Plain functions over numpy arrays and pandas fra
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import numpy as np
@@ -14,8 +15,54 @@ from recallk.score.ranking import Ranking
 from recallk.score.resample import bootstrap_means, percentile_interval
 
 
+# ---------------------------------------------------------------------------------- spreadsheet formulas
+
+#: A text cell that a spreadsheet would run as a formula: it starts with ``=``, ``+``, ``-``, ``@``, a tab or
+#: a carriage return (after any ``'``, so that the escape below can be undone exactly).
+_FORMULA = re.compile(r"^'*[=+\-@\t\r]")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return text == text.strip()
+
+
+def _needs_quote(text: str) -> bool:
+    return bool(_FORMULA.match(text)) and not _is_number(text)
+
+
+def _text_columns(frame: pd.DataFrame) -> list:
+    return [c for c in frame.columns if not (pd.api.types.is_numeric_dtype(frame[c])
+                                             or pd.api.types.is_bool_dtype(frame[c]))]
+
+
+def neutralise_formulas(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every text cell that a spreadsheet would run as a formula (``=cmd|...``, ``@SUM(..)``,
+    ``+1+1``, ``-2+3``) prefixed with ``'``, which spreadsheets show as text (OWASP's advice on CSV
+    injection). Numbers (``-1``, ``+2.5``) and other text are unchanged, and a value that begins with
+    ``'`` before such a character gets one more ``'``, so :func:`restore_formulas` gives back the exact
+    value. Applied to the score stage's report tables (labels, ids, top-1 labels)."""
+    out = frame.copy()
+    for column in _text_columns(out):
+        out[column] = out[column].map(lambda v: f"'{v}" if isinstance(v, str) and _needs_quote(v) else v)
+    return out
+
+
+def restore_formulas(frame: pd.DataFrame) -> pd.DataFrame:
+    """The inverse of :func:`neutralise_formulas` on a table read back as text (``recallk compare``)."""
+    out = frame.copy()
+    for column in _text_columns(out):
+        out[column] = out[column].map(lambda v: v[1:] if isinstance(v, str) and v.startswith("'")
+                                      and _needs_quote(v[1:]) else v)
+    return out
+
+
 def bootstrap_ci(values: dict[str, np.ndarray], resamples: int, confidence: float, seed: int,
-                 unit: str = "query", labels: Sequence[str] | None = None) -> dict[str, float]:
+                 unit: str = "query", labels: Sequence[str] | None = None,
+                 order: np.ndarray | None = None) -> dict[str, float]:
     """Percentile bootstrap intervals of each metric's mean.
 
     ``values`` maps a metric key to per-query values (NaN = excluded query, dropped first).
@@ -23,9 +70,18 @@ def bootstrap_ci(values: dict[str, np.ndarray], resamples: int, confidence: floa
     with all its queries, which ``labels`` gives), the honest choice when a label's queries are
     correlated (leave-one-out). Every metric uses the same resamples
     (:func:`recallk.score.resample.bootstrap_means`). Returns ``{key}_ci_low`` and ``{key}_ci_high``.
+
+    ``order`` (a permutation of the queries, :func:`recallk.score.resample.content_order`) is the order
+    the resamples draw from; with it, labels (``unit: label``) are numbered by their first query in that
+    order too, so renaming files or labels never moves the bounds.
     """
     if resamples <= 0 or not values:
         return {}
+    if order is not None:
+        values = {key: np.asarray(v)[order] for key, v in values.items()}
+        if labels is not None:
+            codes = pd.factorize(pd.Series(np.asarray(labels, dtype=str)[order]))[0]
+            labels = np.char.zfill(codes.astype(str), 12)
     kept_rows = ~np.isnan(next(iter(values.values())))
     kept = {key: v[kept_rows] for key, v in values.items()}
     groups = np.asarray(labels, dtype=str)[kept_rows] if unit == "label" else None
@@ -148,13 +204,14 @@ def recall_curve(ranking: Ranking, k_max: int) -> pd.DataFrame:
 
 
 def curve_band(ranking: Ranking, curve: pd.DataFrame, resamples: int, confidence: float, seed: int,
-               unit: str = "query", labels: Sequence[str] | None = None) -> pd.DataFrame:
+               unit: str = "query", labels: Sequence[str] | None = None,
+               order: np.ndarray | None = None) -> pd.DataFrame:
     """The recall@K curve with a bootstrap interval per k (``k, recall, ci_low, ci_high``), the same
     resamples as :func:`bootstrap_ci`; without resamples the band is the curve itself."""
     first = ranking.first_rank.astype(np.float64)
     first[ranking.n_positives == 0] = np.nan
     values = {int(k): np.where(np.isnan(first), np.nan, (first < k).astype(np.float64)) for k in curve["k"]}
-    ci = bootstrap_ci(values, resamples, confidence, seed, unit, labels)
+    ci = bootstrap_ci(values, resamples, confidence, seed, unit, labels, order)
     band = curve.copy()
     band["ci_low"] = [ci.get(f"{k}_ci_low", r) for k, r in zip(curve["k"], curve["recall"])]
     band["ci_high"] = [ci.get(f"{k}_ci_high", r) for k, r in zip(curve["k"], curve["recall"])]

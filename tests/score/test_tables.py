@@ -28,15 +28,17 @@ def test_all_outputs_are_written_with_their_columns(uneven_scored_base):
     for rel in SCORE_OUTPUTS:
         assert (uneven_scored_base / rel).is_file(), rel
     per_class = pd.read_csv(uneven_scored_base / PER_CLASS)
-    assert list(per_class.columns) == ["label", "num_queries", *METRIC_KEYS]
+    assert list(per_class.columns) == ["label", "num_queries", *METRIC_KEYS, "evaluated"]
     curve = pd.read_csv(uneven_scored_base / CURVE)
-    assert list(curve.columns) == ["k", "recall"]
+    assert list(curve.columns) == ["k", "recall", "evaluated"]
     per_query = read_per_query(uneven_scored_base)
     per_metric = [tables.per_query_column(k) for k in METRIC_KEYS]  # hit@K, precision@K, r_precision, ap@r, ap, rr
     assert list(per_query.columns) == ["image_id", "label", "num_positives", "num_retrievable", "first_positive_rank",
-                                       "first_positive_rank_other_tie_rule", *per_metric, "top1_id", "top1_label"]
+                                       "first_positive_rank_other_tie_rule", *per_metric, "top1_id", "top1_label",
+                                       "evaluated"]
     compact = pd.read_csv(uneven_scored_base / "metrics/per_query.csv", dtype={"image_id": str, "label": str})
-    assert list(compact.columns) == ["image_id", "label", "num_positives", "num_retrievable", *per_metric]
+    assert list(compact.columns) == ["image_id", "label", "num_positives", "num_retrievable", *per_metric,
+                                     "evaluated"]
     pd.testing.assert_frame_equal(compact, per_query[compact.columns])  # the copy kept in git for compare
     m = read_metrics(uneven_scored_base)
     assert list(m)[:len(METRIC_KEYS)] == METRIC_KEYS

@@ -52,7 +52,7 @@ def test_stage_precomputed_follows_catalog_order(split_project, tmp_path, monkey
     order = np.random.default_rng(2).permutation(len(ids))
     np.savez(split_project / "pre.npz", ids=np.append(ids[order], "extra"),
              embeddings=np.vstack([want[order], np.ones(6)]))
-    set_params(split_project, {"encode.backbone": "precomputed", "encode.precomputed": {"path": "pre.npz", "ids": None}})
+    set_params(split_project, {"encode.backbone": "precomputed", "encode.precomputed": {"path": "pre.npz", "ids": "recallk/encode/no_file.txt"}})
     log, _ = _encode(split_project)
     assert "loaded 200 precomputed embeddings (dim 6)" in log
     np.testing.assert_array_equal(np.load(split_project / EMBEDDINGS), want)
@@ -81,7 +81,8 @@ def _cache_rows(db_path):
 def test_stage_resumes_after_sigkill(split_project, tmp_path, monkeypatch):
     project = split_project
     (project / "slowenc.py").write_text(SLOWENC)
-    set_params(project, {"encode.backbone": "callable:slowenc:embed", "encode.batch_size": 10})
+    set_params(project, {"encode.backbone": "callable:slowenc:embed", "encode.callable.module_file": "slowenc.py",
+                          "encode.batch_size": 10})
     cache_dir = tmp_path / "cache"
     db_path = cache_dir / "embeddings.sqlite"
     env = {**tool_env(), "RECALLK_CACHE_DIR": str(cache_dir)}

@@ -644,7 +644,8 @@ def test_callable_backbone_returning_nan_or_inf_names_the_images(proj):
     bad = {"a/red.png": (255, 0, 0), "b/green.png": (0, 255, 0), "c/blue.png": (0, 0, 255)}
     for rel, colour in bad.items():
         Image.fromarray(rgb_block(8, 8, colour), "RGB").save(data_root(proj) / rel)
-    set_params(proj, {"encode.backbone": "callable:hostile_encoder:embed"})
+    set_params(proj, {"encode.backbone": "callable:hostile_encoder:embed",
+                      "encode.callable.module_file": "hostile_encoder.py"})
     run_ok(proj, "split")
     plant_stale(proj, (EMBEDDINGS, IDS))
     proc = run_module("stages.encode", cwd=proj)
