@@ -95,28 +95,38 @@ def efficientnet_lite0(runtime: Any = None, **options: Any) -> Backbone:
     return efficientnet.build(runtime=runtime, **options)
 
 
-#: The model families: name -> (module under recallk.encode, imported lazily as its extra may be missing
-#: (MissingExtraError), and what ``<name>:<model>`` is).
-LAZY_FAMILIES = {
-    "timm": ("timm_backbone", "A timm model's pooled features (``timm:<model>``; the timm extra)."),
-    "open_clip": ("open_clip_backbone",
-                  "An OpenCLIP model's image embedding (``open_clip:<model>``; the open-clip extra)."),
-    "torchvision": ("torchvision_backbone",
-                    "A torchvision classification model's pooled features (``torchvision:<model>``; the torch extra)."),
-    "hf": ("hf_backbone", "A transformers vision model saved in a local directory (``hf:<dir>``; the hf extra)."),
-}
+# The model families, each module imported lazily (its extra may be missing: MissingExtraError). Written
+# out, not from a table: tests/test_dvc_yaml.py reads these imports for the encode stage's deps.
+@register_family("timm", torch=True)
+def timm_model(model: str, runtime: Any = None, **options: Any) -> Backbone:
+    """A timm model's pooled features (``timm:<model>``; the timm extra)."""
+    from recallk.encode import timm_backbone
+
+    return timm_backbone.build(model, runtime=runtime, **options)
 
 
-def _lazy_family(family: str, module: str, doc: str) -> None:
-    def factory(model: str, runtime: Any = None, **options: Any) -> Backbone:
-        return importlib.import_module(f"recallk.encode.{module}").build(model, runtime=runtime, **options)
+@register_family("open_clip", torch=True)
+def open_clip_model(model: str, runtime: Any = None, **options: Any) -> Backbone:
+    """An OpenCLIP model's image embedding (``open_clip:<model>``; the open-clip extra)."""
+    from recallk.encode import open_clip_backbone
 
-    factory.__name__, factory.__doc__ = f"{family}_model", doc
-    register_family(family, torch=True)(factory)
+    return open_clip_backbone.build(model, runtime=runtime, **options)
 
 
-for _family, (_module, _doc) in LAZY_FAMILIES.items():
-    _lazy_family(_family, _module, _doc)
+@register_family("torchvision", torch=True)
+def torchvision_model(model: str, runtime: Any = None, **options: Any) -> Backbone:
+    """A torchvision classification model's pooled features (``torchvision:<model>``; the torch extra)."""
+    from recallk.encode import torchvision_backbone
+
+    return torchvision_backbone.build(model, runtime=runtime, **options)
+
+
+@register_family("hf", torch=True)
+def hf_model(folder: str, runtime: Any = None, **options: Any) -> Backbone:
+    """A transformers vision model saved in a local directory (``hf:<dir>``; the hf extra)."""
+    from recallk.encode import hf_backbone
+
+    return hf_backbone.build(folder, runtime=runtime, **options)
 
 
 CALLABLE_PREFIX = "callable:"
