@@ -16,25 +16,17 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import CATALOG, SPLIT_OUTPUTS, assert_no_outputs, new_project, read_csv, run_fails, run_ok, save_image, set_params
+from helpers import (CATALOG, SPLIT_OUTPUTS, assert_no_outputs, new_project, read_csv, run_fails, run_ok, save_image,
+                     set_params, tiny_project)
 from recallk import images
 from recallk.data import catalog, contract
 from recallk.encode import batches
 from recallk.errors import InputError
 
 
-def tiny(where: Path) -> Path:
-    proj = new_project(where / "proj", per_label=None)
-    set_params(proj, {"encode.pixels.resolution": 4, "score.ks": [1, 2], "score.bootstrap.resamples": 10})
-    for j, label in enumerate("abcd"):
-        for i in range(3):
-            save_image(proj / "data" / "digits" / label / f"{i}.png", seed=100 * j + i, size=(8, 8))
-    return proj
-
-
 @pytest.fixture
 def proj(tmp_path: Path) -> Path:
-    return tiny(tmp_path)
+    return tiny_project(tmp_path)
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:

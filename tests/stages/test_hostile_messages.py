@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from helpers import (CATALOG, EMBEDDINGS, ENCODE_OUTPUTS, SPLIT_OUTPUTS, assert_no_outputs, new_project, read_csv,
-                     run_fails, run_module, run_ok, save_image, set_params)
+                     run_fails, run_module, run_ok, save_image, set_params, tiny_project)
 from recallk.data import catalog, contract
 from recallk.errors import InputError, os_advice
 from stages import runner
@@ -27,13 +27,7 @@ LABELS = ("a", "b", "c", "d")
 
 
 def tiny(where: Path, labels: tuple[str, ...] = LABELS) -> Path:
-    """A project with three 8 x 8 images per label under data/digits/<label>/."""
-    proj = new_project(where / "proj", per_label=None)
-    set_params(proj, {"encode.pixels.resolution": 4, "score.ks": [1, 2], "score.bootstrap.resamples": 10})
-    for j, label in enumerate(labels):
-        for i in range(3):
-            save_image(proj / "data" / "digits" / label / f"{i}.png", seed=100 * j + i, size=(8, 8))
-    return proj
+    return tiny_project(where, labels)
 
 
 @pytest.fixture
@@ -198,21 +192,18 @@ def _precomputed(proj: Path, path: str, ids: str | None = None) -> None:
     set_params(proj, change)
 
 
-def test_an_npz_member_that_is_not_an_npy_is_a_message(split_done):
-    """traceback: ``AttributeError: 'bytes' object has no attribute 'ndim'`` (numpy returns raw bytes)."""
+@pytest.mark.parametrize("members, fragment", [
+    # traceback: ``AttributeError: 'bytes' object has no attribute 'ndim'`` (numpy returns raw bytes)
+    ({"ids": b"a,b,c", "embeddings.npy": b"not an array"}, "(member 'ids') is not an .npy array"),
+    # an .npy name whose header is broken
+    ({"ids.npy": b"hello", "embeddings.npy": b"xx"}, "(member 'ids.npy') is not an .npy array"),
+])
+def test_an_npz_member_that_is_not_an_npy_is_a_message(split_done, members, fragment):
     with zipfile.ZipFile(split_done / "e.npz", "w") as archive:
-        archive.writestr("ids", b"a,b,c")
-        archive.writestr("embeddings.npy", b"not an array")
+        for name, data in members.items():
+            archive.writestr(name, data)
     _precomputed(split_done, "e.npz")
-    run_fails(split_done, "encode", "(member 'ids') is not an .npy array")
-
-
-def test_an_npz_member_with_a_broken_header_is_a_message(split_done):
-    with zipfile.ZipFile(split_done / "e.npz", "w") as archive:
-        archive.writestr("ids.npy", b"hello")
-        archive.writestr("embeddings.npy", b"xx")
-    _precomputed(split_done, "e.npz")
-    run_fails(split_done, "encode", "(member 'ids.npy') is not an .npy array")
+    run_fails(split_done, "encode", fragment)
 
 
 def npy_with_header(path: Path, header: str, data: bytes = b"") -> None:
