@@ -458,12 +458,12 @@ def planted_pairs() -> set[tuple[str, str]]:
     return {tuple(sorted((rel, f"{label}/{seed}.png"))) for rel, (label, seed) in LEAK_PLANTED.items()}
 
 
-def tiny_project(where: Path, labels: Sequence[str] = ("a", "b", "c", "d")) -> Path:
-    """A project with three 8 x 8 images per label under data/digits/<label>/, 4 x 4 pixels, ks [1, 2] and
-    10 bootstrap resamples: the cheapest project every stage runs on (the hostile-input corpus)."""
+def tiny_project(where: Path, labels: Sequence[str] = ("a", "b", "c", "d"), per_label: int = 3) -> Path:
+    """A project with ``per_label`` 8 x 8 images per label under data/digits/<label>/, 4 x 4 pixels, ks
+    [1, 2] and 10 bootstrap resamples: the cheapest project every stage runs on (the hostile-input corpus)."""
     proj = new_project(where / "proj", per_label=None)
     set_params(proj, {"encode.pixels.resolution": 4, "score.ks": [1, 2], "score.bootstrap.resamples": 10})
     for j, label in enumerate(labels):
-        for i in range(3):
+        for i in range(per_label):
             save_image(proj / "data" / "digits" / label / f"{i}.png", seed=100 * j + i, size=(8, 8))
     return proj

@@ -115,9 +115,10 @@ def test_self_match_excluded_even_when_k_exceeds_gallery():
                        "tie_sensitive@1": 1, "tie_sensitive@3": 0, "tie_sensitive@10": 0}
     rank, n_pos = first_positive_ranks(g, g, gl, gl, ids, ids)
     assert rank.tolist() == [-1, 0, 1] and n_pos.tolist() == [0, 1, 1]
-    # a lone query whose only same-label item is itself: every query excluded -> error, never a hit
-    with pytest.raises(ValueError, match="excluded"):
-        recall_at_k(g[:1], g, gl[:1], gl, ks=[10], query_ids=ids[:1], gallery_ids=ids)
+    # a lone query whose only same-label item is itself: every query excluded -> NaN and a warning, never a hit
+    with pytest.warns(RuntimeWarning, match="excluded"):
+        lone = recall_at_k(g[:1], g, gl[:1], gl, ks=[10], query_ids=ids[:1], gallery_ids=ids)
+    assert np.isnan(lone["recall@10"])
 
 
 @pytest.mark.parametrize("scale", [1e-60, 1e60])
