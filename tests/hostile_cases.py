@@ -97,3 +97,5 @@ def line_of(rows: list[str], row: str) -> int:
     return rows.index(row) + 2
 
 
+def rgb_block(h: int, w: int, colour: tuple[int, int, int]) -> np.ndarray:
+    return np.broadcast_to(np.asarray(colour, np.uint8), (h, w, 3)).copy()

@@ -73,10 +73,6 @@ def write_unreadable(proj: Path) -> None:
         (data_root(proj) / rel).write_bytes(make())
 
 
-def rgb_block(h: int, w: int, colour: tuple[int, int, int]) -> np.ndarray:
-    return np.broadcast_to(np.asarray(colour, np.uint8), (h, w, 3)).copy()
-
-
 GRAY16 = (np.arange(16, dtype=np.uint32).reshape(4, 4) * 16 + 8) * 257  # 16-bit levels 2056 .. 63736
 PALETTE = [(255, 0, 0), (0, 0, 255), (0, 255, 0)]  # index 0 is transparent
 PALETTE_INDEX = np.array([[0, 0, 1, 2]] * 4, dtype=np.uint8)
