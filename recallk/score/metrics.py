@@ -58,7 +58,12 @@ def per_query(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str]) -> di
     needs_all = [m for m in metrics if m not in FIRST_ONLY]
     if needs_all and not ranking.complete:
         raise ValueError(f"metrics {needs_all} need the complete ranking; rank with complete=True.")
-    if ranking.cap is not None and (needs_all or "mrr" in metrics or max(ks, default=0) > ranking.cap):
+    if ranking.depth is not None and ("map" in metrics or "precision" in metrics and ks and np.any(
+            (ranking.depth < np.minimum(max(ks), ranking.n_retrievable))[ranking.n_positives > 0])):
+        raise ValueError("this ranking holds only the top of each query's ranking (the top-L pass, `depth`): it "
+                         "serves recall, precision@K for K up to its depth, r_precision, map@r and mrr, not map; "
+                         "rank with depth=None or a larger depth.")
+    if ranking.cap is not None and ((needs_all and ranking.depth is None) or "mrr" in metrics or max(ks, default=0) > ranking.cap):
         raise ValueError(f"this ranking's first ranks are capped at {ranking.cap}: it serves recall@K for "
                          f"K <= {ranking.cap} only; rank with cap=None.")
     first = ranking.first_rank  # 0-based (int64); computed over every query once
@@ -82,10 +87,12 @@ def _span_values(ranking: Ranking, first: np.ndarray, a: int, b: int, ks: Sequen
     def nan_out(values: np.ndarray) -> np.ndarray:
         return np.where(included, values, np.nan)
 
-    if ranking.complete:  # the rest needs every positive's rank
+    if ranking.complete:  # the rest needs every positive's rank (or, with a depth, those within it)
+        listed = np.diff(ranking.offsets[a:b + 1])  # R, or fewer within a depth
         r = ranking.ranks[ranking.offsets[a]:ranking.offsets[b]] + 1.0  # 1-based rank
-        owner = np.repeat(np.arange(n), R)
-        j = np.arange(r.size) - np.repeat(np.cumsum(R) - R, R) + 1.0
+        owner = np.repeat(np.arange(n), listed)
+        j = np.arange(r.size) - np.repeat(np.cumsum(listed) - listed, listed) + 1.0
+        R_each = np.repeat(R, listed)
         safe_R = np.maximum(R, 1)
 
     def per(weights: np.ndarray) -> np.ndarray:
@@ -100,9 +107,9 @@ def _span_values(ranking: Ranking, first: np.ndarray, a: int, b: int, ks: Sequen
                 out[f"precision@{k}"] = nan_out(per((r <= k).astype(np.float64))
                                                 / np.maximum(np.minimum(k, n_retrievable), 1))
         elif name == "r_precision":
-            out["r_precision"] = nan_out(per((r <= np.repeat(R, R)).astype(np.float64)) / safe_R)
+            out["r_precision"] = nan_out(per((r <= R_each).astype(np.float64)) / safe_R)
         elif name == "map@r":
-            out["map@r"] = nan_out(per(np.where(r <= np.repeat(R, R), j / r, 0.0)) / safe_R)
+            out["map@r"] = nan_out(per(np.where(r <= R_each, j / r, 0.0)) / safe_R)
         elif name == "map":
             out["map"] = nan_out(per(j / r) / safe_R)
         elif name == "mrr":
@@ -133,15 +140,18 @@ def tie_sensitivity(ranking: Ranking, ks: Sequence[int]) -> dict[str, int]:
 def rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=None, gallery_ids=None,
          metrics: Sequence[str] = METRICS, exclude: Sequence[tuple[Any, Any]] = (), max_memory_mb: float = 512,
          backend: str = "numpy", cap: int | None = None, same_set: bool | None = None, engine: str = "local",
-         ray: dict[str, Any] | None = None) -> Ranking:
+         ray: dict[str, Any] | None = None, depth: int | None = None) -> Ranking:
     """Validate the inputs once and rank with the chosen backend (``numpy`` or ``faiss``).
 
-    ``cap`` (recall only): first ranks of ``cap`` or more may read ``cap``, so the numpy
-    engine stops counting a query once it surely misses every K <= ``cap``.
+    ``cap`` (no mrr, no map): first ranks of ``cap`` or more may read ``cap``, so the numpy
+    engine stops counting a query once it surely misses every K <= ``cap`` (recall alone), or (with
+    ``depth``) needs no exact first rank for a query whose positives all lie beyond its first L.
     ``same_set``: the queries *are* the gallery, row for row (leave-one-out), as the caller
     knows it (the score stage from the split protocol); ``None`` detects it from the arrays.
     ``engine="ray"``: the numpy engine's tiles run on Ray tasks (:mod:`recallk.score.ranking.ray_tiles`,
     ``ray``: ``address``, ``num_cpus``), with the same result.
+    ``depth`` (:func:`top_depth`): the metrics read only each query's first max(R, depth) ranks, so the numpy
+    engine takes its top-L pass (the complete ranking without it, or with ``backend="faiss"``).
     """
     q, g = check_inputs(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids)
     if same_set is None and query_ids is None and q.shape == g.shape and (q is g or np.array_equal(q, g)):
@@ -165,13 +175,21 @@ def rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=None, g
         return rank_positives_faiss(q, g, query_labels, gallery_labels, query_ids, gallery_ids, pairs,
                                     max_memory_mb=max_memory_mb)
     return rank_positives(q, g, query_labels, gallery_labels, query_ids, gallery_ids, pairs,
-                          max_memory_mb=max_memory_mb, complete=complete, cap=None if complete else cap,
-                          same_set=same_set, count_tiles=count_tiles)
+                          max_memory_mb=max_memory_mb, complete=complete,
+                          cap=cap if not complete or depth is not None else None,
+                          same_set=same_set, count_tiles=count_tiles, depth=depth if complete else None)
 
 
 def _recall_cap(names: Sequence[str], ks: Sequence[int]) -> int | None:
-    """With recall@K only, ranks beyond the largest K change nothing: the engine may stop counting there."""
-    return max(ks) if set(names) == {"recall"} else None
+    """Without mrr and map, first ranks beyond the largest K change nothing: the engine may stop counting
+    there (recall alone) or skip exact first ranks beyond each query's first L (the top-L pass)."""
+    return None if {"mrr", "map"} & set(names) else max(ks)
+
+
+def top_depth(names: Sequence[str], ks: Sequence[int]) -> int | None:
+    """The depth of the top-L pass that serves ``names`` at ``ks``: max(ks), unless full ``map`` needs every
+    positive's rank (None)."""
+    return None if "map" in names else max(ks, default=1)
 
 
 def summarize(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str],
@@ -243,7 +261,7 @@ def retrieval_metrics(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labe
     """
     ks, names = check_ks(ks), check_metrics(metrics)
     ranking = rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, names, exclude,
-                   max_memory_mb, backend, cap=_recall_cap(names, ks))
+                   max_memory_mb, backend, cap=_recall_cap(names, ks), depth=top_depth(names, ks))
     summary, _ = summarize(ranking, ks, names, all_excluded="nan")
     return {key: summary[key] for key in metric_keys(names, ks)}
 
@@ -261,7 +279,7 @@ def retrieval_summary(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labe
     """
     ks, names = check_ks(ks), check_metrics(metrics)
     ranking = rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, names, exclude,
-                   max_memory_mb, backend, cap=_recall_cap(names, ks))
+                   max_memory_mb, backend, cap=_recall_cap(names, ks), depth=top_depth(names, ks))
     summary, _ = summarize(ranking, ks, names, all_excluded="nan")
     g = as_array(gallery_emb)
     summary.update(num_gallery=int(g.shape[0]), embedding_dim=int(g.shape[1]))

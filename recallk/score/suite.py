@@ -19,7 +19,7 @@ from recallk.errors import InputError
 from recallk.score import gallery as failure_gallery
 from recallk.score import near_duplicates as embedding_copies
 from recallk.score import tables
-from recallk.score.metrics import metric_keys, rank, summarize
+from recallk.score.metrics import metric_keys, rank, summarize, top_depth
 from recallk.score.neighbors import top_k
 from recallk.score.resample import content_order
 from recallk.score.similarity import cosine_block, l2_normalize
@@ -86,7 +86,7 @@ def score_split(emb: np.ndarray, row: pd.Series, catalog: pd.DataFrame, *, queri
     q_labels, g_labels = labels[queries].to_numpy(), labels[gallery].to_numpy()
     exclude = [(catalog.loc[queries, c].to_numpy(), catalog.loc[gallery, c].to_numpy()) for c in exclude_same]
     ranking = rank(q_emb, g_emb, q_labels, g_labels, queries, gallery, metrics, exclude, max_memory_mb, backend,
-                   same_set=same_set, engine=engine, ray=ray)
+                   same_set=same_set, engine=engine, ray=ray, depth=top_depth(metrics, ks))
     if exclude_same and not ranking.n_positives.any():
         raise InputError(f"every query is excluded: with `score.exclude_same: {list(exclude_same)}` no query keeps "
                          "a same-label gallery item it may retrieve. Remove those columns from score.exclude_same.")

@@ -65,6 +65,18 @@ class Budget:
     #: opposite-rule copy and the boolean masks.
     DIRECT_BYTES_PER_CELL: ClassVar[int] = 24
 
+    #: Top-L pass (:mod:`~recallk.score.ranking.top`), per tile cell and thread: the float32 tile and its
+    #: boolean compare.
+    TOP_BYTES_PER_PAIR: ClassVar[int] = 5
+    #: Top-L pass, per candidate slot of a row (``2 L`` plus a tile's width): the float32 score and int64
+    #: column held, their copies while a row is pruned, the order keys, sort and masks when a run finishes.
+    TOP_BYTES_PER_SLOT: ClassVar[int] = 40
+    #: Top-L pass: most rows of one run (a tile of 512 x 2,048 float32 cells, 4 MiB, stays in the cache).
+    TOP_MAX_ROWS: ClassVar[int] = 512
+    #: Top-L pass: deepest L served, as a share of the gallery; deeper queries (few, large labels) take the
+    #: complete ranking, whose sorted tiles then cost about as much as the candidates' buffers.
+    TOP_DEPTH_SHARE: ClassVar[float] = 0.125
+
     @property
     def bytes(self) -> float:
         """The bound in bytes."""
@@ -119,6 +131,21 @@ class Budget:
         ``workers`` threads' share; at least the side of :attr:`MIN_PAIRS`."""
         per_core = self.bytes / workers
         return max(math.isqrt(self.MIN_PAIRS), int(per_core * self.VECTOR_SHARE // (2 * row_bytes)))
+
+    def top_rows(self, per_core: float, width: int, depth: int) -> int:
+        """Rows of one run of the top-L pass whose deepest query has L = ``depth``: its tile (``width`` columns,
+        :attr:`TOP_BYTES_PER_PAIR` per cell) and candidate buffers (``2 depth + width`` slots,
+        :attr:`TOP_BYTES_PER_SLOT` each) fit ``per_core`` bytes less :attr:`VECTOR_SHARE`; 1 to
+        :attr:`TOP_MAX_ROWS`."""
+        per_row = width * self.TOP_BYTES_PER_PAIR + (2 * depth + width) * self.TOP_BYTES_PER_SLOT
+        return max(1, min(self.TOP_MAX_ROWS, int(per_core * (1 - self.VECTOR_SHARE) // per_row)))
+
+    def top_depth(self, per_core: float, width: int, gallery_size: int) -> int:
+        """Deepest L the top-L pass serves: at most :attr:`TOP_DEPTH_SHARE` of the gallery (at least 1), and
+        one row's buffers within ``per_core`` bytes less :attr:`VECTOR_SHARE` (:meth:`top_rows`)."""
+        slots = per_core * (1 - self.VECTOR_SHARE) - width * self.TOP_BYTES_PER_PAIR
+        fits = int((slots / self.TOP_BYTES_PER_SLOT - width) // 2)
+        return min(max(1, int(gallery_size * self.TOP_DEPTH_SHARE)), fits)
 
     def direct(self, n_query: int, n_gallery: int, unit_bytes: int) -> bool:
         """Whether ``n_query`` x ``n_gallery`` takes the direct path: at most :attr:`DIRECT_CELLS` cells, and the

@@ -84,13 +84,13 @@ def _first_ranks(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray
     return first, opposite
 
 
-def _value_keys(sims: np.ndarray) -> np.ndarray:
-    """int64 keys, ``m`` apart, in the order of the float32 ``sims`` (m columns; equal values, 0.0 and -0.0
-    too, share a key): the bits of a negative float, read as an int32, grow as it falls, so all but the
-    sign bit are flipped."""
+def _value_keys(sims: np.ndarray, m: int | None = None) -> np.ndarray:
+    """int64 keys, ``m`` apart (default: the number of columns; at most 2**29), in the order of the float32
+    ``sims`` (equal values, 0.0 and -0.0 too, share a key): the bits of a negative float, read as an int32,
+    grow as it falls, so all but the sign bit are flipped."""
     bits = (sims + np.float32(0.0)).view(np.int32)  # -0.0 + 0.0 is 0.0: the two zeros tie, as equal floats do
     value = (bits ^ ((bits >> 31) & np.int32(0x7FFFFFFF))).astype(np.int64)
-    value *= sims.shape[1]
+    value *= sims.shape[1] if m is None else m
     return value
 
 

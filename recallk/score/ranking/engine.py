@@ -57,9 +57,11 @@ from recallk.score.ranking.counting import _Counter
 from recallk.score.ranking.direct import direct_ranks
 from recallk.score.ranking.exact import _exact_tiles
 from recallk.score.ranking.fast import _fast_tiles
-from recallk.score.ranking.positives import _positives
+from recallk.score.ranking.positives import _positives, positive_counts
 from recallk.score.ranking.problem import Problem
-from recallk.score.ranking.schedule import Select, _query_chunks, consecutive_runs
+from recallk.score.ranking.schedule import (_TILE_WIDTH, Select, _n_workers, _query_chunks, consecutive_runs,
+                                            rows_to_csr)
+from recallk.score.ranking.top import top_ranks
 
 __all__ = ["Ranking", "consecutive_runs", "rank_positives"]  # consecutive_runs: from schedule, as before
 
@@ -88,6 +90,13 @@ class Ranking:
         Every positive's rank, or only the first.
     cap : int or None
         The cap on first ranks, if any.
+    depth : ndarray or None
+        (n,) with ``complete``, from the top-L pass: query ``i``'s ranks are those of its positives
+        within its first ``depth[i]`` ranks only (``depth[i] = min(max(R_i, depth), M_i)``, so
+        precision@K for K <= ``depth``, r_precision and map@r are exact; full map is not). None: all.
+    first : ndarray or None
+        (n,) each query's first positive's rank (-1 without positives) when ``ranks`` may not hold it
+        (the top-L pass); None: read from ``ranks``.
     """
 
     n_positives: np.ndarray
@@ -97,10 +106,14 @@ class Ranking:
     first_rank_opposite: np.ndarray
     complete: bool
     cap: int | None = None
+    depth: np.ndarray | None = None
+    first: np.ndarray | None = None
 
     @cached_property
     def first_rank(self) -> np.ndarray:
         """Rank of each query's best positive, -1 when it has none (computed once)."""
+        if self.first is not None:
+            return self.first
         has = self.offsets[1:] > self.offsets[:-1]
         if not self.ranks.size:
             return np.full(has.size, -1, dtype=np.int64)
@@ -111,7 +124,8 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
                    gallery_labels: Sequence[Any], query_ids: Sequence[Any] | None = None,
                    gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
                    max_memory_mb: float = 512, complete: bool = True, cap: int | None = None,
-                   same_set: bool | None = None, count_tiles: CountTiles | None = None) -> Ranking:
+                   same_set: bool | None = None, count_tiles: CountTiles | None = None,
+                   depth: int | None = None) -> Ranking:
     """Exact ranks of every query's positives (or only the first one when ``complete`` is False).
 
     Inputs must already be validated (:func:`recallk.checks.check_inputs`).
@@ -144,6 +158,12 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
         Runs the tile jobs of each pass (:data:`CountTiles`) elsewhere, e.g. on Ray tasks
         (:mod:`~recallk.score.ranking.ray_tiles`); None: on this machine's cores. With it, a small
         problem takes the tiles too (no direct path).
+    depth : int, optional
+        With ``complete``: only each query's positives within its first ``max(R, depth)`` ranks are needed
+        (``R``: its positives; recall@K and precision@K for K <= ``depth``, r_precision, map@r, mrr, not full
+        map), which the top-L pass (:mod:`~recallk.score.ranking.top`) finds at about the cost of the fast
+        path; the :class:`Ranking` then has ``depth`` and ``first``. Small problems (direct path) and
+        ``count_tiles`` still give every positive's rank.
 
     Returns
     -------
@@ -167,8 +187,14 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
     (leave-one-out then multiplies every tile: runs of queries are not symmetric). The
     result itself holds 8 bytes per positive (per query when not ``complete``).
     """
-    if cap is not None and (complete or isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1):
-        raise ValueError(f"`cap` must be a positive integer, with complete=False. Got {cap!r} instead.")
+    if cap is not None and ((complete and depth is None) or isinstance(cap, bool)
+                            or not isinstance(cap, (int, np.integer)) or cap < 1):
+        raise ValueError(f"`cap` must be a positive integer, with complete=False or a depth. Got {cap!r} instead.")
+    if depth is not None and (not complete or isinstance(depth, bool) or not isinstance(depth, (int, np.integer))
+                              or depth < 1):
+        raise ValueError(f"`depth` must be a positive integer, with complete=True. Got {depth!r} instead.")
+    if depth is not None and cap is not None and cap > depth:
+        raise ValueError(f"`cap` must be at most `depth` ({depth}). Got {cap!r} instead.")
     started = time.perf_counter()
     budget = Budget(max_memory_mb)
     p = Problem.build(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude,
@@ -178,29 +204,91 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
             else f"fast pass (first positive, cap {cap})")
     # small: one exact product, no tiles, no threads (unless the tiles run elsewhere)
     if count_tiles is None and budget.direct(n, m, 4 * d * (n + m)):
+        cap = None if complete else cap  # every rank exact: no cap needed
         n_pos, offsets, ranks, opposite = direct_ranks(p, complete, cap)
         log.debug("ranked %d queries x %d gallery items: direct path (one exact product), %s, %s, %.3f s", n, m,
                   kind, "leave-one-out" if p.same_set else "query x gallery", time.perf_counter() - started)
         return Ranking(n_pos, m - p.n_excluded(), offsets, ranks, opposite, complete, cap)
-    chunks = _query_chunks(p, budget) if complete else [np.arange(n)]
-    if len(chunks) == 1:
+    if complete and depth is not None and count_tiles is None:
+        result, jobs, tiles, note = _top_ranking(p, budget, int(depth), cap)
+        log.debug("ranked %d queries x %d gallery items: top-L pass (depth %d), %s, %d jobs, %d tiles, %.3f s", n,
+                  m, depth, note, jobs, tiles, time.perf_counter() - started)
+        return result
+    if complete:
+        n_pos, offsets, ranks, opposite, jobs, tiles, chunks = _complete(p, budget, count_tiles)
+    else:
         n_pos, offsets, ranks, opposite, jobs, tiles = _rank_part(p, p.q.nbytes, budget, complete, cap, count_tiles)
-    else:  # every positive's lists, a chunk of queries at a time; their ranks follow one another
-        n_pos, opposite = np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)
-        ranks, filled = np.empty(int((p.hi - p.lo).sum()), dtype=np.int64), 0  # room for every possible positive
-        jobs = tiles = 0
-        for rows in chunks:
-            part = _rank_part(p.queries(rows), p.q.nbytes, budget, True, None, count_tiles)
-            n_pos[rows], opposite[rows] = part.n_pos, part.opposite
-            ranks[filled:filled + part.ranks.size] = part.ranks
-            filled += part.ranks.size
-            jobs, tiles = jobs + part.jobs, tiles + part.tiles
-        ranks, offsets = ranks[:filled], np.r_[0, np.cumsum(n_pos)]
+        chunks = 1
     result = Ranking(n_pos, m - p.n_excluded(), offsets, ranks, opposite, complete, cap)
-    path = "leave-one-out" if p.same_set and len(chunks) == 1 else "query x gallery"
+    path = "leave-one-out" if p.same_set and chunks == 1 else "query x gallery"
     log.debug("ranked %d queries x %d gallery items: %s, %s, %d chunk(s), %d jobs, %d tiles, %.3f s", n, m, kind,
-              path, len(chunks), jobs, tiles, time.perf_counter() - started)
+              path, chunks, jobs, tiles, time.perf_counter() - started)
     return result
+
+
+def _complete(p: Problem, budget: Budget, count_tiles: CountTiles | None = None) -> tuple:
+    """Every positive's rank: ``(n_pos, offsets, ranks, opposite, jobs, tiles, chunks)``, in chunks of queries
+    whose positive lists fit the budget (:func:`~recallk.score.ranking.schedule._query_chunks`)."""
+    chunks = _query_chunks(p, budget)
+    if len(chunks) == 1:
+        return (*_rank_part(p, p.q.nbytes, budget, True, None, count_tiles), 1)
+    n = p.q.shape[0]  # every positive's lists, a chunk of queries at a time; their ranks follow one another
+    n_pos, opposite = np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    ranks, filled = np.empty(int((p.hi - p.lo).sum()), dtype=np.int64), 0  # room for every possible positive
+    jobs = tiles = 0
+    for rows in chunks:
+        part = _rank_part(p.queries(rows), p.q.nbytes, budget, True, None, count_tiles)
+        n_pos[rows], opposite[rows] = part.n_pos, part.opposite
+        ranks[filled:filled + part.ranks.size] = part.ranks
+        filled += part.ranks.size
+        jobs, tiles = jobs + part.jobs, tiles + part.tiles
+    return n_pos, np.r_[0, np.cumsum(n_pos)], ranks[:filled], opposite, jobs, tiles, len(chunks)
+
+
+def _top_ranking(p: Problem, budget: Budget, depth: int, cap: int | None) -> tuple[Ranking, int, int, str]:
+    """:func:`rank_positives` with ``depth``: the top-L pass for the queries it serves, the complete ranking
+    (cut at L) for those too deep or whose candidates overflow, and the fast path's first rank for those whose
+    first positive lies beyond L (with ``cap``, none: their first ranks read ``cap``, as do all of ``cap`` or
+    more). Returns the ranking, the jobs and tiles done, and a note for the log."""
+    n, m = p.q.shape[0], p.gp.shape[0]
+    n_pos, n_ret = positive_counts(p, budget), m - p.n_excluded()
+    limit = np.minimum(np.maximum(n_pos, depth), n_ret)  # L per query
+    tiles = budget.tiles(p.q.nbytes + p.gp.nbytes, 0)
+    per_core = tiles.bytes / _n_workers()
+    served = (n_pos > 0) & (limit <= tiles.top_depth(per_core, min(m, _TILE_WIDTH), m))
+    top = top_ranks(p, tiles, limit, np.flatnonzero(served))
+    first, opposite, ok = top.first, top.opposite, served & ~top.overflow
+    rows = np.flatnonzero(ok)
+    sizes = np.diff(top.offsets)[rows]
+    pieces = [(rows, sizes, top.ranks[_spans(top.offsets[rows], sizes)])]  # (rows, sizes, their ranks)
+    deep = np.flatnonzero((n_pos > 0) & ~ok)
+    jobs, n_tiles = top.jobs, top.tiles
+    if deep.size:  # the complete ranking, cut at each query's L
+        part_pos, part_off, part_ranks, part_opp, j, t, _ = _complete(p.queries(deep), budget)
+        keep = part_ranks < np.repeat(limit[deep], part_pos)
+        kept = np.bincount(np.repeat(np.arange(deep.size), part_pos)[keep], minlength=deep.size)
+        first[deep] = part_ranks[part_off[:-1]]  # every one of them has positives
+        opposite[deep] = part_opp
+        pieces.append((deep, kept, part_ranks[keep]))
+        jobs, n_tiles = jobs + j, n_tiles + t
+    beyond = np.flatnonzero(ok & ~top.found)
+    if cap is not None:  # beyond L, both rules rank the first positive at L or more (>= depth >= cap)
+        first[beyond] = opposite[beyond] = cap
+        has = n_pos > 0
+        first[has], opposite[has] = np.minimum(first[has], cap), np.minimum(opposite[has], cap)
+    elif beyond.size:  # every positive lies beyond L: the fast path's exact first rank
+        part = _rank_part(p.queries(beyond), p.q.nbytes, budget, False, None)
+        first[beyond], opposite[beyond] = part.ranks, part.opposite
+        jobs, n_tiles = jobs + part.jobs, n_tiles + part.tiles
+    offsets, (ranks,) = rows_to_csr(n, pieces)
+    note = f"{np.count_nonzero(ok)} served, {deep.size} by the complete ranking, " \
+           f"{beyond.size} first ranks beyond L{' (capped)' if cap is not None else ''}"
+    return Ranking(n_pos, n_ret, offsets, ranks, opposite, True, cap, limit, first), jobs, n_tiles, note
+
+
+def _spans(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The positions ``starts[i] + range(sizes[i])`` for every i, one after another."""
+    return np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(sizes.sum())
 
 
 class _Part(NamedTuple):

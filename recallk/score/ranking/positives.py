@@ -13,6 +13,7 @@ import numpy as np
 from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.problem import Problem
 from recallk.score.ranking.scan import _exact_pairs, _round
+from recallk.score.ranking.schedule import rows_to_csr
 
 #: Positive cells per product of several small labels' queries x their gallery slices.
 _POSITIVE_CELLS = 2**14
@@ -51,18 +52,25 @@ def _positives(p: Problem, budget: Budget, first_only: bool = False):
         order = np.argsort(np.where(keep, -sims, np.inf), axis=1, kind="stable")
         used = np.arange(b - a)[None, :] < n_pos[rows][:, None]
         parts.append((rows, n_pos[rows], np.take_along_axis(sims, order, axis=1)[used], (order + a)[used]))
-    counts = np.zeros(n, dtype=np.int64)
-    for rows, n_entries, _, _ in parts:
-        counts[rows] = n_entries
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    vals = np.empty(offsets[-1], dtype=np.float32)
-    cols = np.empty(offsets[-1], dtype=np.int64)
-    for rows, n_entries, v, c in parts:
-        starts_in = np.repeat(np.cumsum(n_entries) - n_entries, n_entries)
-        dest = np.repeat(offsets[rows], n_entries) + np.arange(v.size) - starts_in
-        vals[dest], cols[dest] = v, c
+    if not parts:
+        return np.zeros(n + 1, dtype=np.int64), np.empty(0, np.float32), np.empty(0, np.int64), n_pos, top_tie
+    offsets, (vals, cols) = rows_to_csr(n, parts)
     return offsets, vals, cols, n_pos, top_tie
+
+
+def positive_counts(p: Problem, budget: Budget) -> np.ndarray:
+    """(n,) int64: the positives each query may retrieve (its label's gallery items, less its own image and
+    the excluded ones), counted by label runs as :func:`_positives` does, without products."""
+    n_pos = (p.hi - p.lo).astype(np.int64)
+    if not p.groups:  # only the own images
+        return n_pos - ((p.self_col >= p.lo) & (p.self_col < p.hi))
+    by_label = np.argsort(p.lo * (p.gp.shape[0] + 1) + p.hi, kind="stable")
+    for rows in _label_runs(p, by_label[p.lo[by_label] < p.hi[by_label]], budget):
+        a, b = p.lo[rows[0]], p.hi[rows[-1]]
+        columns = np.arange(a, b)
+        n_pos[rows] = ((columns >= p.lo[rows][:, None]) & (columns < p.hi[rows][:, None])
+                       & ~p.excluded(rows, a, b)).sum(axis=1)
+    return n_pos
 
 
 def _best_positives(p: Problem, rows: np.ndarray, a: int, keep: np.ndarray, n_pos: np.ndarray,

@@ -248,6 +248,10 @@ class Problem:
         for k0, k1 in zip(starts, np.r_[starts[1:], rows.size]):  # runs of rows of one label (rows come sorted)
             if lo[k0] < hi[k0]:
                 block[k0:k1, lo[k0]:hi[k0]] = -np.inf
+        self.mask_excluded(block, rows, c0, c1)
+
+    def mask_excluded(self, block: np.ndarray, rows: np.ndarray, c0: int, c1: int) -> None:
+        """Set the cells of ``block`` (rows x [c0, c1)) that each query may not retrieve to -inf."""
         if self.groups:
             block[self.excluded(rows, c0, c1)] = -np.inf
         else:  # only the own images: no block-sized boolean mask

@@ -109,6 +109,25 @@ def consecutive_runs(counts: np.ndarray, most: int) -> list[tuple[int, int]]:
     return list(zip(starts.tolist(), np.r_[starts[1:], counts.size].tolist()))
 
 
+def rows_to_csr(n: int, parts: list[tuple]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Per-query lists gathered from ``parts`` into one CSR layout over ``n`` queries.
+
+    Each part is ``(rows, sizes, *arrays)``: query ``rows[i]`` has ``sizes[i]`` entries, one after another in
+    each of ``arrays`` (every query in at most one part; the others get none). Returns the offsets (n + 1,)
+    and, per array position, the entries of every query in query order."""
+    counts = np.zeros(n, dtype=np.int64)
+    for rows, sizes, *_ in parts:
+        counts[rows] = sizes
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    outs = [np.empty(offsets[-1], dtype=a.dtype) for a in parts[0][2:]] if parts else []
+    for rows, sizes, *arrays in parts:
+        dest = np.repeat(offsets[rows] - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(np.sum(sizes)))
+        for out, a in zip(outs, arrays):
+            out[dest] = a
+    return offsets, outs
+
+
 def _query_chunks(p: Problem, budget: Budget) -> list[np.ndarray]:
     """Consecutive runs of queries whose positive lists and counters fit :meth:`Budget.chunk_positives`
     each; one run when all of them fit."""
