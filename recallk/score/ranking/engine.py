@@ -272,8 +272,9 @@ def _top_ranking(p: Problem, budget: Budget, depth: int, cap: int | None) -> tup
         pieces.append((deep, kept, part_ranks[keep]))
         jobs, n_tiles = jobs + j, n_tiles + t
     beyond = np.flatnonzero(ok & ~top.found)
-    if cap is not None:  # beyond L, both rules rank the first positive at L or more (>= depth >= cap)
-        first[beyond] = opposite[beyond] = cap
+    if cap is not None:  # beyond L the first positive ranks at L or more (>= depth >= cap); the opposite
+        first[beyond] = cap  # rule's rank is exact or at least L where a positive is a candidate, else >= L
+        opposite[beyond] = np.where(opposite[beyond] >= 0, np.minimum(opposite[beyond], cap), cap)
         has = n_pos > 0
         first[has], opposite[has] = np.minimum(first[has], cap), np.minimum(opposite[has], cap)
     elif beyond.size:  # every positive lies beyond L: the fast path's exact first rank
@@ -281,7 +282,8 @@ def _top_ranking(p: Problem, budget: Budget, depth: int, cap: int | None) -> tup
         first[beyond], opposite[beyond] = part.ranks, part.opposite
         jobs, n_tiles = jobs + part.jobs, n_tiles + part.tiles
     offsets, (ranks,) = rows_to_csr(n, pieces)
-    note = f"{np.count_nonzero(ok)} served, {deep.size} by the complete ranking, " \
+    note = f"{np.count_nonzero(ok)} served, {deep.size} by the complete ranking " \
+           f"({np.count_nonzero(top.overflow)} overflowed), " \
            f"{beyond.size} first ranks beyond L{' (capped)' if cap is not None else ''}"
     return Ranking(n_pos, n_ret, offsets, ranks, opposite, True, cap, limit, first), jobs, n_tiles, note
 

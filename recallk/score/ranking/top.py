@@ -51,9 +51,11 @@ class TopRanks:
     """:func:`top_ranks`' result, one entry per query of the problem.
 
     ``ranks[offsets[i]:offsets[i + 1]]``: query ``i``'s positive ranks below ``depth[i]``, ascending.
-    ``first`` and ``opposite``: its first positive's rank under the tie rule and the opposite one, where
-    ``found`` (the first positive is among its first ``depth[i]``). ``overflow``: queries this pass could
-    not rank (their candidates outgrew the budget); their entries are empty.
+    ``first``: its first positive's rank where ``found`` (the first positive is among its first
+    ``depth[i]``), else -1. ``opposite``: that rank under the opposite tie rule, exact where ``found`` and
+    else exact or at least ``depth[i]`` when a positive is among the candidates, else -1 (it is at least
+    ``depth[i]``). ``overflow``: queries this pass could not rank (their candidates outgrew the budget);
+    their entries are empty.
     """
 
     offsets: np.ndarray
@@ -273,7 +275,8 @@ class _Run:
         # opposite rule: ties go to the larger gallery index; the cells whose key beats every positive's
         other = np.where(valid, value + index, _BELOW)
         best = np.where(positive, other, _BELOW).max(axis=1, initial=_BELOW)
-        opposite = np.where(found, (other > best[:, None]).sum(axis=1), -1)
+        # exact when the best positive is a candidate; else L or more, as is any count from a lesser positive
+        opposite = np.where(positive.any(axis=1), (other > best[:, None]).sum(axis=1), -1)
         return self.rows, n_ranks, rank.astype(np.int64), first, opposite, found, self.overflow.copy()
 
 

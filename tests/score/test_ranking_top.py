@@ -1,0 +1,185 @@
+"""The top-L pass (recallk/score/ranking/top.py) against the brute-force oracle and the complete ranking:
+every metric it serves, the ranks within each query's first L, first ranks and tie sensitivity, through
+each of its routes (candidates pruned, queries too deep or overflowing, first ranks beyond L)."""
+
+from __future__ import annotations
+
+from ranking_cases import *  # noqa: F401,F403  (the oracle, the cases, the helpers)
+from recallk.score.ranking import top as top_module
+from recallk.score.ranking.schedule import threads
+
+#: The metrics the top-L pass serves (everything but full map).
+TOP_METRICS = ["recall", "precision", "r_precision", "map@r", "mrr"]
+TOP_KEYS = metric_keys(TOP_METRICS, KS)
+ROUTE_KINDS = BIG_KINDS + ["near_ties", "duplicates", "zero_rows", "exclude_two_pairs", "leave_one_out_exclude"]
+
+
+@pytest.fixture(autouse=True)
+def _tiles_for_every_depth(monkeypatch):
+    """Every test here takes the tiles (no direct path), and the pass serves every depth: its share of the
+    gallery (Budget.TOP_DEPTH_SHARE, a speed rule) would send most of these small cases to the complete
+    ranking."""
+    monkeypatch.setattr(Budget, "DIRECT_CELLS", 0)
+    monkeypatch.setattr(Budget, "TOP_DEPTH_SHARE", 1.0)
+
+
+def _case(kind, seed=0):
+    return make_big_case(kind, seed) if kind in BIG_KINDS else make_case(kind, seed)
+
+
+def _top_logs(caplog) -> list[str]:
+    return [line for line in _ranking_logs(caplog) if "top-L pass" in line]
+
+
+def _route_counts(line: str) -> dict[str, int]:
+    """The log note's counts: queries served by the pass, by the complete ranking, first ranks beyond L."""
+    found = re.search(r"(\d+) served, (\d+) by the complete ranking \((\d+) overflowed\), (\d+) first", line)
+    return dict(zip(("served", "deep", "overflow", "beyond"), (int(x) for x in found.groups())))
+
+
+def _assert_cut_of(top, full, depth=max(KS)):
+    """``top`` (a depth ranking) is ``full`` (the complete ranking) cut at each query's depth."""
+    assert top.depth is not None and full.depth is None
+    np.testing.assert_array_equal(top.n_positives, full.n_positives)
+    np.testing.assert_array_equal(top.n_retrievable, full.n_retrievable)
+    np.testing.assert_array_equal(top.first_rank, full.first_rank)
+    np.testing.assert_array_equal(top.first_rank_opposite, full.first_rank_opposite)
+    for i in range(full.n_positives.size):
+        every = full.ranks[full.offsets[i]:full.offsets[i + 1]]
+        np.testing.assert_array_equal(top.ranks[top.offsets[i]:top.offsets[i + 1]], every[every < top.depth[i]])
+        assert top.depth[i] == min(max(full.n_positives[i], depth), full.n_retrievable[i])
+
+
+@pytest.mark.parametrize("kind, seed", [(k, s) for k in KINDS for s in SEEDS] + [(k, 0) for k in BIG_KINDS])
+def test_top_pass_matches_brute_force(kind, seed, caplog):
+    # every served metric as the oracle's, and the ranks within the depth
+    case = _case(kind, seed)
+    expected, detail = _oracle(case)
+    with caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
+        got = _summary(case, metrics=TOP_METRICS)
+        top = _rank(case, TOP_METRICS, depth=max(KS))
+    assert len(_top_logs(caplog)) == 2
+    assert _route_counts(_top_logs(caplog)[1])["served"] == sum(map(bool, detail["ranks"]))  # every query
+    assert list(got)[:len(TOP_KEYS)] == TOP_KEYS
+    _assert_matches_oracle(got, expected)
+    assert top.complete and top.cap is None
+    for i, every in enumerate(detail["ranks"]):
+        assert top.ranks[top.offsets[i]:top.offsets[i + 1]].tolist() == [r for r in every if r < top.depth[i]]
+    assert top.first_rank.tolist() == [r[0] if r else -1 for r in detail["ranks"]]
+    assert top.first_rank_opposite.tolist() == detail["opposite"]
+    assert top.n_retrievable.tolist() == detail["n_retrievable"]
+
+
+@pytest.mark.parametrize("route", ["pruned", "deep", "overflow", "capped"])
+def test_every_route_of_the_top_pass_gives_the_complete_rankings_numbers(route, monkeypatch, caplog):
+    # Each route is forced on every case, and shown taken by the engine's log note:
+    memory, depth, cap, ks = 512, max(KS), None, KS
+    if route == "pruned":  # 3-column tiles: thresholds from pruned buffers, not from one first tile
+        monkeypatch.setattr(top_module, "_TILE_WIDTH", 3)
+    elif route == "deep":  # no query shallow enough: the complete ranking, cut at each query's L
+        monkeypatch.setattr(Budget, "TOP_DEPTH_SHARE", 0.0)
+    elif route == "overflow":  # one thread, 2-column tiles, buffers of a few rows that may not grow: the
+        monkeypatch.setattr(top_module, "_TILE_WIDTH", 2)  # rows whose cells tie (zero rows, copies) overflow
+        memory, depth, ks = 0.003, 2, (1, 2)
+    else:  # first ranks beyond L are not re-ranked by the fast path: they read the cap
+        depth, cap, ks = 2, 2, (1, 2)
+    names = ["recall", "precision", "r_precision", "map@r"] + ([] if cap else ["mrr"])
+    seen = {"served": 0, "deep": 0, "overflow": 0, "beyond": 0}
+    with threads(1):
+        for kind in ROUTE_KINDS:
+            case = _case(kind)
+            full = _rank(case, TOP_METRICS, max_memory_mb=memory)
+            caplog.clear()
+            with caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
+                top = _rank(case, names, max_memory_mb=memory, depth=depth, cap=cap)
+            for name, count in _route_counts(_top_logs(caplog)[0]).items():
+                seen[name] += count
+            if cap is None:
+                _assert_cut_of(top, full, depth)
+            else:  # first ranks of cap or more read cap; everything else as the complete ranking's
+                np.testing.assert_array_equal(top.first_rank, np.minimum(full.first_rank, cap))
+                np.testing.assert_array_equal(top.first_rank_opposite, np.minimum(full.first_rank_opposite, cap))
+            assert metrics_module.summarize(top, ks, names)[0] == metrics_module.summarize(full, ks, names)[0]
+    taken = {"pruned": "served", "deep": "deep", "overflow": "overflow", "capped": "beyond"}[route]
+    assert seen[taken] > 0, seen
+
+
+@pytest.mark.parametrize("memory", [1e-6, 0.02, 512])  # one-row runs (every query too deep); a few runs; one
+@pytest.mark.parametrize("kind", ROUTE_KINDS)
+def test_memory_bound_never_changes_a_top_number(kind, memory, monkeypatch):
+    case = _case(kind)
+    _assert_cut_of(_rank(case, TOP_METRICS, max_memory_mb=memory, depth=max(KS)),
+                   _rank(case, TOP_METRICS, max_memory_mb=512))
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(depth=0), r"`depth` must be a positive integer"),           # not positive
+    (dict(depth=True), r"`depth` must be a positive integer"),        # a bool is not a depth
+    (dict(depth=2.5), r"`depth` must be a positive integer"),         # not an integer
+    (dict(depth=3, complete=False), r"with complete=True"),           # the first-positive pass has no depth
+    (dict(depth=3, cap=4), r"`cap` must be at most `depth` \(3\)"),    # a cap deeper than the depth
+    (dict(cap=3), r"with complete=False or a depth"),                 # the complete ranking is never capped
+])
+def test_rank_positives_rejects_bad_depths(kw, message):
+    case = make_case("gaussian", 0)
+    with pytest.raises(ValueError, match=message):
+        ranking.rank_positives(case["query_emb"], case["gallery_emb"], case["query_labels"], case["gallery_labels"],
+                               **kw)
+
+
+@pytest.mark.parametrize("metrics, ks", [(["map"], (1,)),              # full map needs every positive's rank
+                                         (["precision"], (1, 50))])    # precision@50 beyond a depth of 5
+def test_a_top_ranking_serves_only_what_its_depth_holds(metrics, ks, monkeypatch):
+    rng = np.random.default_rng(0)
+    g, gl = rng.normal(size=(80, 4)), rng.integers(0, 20, 80)
+    top = rank(g[:10], g, gl[:10], gl, None, None, ["precision"], depth=5)
+    assert (top.depth < 50).any()
+    with pytest.raises(ValueError, match="top of each query's ranking"):
+        per_query(top, ks, metrics)
+
+
+@pytest.mark.parametrize("names, path", [
+    (["recall", "precision", "r_precision", "map@r"], "top-L pass"),  # the metric-learning suite
+    (["recall", "mrr"], "fast pass"),                                   # first positive only
+    (METRICS, "exact pass"),                                            # full map: every positive
+])
+def test_the_cheapest_pass_that_serves_the_metrics_is_taken(names, path, monkeypatch, caplog):
+    case = make_big_case("big_query_gallery", 0)
+    with caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
+        got = retrieval_metrics(ks=KS, metrics=names, **case)
+    assert path in _ranking_logs(caplog)[0]
+    expected, _ = _oracle(case)
+    _assert_matches_oracle(got, {key: expected[key] for key in got})
+
+
+def test_top_pass_scratch_stays_under_the_budget(monkeypatch):
+    # 2,000 x 2,000 cells with 40 labels (L = 50): tiles and candidate buffers on each core stay within the
+    # budget (baseline: the 1 MiB run, as in the complete ranking's test)
+    rng = np.random.default_rng(0)
+    q, g = rng.normal(size=(2000, 32)).astype(np.float32), rng.normal(size=(2000, 32)).astype(np.float32)
+    ql, gl = rng.integers(0, 40, 2000), rng.integers(0, 40, 2000)
+
+    def peak(mb: float) -> float:
+        tracemalloc.start()
+        try:
+            ranking.rank_positives(q, g, ql, gl, max_memory_mb=mb, depth=10)
+            return tracemalloc.get_traced_memory()[1] / 2**20
+        finally:
+            tracemalloc.stop()
+
+    baseline = peak(1)
+    for budget in (4, 16):
+        scratch = peak(budget) - baseline
+        assert scratch <= budget, f"{scratch:.1f} MiB of top-pass scratch over a {budget} MiB budget"
+
+
+@PROPERTY
+@given(case=integer_problems())
+def test_property_top_pass_is_the_complete_ranking_cut_at_its_depth(case):
+    # integer embeddings: exact ties everywhere, zero rows, ids and exclusions
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Budget, "DIRECT_CELLS", 0)
+        patch.setattr(Budget, "TOP_DEPTH_SHARE", 1.0)
+        top = _rank(case, TOP_METRICS, depth=max(KS))
+        full = _rank(case, TOP_METRICS)
+    _assert_cut_of(top, full)
