@@ -391,4 +391,23 @@ def _tiles(line: str) -> int:
 
 LOO_KINDS = ["leave_one_out", "leave_one_out_grid", "leave_one_out_exclude"]
 
-__all__ = ['ALL_KEYS', 'BIG_KINDS', 'Budget', 'INF_ROWS', 'InputError', 'KINDS', 'KS', 'LOO_KINDS', 'METRICS', 'MIB', 'NAN_ROW2', 'PROPERTY', 'Problem', 'SEEDS', 'TIES', 'TOY', '_assert_matches_oracle', '_assert_same_ranking', '_camera', '_grid', '_has_positive', '_kwargs', '_oracle', '_rank', '_ranking_logs', '_ranks_per_query', '_summary', '_tiles', '_value', 'assume', 'cosine_block', 'counting_module', 'dataclasses', 'faiss', 'fast_module', 'gaussian_problems', 'given', 'hnp', 'integer_problems', 'l2_normalize', 'logging', 'make_big_case', 'make_case', 'math', 'mean', 'metric_keys', 'metrics_module', 'np', 'oracle', 'per_query', 'pytest', 'rank', 'ranking', 're', 'retrieval_metrics', 'retrieval_summary', 'scan_module', 'settings', 'similarities', 'st', 'tracemalloc']
+
+def assert_scratch_within_budget(rank_at, what: str) -> None:
+    """``rank_at(max_memory_mb)`` ranks one problem; its traced peak at 4 and 16 MiB, less the peak with 1 MiB
+    tiles (what remains: the unit copies, the lists held and at most 1 MiB of scratch), stays within the
+    budget, so the scratch is bounded to within 1 MiB. (The smallest tiles would give the exact baseline,
+    but take minutes under tracemalloc.)"""
+    def peak(mb: float) -> float:
+        tracemalloc.start()
+        try:
+            rank_at(mb)
+            return tracemalloc.get_traced_memory()[1] / 2**20
+        finally:
+            tracemalloc.stop()
+
+    baseline = peak(1)
+    for budget in (4, 16):
+        scratch = peak(budget) - baseline
+        assert scratch <= budget, f"{scratch:.1f} MiB of {what} over a {budget} MiB budget"
+
+__all__ = ['assert_scratch_within_budget', 'ALL_KEYS', 'BIG_KINDS', 'Budget', 'INF_ROWS', 'InputError', 'KINDS', 'KS', 'LOO_KINDS', 'METRICS', 'MIB', 'NAN_ROW2', 'PROPERTY', 'Problem', 'SEEDS', 'TIES', 'TOY', '_assert_matches_oracle', '_assert_same_ranking', '_camera', '_grid', '_has_positive', '_kwargs', '_oracle', '_rank', '_ranking_logs', '_ranks_per_query', '_summary', '_tiles', '_value', 'assume', 'cosine_block', 'counting_module', 'dataclasses', 'faiss', 'fast_module', 'gaussian_problems', 'given', 'hnp', 'integer_problems', 'l2_normalize', 'logging', 'make_big_case', 'make_case', 'math', 'mean', 'metric_keys', 'metrics_module', 'np', 'oracle', 'per_query', 'pytest', 'rank', 'ranking', 're', 'retrieval_metrics', 'retrieval_summary', 'scan_module', 'settings', 'similarities', 'st', 'tracemalloc']

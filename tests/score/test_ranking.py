@@ -195,21 +195,7 @@ def test_complete_ranking_scratch_stays_under_the_budget(leave_one_out):
     g, gl = rng.normal(size=(2500, 32)).astype(np.float32), rng.integers(0, 50, 2500)
     q, ql = (g, gl) if leave_one_out else (rng.normal(size=(2500, 32)).astype(np.float32), rng.integers(0, 50, 2500))
 
-    def peak(mb: float) -> float:
-        tracemalloc.start()
-        try:
-            ranking.rank_positives(q, g, ql, gl, max_memory_mb=mb)
-            return tracemalloc.get_traced_memory()[1] / 2**20
-        finally:
-            tracemalloc.stop()
-
-    # The baseline runs with 1 MiB tiles: what remains is the unit copies, the positive lists and at most
-    # 1 MiB of scratch, so the difference bounds the scratch at the larger budgets to within 1 MiB. (The
-    # smallest possible tiles would give the exact baseline, but take minutes under tracemalloc.)
-    baseline = peak(1)
-    for budget in (4, 16):
-        scratch = peak(budget) - baseline
-        assert scratch <= budget, f"{scratch:.1f} MiB of tile scratch over a {budget} MiB budget"
+    assert_scratch_within_budget(lambda mb: ranking.rank_positives(q, g, ql, gl, max_memory_mb=mb), "tile scratch")
 
 
 @pytest.mark.parametrize("kind", KINDS + BIG_KINDS)

@@ -154,23 +154,13 @@ def test_the_cheapest_pass_that_serves_the_metrics_is_taken(names, path, monkeyp
 
 def test_top_pass_scratch_stays_under_the_budget(monkeypatch):
     # 2,000 x 2,000 cells with 40 labels (L = 50): tiles and candidate buffers on each core stay within the
-    # budget (baseline: the 1 MiB run, as in the complete ranking's test)
+    # budget
     rng = np.random.default_rng(0)
     q, g = rng.normal(size=(2000, 32)).astype(np.float32), rng.normal(size=(2000, 32)).astype(np.float32)
     ql, gl = rng.integers(0, 40, 2000), rng.integers(0, 40, 2000)
 
-    def peak(mb: float) -> float:
-        tracemalloc.start()
-        try:
-            ranking.rank_positives(q, g, ql, gl, max_memory_mb=mb, depth=10)
-            return tracemalloc.get_traced_memory()[1] / 2**20
-        finally:
-            tracemalloc.stop()
-
-    baseline = peak(1)
-    for budget in (4, 16):
-        scratch = peak(budget) - baseline
-        assert scratch <= budget, f"{scratch:.1f} MiB of top-pass scratch over a {budget} MiB budget"
+    assert_scratch_within_budget(lambda mb: ranking.rank_positives(q, g, ql, gl, max_memory_mb=mb, depth=10),
+                                 "top-pass scratch")
 
 
 @PROPERTY
