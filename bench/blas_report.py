@@ -15,7 +15,7 @@ from pathlib import Path
 
 THREAD_ENV = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_CORETYPE")
 #: Contenders whose products run in faiss (pytorch-metric-learning finds its neighbours with faiss).
-FAISS_METHODS = ("faiss", "pml", "small pml")
+FAISS_METHODS = ("faiss", "pml", "pml full", "small pml")
 
 
 def blas_libraries() -> list[dict]:

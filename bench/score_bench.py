@@ -9,13 +9,16 @@ fresh subprocess so peak memory is per method:
   positive, which on these random vectors, where nearly every query misses, is early);
 * ``engine ranks``: the same call with recall and MRR, so every query's first-positive rank is
   exact (what the score stage computes for ``per_query.csv``): no early stop, the full product;
+* ``engine top``: the same call with recall, precision@K, r_precision and map@r (the top-L pass: each
+  query's first max(R, max K) ranks, exact);
 * ``engine suite``: the same call with every metric (recall, precision@K, r_precision,
   map@r, map, mrr: the complete exact ranking of every positive);
 * ``faiss``: ``faiss.IndexFlatIP`` on L2-normalised float32 vectors, ``search``
   with k = max(ks) (+1 for leave-one-out, self dropped), then the same recall
   (hit if any of the top K shares the label; queries without a positive excluded);
 * ``pml``: pytorch-metric-learning's ``AccuracyCalculator(k="max_bin_count")`` (precision@1, R-precision,
-  MAP@R, checked against the suite; ``bench/pml_anchor.py``), A and B, skipped when not importable;
+  MAP@R, checked against the suite; ``bench/pml_anchor.py``), skipped when not importable; ``pml full``:
+  ``AccuracyCalculator(k=None)`` with full mAP (D only: it holds every query x gallery neighbour);
 * ``full matrix``: a full N x M similarity-matrix implementation of recall@K
   (argpartition + argsort, ``bench/full_matrix.py``), run only when its estimated memory fits;
 * ``floor``: the bare float32 product ``q_block @ g.T`` over query blocks into a
@@ -28,8 +31,13 @@ Scenario S: a training loop's call, 64 x 64 x 256-d, 1,000 calls per method (``b
 ``recall_at_k`` and ``retrieval_metrics`` against plain numpy (normalise, matmul, argsort); target <= 2x.
 Scenario A: 10,000 queries x 50,000 gallery x 512-d (disjoint), recall@{1,5,10}.
 Scenario B: leave-one-out, 20,000 x 512-d (queries == gallery, self excluded by id).
-Scenario C: A's sizes, clustered (class centre + noise, recall@10 about 0.66), engine and FAISS only:
-random vectors make nearly every query miss, which lets recall-only stop early; here most hit.
+Scenario C: A's sizes, clustered (class centre + noise, recall@10 about 0.66): random vectors make nearly
+every query miss, which lets recall-only stop early; here most hit. ``engine top`` (recall@K, precision@K,
+r_precision, map@r: the top-L pass) against FAISS and ``pml`` (k = "max_bin_count"), targets <= 0.8x its
+time and <= 0.5x its memory.
+Scenario D: 5,000 x 20,000 x 512-d clustered: ``engine suite`` (every metric, full map: the complete
+ranking) against ``pml full`` (AccuracyCalculator(k=None), the whole gallery as neighbours, with full mAP),
+targets <= 0.15x its time and <= 0.05x its memory, and ``engine top`` against ``pml``.
 Targets (the issue's): A engine <= 1.0x FAISS and <= 1.15x floor; B engine
 <= 0.65x FAISS; engine extra memory <= 512 MB; suite <= 1.3x recall-only. Peak extra memory is
 ``ru_maxrss`` at the end minus the RSS after imports and data generation. The FAISS child starts with
@@ -38,7 +46,7 @@ one), and every child reports the BLAS library and kernel it ran (``bench/blas_r
 
 Run from the project root (``--quick``: A, B and C 20x smaller, a smoke run):
 
-    python bench/score_bench.py [--quick] [--seed 0] [--repeat 1] [--scenarios S,A,B,C]
+    python bench/score_bench.py [--quick] [--seed 0] [--repeat 1] [--scenarios S,A,B,C,D]
 """
 
 from __future__ import annotations
@@ -71,16 +79,26 @@ FULL_LIMIT_BYTES = 16 * 2**30          # run the full matrix only below this est
 FULL_AVAILABLE_FRACTION = 0.8          # ... and below this share of MemAvailable
 TARGETS = {"A": {"faiss": 1.0, "floor": 1.15}, "B": {"faiss": 0.65}, "C": {}}
 SUITE_TARGET = 1.3
-METHODS = ("engine", "engine ranks", "engine suite", "faiss", "pml", "full matrix", "floor", "floor float64")
-SCENARIO_METHODS = {"A": METHODS, "B": METHODS, "C": ("engine", "engine ranks", "faiss")}
-SCENARIOS = ("S", "A", "B", "C")
+METHODS = ("engine", "engine ranks", "engine top", "engine suite", "faiss", "pml", "pml full", "full matrix", "floor",
+           "floor float64")
+_AB = tuple(m for m in METHODS if m != "pml full")
+SCENARIO_METHODS = {"A": _AB, "B": _AB, "C": ("engine", "engine ranks", "engine top", "faiss", "pml"),
+                    "D": ("engine top", "engine suite", "pml", "pml full")}
+SCENARIOS = ("S", "A", "B", "C", "D")
+#: The issue's targets against pytorch-metric-learning, (time, memory) ratios: the top metrics (recall@K,
+#: precision@K, r_precision, map@r) against AccuracyCalculator(k="max_bin_count"), the full suite (with map)
+#: against AccuracyCalculator(k=None).
+PML_TARGETS = {"engine top": (0.8, 0.5), "engine suite": (0.15, 0.05)}
+#: The top metrics: everything but full map and mrr (the top-L pass, no exact first rank beyond L).
+TOP_METRICS = ("recall", "precision", "r_precision", "map@r")
 CLUSTER_NOISE = 3.6  # per-dimension noise around unit-variance class centres: recall@10 about 0.66
 
 
 def sizes(quick: bool) -> dict:
     f = 20 if quick else 1
     a = {"n_query": 10_000 // f, "n_gallery": 50_000 // f, "classes": 1_000 // f}
-    return {"A": a, "B": {"n": 20_000 // f, "classes": 1_000 // f}, "C": a}
+    return {"A": a, "B": {"n": 20_000 // f, "classes": 1_000 // f}, "C": a,
+            "D": {"n_query": 5_000 // f, "n_gallery": 20_000 // f, "classes": 1_000 // f}}
 
 
 # --------------------------------------------------------------------------- data
@@ -94,7 +112,7 @@ def make_data(scenario: str, quick: bool, seed: int) -> dict:
     """Seeded data; float32 generated in place (no float64 temporary) to keep the RSS baseline honest."""
     s = sizes(quick)[scenario]
     rng = np.random.default_rng([seed, ord(scenario)])
-    if scenario == "C":
+    if scenario in ("C", "D"):
         centres = rng.standard_normal((s["classes"], DIM), dtype=np.float32)
         ql, gl = _labels(rng, s["n_query"], s["classes"]), _labels(rng, s["n_gallery"], s["classes"])
         q, g = centres[ql], centres[gl]
@@ -131,11 +149,15 @@ def run_engine(d: dict, metrics=("recall",)) -> dict:
     from recallk.score.metrics import retrieval_summary
     s = retrieval_summary(d["q"], d["g"], d["ql"], d["gl"], ks=KS, query_ids=d["qid"], gallery_ids=d["gid"],
                           max_memory_mb=MAX_MEMORY_MB, metrics=metrics)
-    return {k: v for k, v in s.items() if k.startswith("recall@") or k in ("num_queries", *pml_anchor.KEYS.values())}
+    return {k: v for k, v in s.items() if k.startswith("recall@") or k in ("num_queries", *pml_anchor.FULL_KEYS.values())}
 
 
 def run_ranks(d: dict) -> dict:
     return run_engine(d, metrics=("recall", "mrr"))
+
+
+def run_top(d: dict) -> dict:
+    return run_engine(d, metrics=TOP_METRICS)
 
 
 def run_suite(d: dict) -> dict:
@@ -164,9 +186,13 @@ def run_faiss(d: dict) -> dict:
     return _recall_from_neighbours(nbr, ql, gl, n_pos, KS)
 
 
-def run_pml(d: dict) -> dict:
-    return pml_anchor.pml_metrics(pml_anchor.calculator(), _unit(d["q"]), _unit(d["g"]), d["ql"], d["gl"],
-                                  d["qid"] is not None)
+def run_pml(d: dict, full: bool = False) -> dict:
+    return pml_anchor.pml_metrics(pml_anchor.calculator(full), _unit(d["q"]), _unit(d["g"]), d["ql"], d["gl"],
+                                  d["qid"] is not None, full=full)
+
+
+def run_pml_full(d: dict) -> dict:
+    return run_pml(d, full=True)
 
 
 def run_full_matrix(d: dict) -> dict:
@@ -210,6 +236,8 @@ def child(method: str, scenario: str, quick: bool, seed: int, repeat: int) -> No
     numpy_paths = {p["filepath"] for p in blas_libraries()}  # numpy's BLAS: the only one loaded so far
     import faiss  # noqa: F401  (imported before the baseline in every child, so the baseline is comparable)
     import recallk.score.metrics  # noqa: F401
+    if method.startswith("pml") and pml_anchor.available():  # torch and pml imported outside the timing
+        import pytorch_metric_learning.utils.accuracy_calculator  # noqa: F401
     blas = ran_blas(method, numpy_paths)
     if scenario == "S":
         print(json.dumps(dict(small_batch.run(method, seed, KS), blas=blas)))
@@ -221,8 +249,8 @@ def child(method: str, scenario: str, quick: bool, seed: int, repeat: int) -> No
         if method.startswith("floor"):
             info, secs = run_floor(d, np.float64 if method == "floor float64" else np.float32)
         else:
-            fn = {"engine": run_engine, "engine ranks": run_ranks, "engine suite": run_suite, "faiss": run_faiss,
-                  "pml": run_pml, "full matrix": run_full_matrix}[method]
+            fn = {"engine": run_engine, "engine ranks": run_ranks, "engine top": run_top, "engine suite": run_suite,
+                  "faiss": run_faiss, "pml": run_pml, "pml full": run_pml_full, "full matrix": run_full_matrix}[method]
             t0 = time.perf_counter()
             info = fn(d)
             secs = time.perf_counter() - t0
@@ -264,9 +292,9 @@ def _fmt_recall(info: dict) -> str:
 
 def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
     s = sizes(quick)[scenario]
-    if scenario in ("A", "C"):
+    if scenario in ("A", "C", "D"):
         nq, ng, loo = s["n_query"], s["n_gallery"], False
-        kind = "clustered (most queries hit)" if scenario == "C" else "disjoint"
+        kind = "clustered (most queries hit)" if scenario in ("C", "D") else "disjoint"
         print(f"\nScenario {scenario}: {nq:,} queries x {ng:,} gallery x {DIM}-d, {kind}, {s['classes']:,} classes, "
               f"ks={KS}")
     else:
@@ -277,7 +305,7 @@ def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
     print(f"  {'method':14s} {'wall s':>8s} {'peak extra MB':>14s}   recall@{','.join(map(str, KS))}")
     res = {}
     for m in SCENARIO_METHODS[scenario]:
-        if m == "pml" and not pml_anchor.available():
+        if m.startswith("pml") and not pml_anchor.available():
             print(f"  {m:14s} {pml_anchor.SKIP_NOTE}")
             continue
         if m == "full matrix":
@@ -294,15 +322,20 @@ def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
         mb = r["extra_bytes"] / 2**20
         mem = f"{'<=' if r['hidden'] else ''}{mb:.0f}"
         rec = f"(blocks of {r['info']['block_rows']} queries)" if m.startswith("floor") else \
-            pml_anchor.fmt(r["info"]) if m == "pml" else _fmt_recall(r["info"])
+            pml_anchor.fmt(r["info"]) if m.startswith("pml") else _fmt_recall(r["info"])
         note = f"   est. {full_matrix_estimate_bytes(nq, ng, loo) / 2**30:.2f} GB" if m == "full matrix" else ""
         print(f"  {m:14s} {r['seconds']:8.2f} {mem:>14s}   {rec}{note}")
     for line in blas_lines(res):
         print(line)
+    for name, anchor, keys in (("engine top", "pml", pml_anchor.KEYS), ("engine suite", "pml full", pml_anchor.FULL_KEYS)):
+        if name in res and anchor in res:
+            for line in pml_anchor.compare(res[name], res[anchor], name, anchor, PML_TARGETS[name], keys):
+                print(line)
 
     eng = res.get("engine", {})
     if "seconds" not in eng:
-        print("  engine did not run: no ratios")
+        if "engine" in SCENARIO_METHODS[scenario]:
+            print("  engine did not run: no ratios")
         return
     for other in ("faiss", "floor"):
         o = res.get(other, {})
@@ -355,6 +388,10 @@ def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
         print(f"  full matrix recall agrees with engine: {'yes' if agree else 'no'} ({_fmt_recall(sd['info'])})")
     for line in pml_anchor.compare(suite, res.get("pml", {})):
         print(line)
+    top = res.get("engine top", {})
+    for other, r in (("faiss", res.get("faiss", {})), ("engine ranks", ranks)):
+        if "seconds" in top and "seconds" in r:
+            print(f"  engine top/{other} = {top['seconds'] / r['seconds']:5.2f}x (no target)")
 
 
 def main() -> None:
