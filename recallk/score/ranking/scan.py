@@ -69,14 +69,28 @@ def _count_lines(block: np.ndarray, low: np.ndarray, high: np.ndarray, axis: int
     low, high = (low[:, None], high[:, None]) if axis == 1 else (low, high)
     o = np.greater(block, high, out=scratch.get("over", (h, w), bool))
     counts = _byte_sums(o, axis)
-    window = scratch.get("window", (-(-h * w // 8) * 8,), bool)  # whole 8-byte words
-    window[h * w:] = False  # the tail of the last word
-    in_window = np.greater_equal(block, low, out=window[:h * w].reshape(h, w))
+    window, in_window = word_mask(scratch, "window", (h, w))
+    np.greater_equal(block, low, out=in_window)
     np.logical_xor(in_window, o, out=in_window)  # at or above low, not above high
-    words = np.flatnonzero(window.view(np.uint64) != 0)
-    flat = (words[:, None] * 8 + np.arange(8)).ravel()
-    r, c = np.divmod(flat[window[flat]], w)
+    r, c = sparse_cells(window, w)
     return (counts, r, c) if axis == 1 else (counts, c, r)
+
+
+def word_mask(scratch: _Buffers, name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """A reused boolean scratch of whole 8-byte words (its tail past ``shape`` False), and its (h, w) view to
+    compare into, for :func:`sparse_cells`."""
+    h, w = shape
+    words = scratch.get(name, (-(-h * w // 8) * 8,), bool)
+    words[h * w:] = False  # the tail of the last word
+    return words, words[:h * w].reshape(h, w)
+
+
+def sparse_cells(words: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (row, column) cells set in a :func:`word_mask` of rows ``w`` wide, in row-major order: only the
+    non-zero 8-byte words are looked into (several times faster than ``np.nonzero`` when few cells are set)."""
+    nonzero = np.flatnonzero(words.view(np.uint64) != 0)
+    flat = (nonzero[:, None] * 8 + np.arange(8)).ravel()
+    return np.divmod(flat[words[flat]], w)
 
 
 def _byte_sums(mask: np.ndarray, axis: int) -> np.ndarray:

@@ -38,7 +38,7 @@ import numpy as np
 from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.direct import _BELOW, _value_keys
 from recallk.score.ranking.problem import Problem
-from recallk.score.ranking.scan import _Buffers, _exact_pairs, _round
+from recallk.score.ranking.scan import _Buffers, _exact_pairs, _round, sparse_cells, word_mask
 from recallk.score.ranking.schedule import _TILE_WIDTH, TileWorker, _each_core, _n_workers, rows_to_csr
 
 #: Below every similarity (cosines lie in [-1 - tol, 1 + tol]): a row's threshold before it has one, which
@@ -184,8 +184,9 @@ class _Run:
             fits = np.flatnonzero(self.depth <= tile.shape[1])
             if fits.size:
                 self._raise(fits, _kth_largest(tile[fits], self.depth[fits]))
-        hit = np.greater_equal(tile, self.theta[:, None], out=scratch.get("hit", tile.shape, bool))
-        line, col = np.nonzero(hit)
+        words, hit = word_mask(scratch, "hit", tile.shape)
+        np.greater_equal(tile, self.theta[:, None], out=hit)
+        line, col = sparse_cells(words, tile.shape[1])
         if not line.size:
             return
         val = tile[line, col]
