@@ -68,3 +68,19 @@ def test_ray_engine_through_rank_and_the_stage_param(ray_cluster):
     local = rank(q, g, q_lab, g_lab, exclude=exclude, max_memory_mb=1)
     remote = rank(q, g, q_lab, g_lab, exclude=exclude, max_memory_mb=1, engine="ray", ray={"num_cpus": 1})
     assert_same_ranking(remote, local)
+
+
+def test_ray_engine_serves_the_top_metrics_with_the_complete_ranking(ray_cluster, monkeypatch):
+    # Without full map the local engine takes its top-L pass (tiles forced: no direct path); on Ray the tiles
+    # are the complete ranking's, and a cap given with the depth (no mrr) changes nothing: the same numbers
+    from recallk.score.metrics import summarize
+    from recallk.score.ranking import Budget
+
+    monkeypatch.setattr(Budget, "DIRECT_CELLS", 0)
+    q, g, q_lab, g_lab, _, _, q_cam, g_cam = tied_problem(120, 150, 5, False, seed=2)
+    names, ks = ["recall", "precision", "r_precision", "map@r"], (1, 5)
+    local = rank(q, g, q_lab, g_lab, metrics=names, exclude=[(q_cam, g_cam)], max_memory_mb=1, depth=5, cap=5)
+    remote = rank(q, g, q_lab, g_lab, metrics=names, exclude=[(q_cam, g_cam)], max_memory_mb=1, depth=5, cap=5,
+                  engine="ray", ray={"num_cpus": 1})
+    assert local.depth is not None and remote.depth is None and remote.cap is None
+    assert summarize(remote, ks, names)[0] == summarize(local, ks, names)[0]

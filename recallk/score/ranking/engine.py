@@ -214,7 +214,8 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
         log.debug("ranked %d queries x %d gallery items: top-L pass (depth %d), %s, %d jobs, %d tiles, %.3f s", n,
                   m, depth, note, jobs, tiles, time.perf_counter() - started)
         return result
-    if complete:
+    if complete:  # every rank exact: a cap given with the depth has nothing to cut
+        cap = None
         n_pos, offsets, ranks, opposite, jobs, tiles, chunks = _complete(p, budget, count_tiles)
     else:
         n_pos, offsets, ranks, opposite, jobs, tiles = _rank_part(p, p.q.nbytes, budget, complete, cap, count_tiles)
