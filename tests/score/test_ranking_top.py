@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ranking_cases import *  # noqa: F401,F403  (the oracle, the cases, the helpers)
 from recallk.score.ranking import top as top_module
+from recallk.score.ranking.problem import UnitRows
 from recallk.score.ranking.schedule import threads
 
 #: The metrics the top-L pass serves (everything but full map).
@@ -110,6 +111,30 @@ def test_memory_bound_never_changes_a_top_number(kind, memory, monkeypatch):
     case = _case(kind)
     _assert_cut_of(_rank(case, TOP_METRICS, max_memory_mb=memory, depth=max(KS)),
                    _rank(case, TOP_METRICS, max_memory_mb=512))
+
+
+def test_a_gallery_read_when_needed_takes_tall_runs_in_blocks(monkeypatch):
+    # A gallery whose unit copy does not fit a quarter of the budget is normalised tile by tile (UnitRows); a
+    # run then holds several blocks of rows (here 4-row blocks, 16-column tiles) for each tile read
+    monkeypatch.setattr(Budget, "TOP_MAX_ROWS", 4)
+    monkeypatch.setattr(top_module, "_TILE_WIDTH", 16)
+    rng = np.random.default_rng(1)
+    q, g = rng.normal(size=(300, 8)), rng.normal(size=(3000, 8))
+    ql, gl = rng.integers(0, 100, 300), rng.integers(0, 100, 3000)
+    assert isinstance(Problem.build(q, g, ql, gl, unit_bytes=Budget(0.4).unit_bytes()).gp, UnitRows)
+    made = []
+    monkeypatch.setattr(top_module.TopWorker, "query_run", _recording(top_module.TopWorker.query_run, made))
+    top = rank(q, g, ql, gl, None, None, TOP_METRICS, max_memory_mb=0.4, depth=10)
+    assert max(made) > Budget.TOP_MAX_ROWS  # runs taller than a block
+    _assert_cut_of(top, rank(q, g, ql, gl, None, None, TOP_METRICS), 10)
+
+
+def _recording(method, sizes: list):
+    """``method`` of a worker, recording the size of each run it is given."""
+    def run(self, rows):
+        sizes.append(rows.size)
+        return method(self, rows)
+    return run
 
 
 @pytest.mark.parametrize("kw, message", [

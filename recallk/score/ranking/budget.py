@@ -132,13 +132,18 @@ class Budget:
         per_core = self.bytes / workers
         return max(math.isqrt(self.MIN_PAIRS), int(per_core * self.VECTOR_SHARE // (2 * row_bytes)))
 
-    def top_rows(self, per_core: float, width: int, depth: int) -> int:
+    def top_rows(self, per_core: float, width: int, depth: int, most: int | None = None) -> int:
         """Rows of one run of the top-L pass whose deepest query has L = ``depth``: its tile (``width`` columns,
-        :attr:`TOP_BYTES_PER_PAIR` per cell) and candidate buffers (``2 depth + width`` slots,
-        :attr:`TOP_BYTES_PER_SLOT` each) fit ``per_core`` bytes less :attr:`VECTOR_SHARE`; 1 to
-        :attr:`TOP_MAX_ROWS`."""
-        per_row = width * self.TOP_BYTES_PER_PAIR + (2 * depth + width) * self.TOP_BYTES_PER_SLOT
-        return max(1, min(self.TOP_MAX_ROWS, int(per_core * (1 - self.VECTOR_SHARE) // per_row)))
+        :attr:`TOP_BYTES_PER_PAIR` per cell, for at most :attr:`TOP_MAX_ROWS` rows at a time) and candidate
+        buffers (``2 depth + width`` slots, :attr:`TOP_BYTES_PER_SLOT` each) fit ``per_core`` bytes less
+        :attr:`VECTOR_SHARE`; 1 to ``most`` (default :attr:`TOP_MAX_ROWS`)."""
+        most = self.TOP_MAX_ROWS if most is None else most
+        room, tile = per_core * (1 - self.VECTOR_SHARE), width * self.TOP_BYTES_PER_PAIR  # per row of the tile
+        buffers = (2 * depth + width) * self.TOP_BYTES_PER_SLOT  # per row of the run
+        rows = int(room // (buffers + tile))
+        if rows > self.TOP_MAX_ROWS:  # the tile stops growing at TOP_MAX_ROWS rows; the buffers do not
+            rows = int((room - self.TOP_MAX_ROWS * tile) // buffers)
+        return max(1, min(most, rows))
 
     def top_depth(self, per_core: float, width: int, gallery_size: int) -> int:
         """Deepest L the top-L pass serves: at most :attr:`TOP_DEPTH_SHARE` of the gallery (at least 1), and

@@ -24,7 +24,7 @@ opposite tie rule, with the float32 product of the fast path:
 * **What falls back.** A row whose candidates cannot fit its share of the budget (e.g. an
   all-zero query, whose every cell ties) is marked; :mod:`~recallk.score.ranking.engine`
   ranks those queries with the complete ranking, like queries whose L is too deep for this
-  pass (:meth:`~recallk.score.ranking.budget.Budget.top_depth_limit`), and takes the first
+  pass (:meth:`~recallk.score.ranking.budget.Budget.top_depth`), and takes the first
   positive of queries with none in their first L from the fast path.
 """
 
@@ -37,7 +37,8 @@ import numpy as np
 
 from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.direct import _BELOW, _value_keys
-from recallk.score.ranking.problem import Problem
+from recallk.score.ranking.fast import _READ_BLOCKS
+from recallk.score.ranking.problem import Problem, UnitRows
 from recallk.score.ranking.scan import _Buffers, _exact_pairs, _round, sparse_cells, word_mask
 from recallk.score.ranking.schedule import _TILE_WIDTH, TileWorker, _each_core, _n_workers, rows_to_csr
 
@@ -91,12 +92,14 @@ def top_ranks(p: Problem, budget: Budget, depth: np.ndarray, queries: np.ndarray
     width = max(1, min(m, _TILE_WIDTH))
     per_core = budget.bytes / workers
     order = queries[np.argsort(depth[queries], kind="stable")]  # runs of similar depth share a buffer width
+    # a gallery normalised when read: taller runs, each gallery tile normalised once for several blocks of rows
+    most = Budget.TOP_MAX_ROWS * (_READ_BLOCKS if isinstance(p.gp, UnitRows) else 1)
     jobs, start = [], 0
     while start < order.size:
-        rows = budget.top_rows(per_core, width, int(depth[order[min(start, order.size - 1)]]))
+        rows = budget.top_rows(per_core, width, int(depth[order[min(start, order.size - 1)]]), most)
         while True:  # the run's deepest query sizes its buffers: shrink until it fits
             stop = min(order.size, start + rows)
-            fit = budget.top_rows(per_core, width, int(depth[order[stop - 1]]))
+            fit = budget.top_rows(per_core, width, int(depth[order[stop - 1]]), most)
             if fit >= stop - start:
                 break
             rows = fit
@@ -149,15 +152,21 @@ class TopWorker(TileWorker):
         self.query_run(job)
 
     def query_run(self, rows: np.ndarray) -> None:
-        """The candidates of queries ``rows`` over every gallery tile, then their exact order."""
-        p, m, width = self.p, self.p.gp.shape[0], self.width
+        """The candidates of queries ``rows`` over every gallery tile, then their exact order; a run taller
+        than :attr:`Budget.TOP_MAX_ROWS` (a gallery normalised when read) is multiplied in blocks of that
+        many rows, each gallery tile read once for all of them."""
+        p, m, width, height = self.p, self.p.gp.shape[0], self.width, Budget.TOP_MAX_ROWS
         run = _Run(rows, self.depth[rows], width, self.per_core, self.slack)
         vectors = p.q[rows]
         for c0 in range(0, m, width):
             c1 = min(c0 + width, m)
-            tile = np.matmul(vectors, p.gp[c0:c1].T, out=self.scratch.get("tile", (rows.size, c1 - c0), np.float32))
-            p.mask_excluded(tile, rows, c0, c1)
-            run.take(tile, c0, self.scratch)
+            columns = p.gp[c0:c1]  # held, or normalised now (UnitRows)
+            for r0 in range(0, rows.size, height):
+                block = rows[r0:r0 + height]
+                tile = np.matmul(vectors[r0:r0 + height], columns.T,
+                                 out=self.scratch.get("tile", (block.size, c1 - c0), np.float32))
+                p.mask_excluded(tile, block, c0, c1)
+                run.take(tile, c0, r0, self.scratch)
             self.tiles_done()
         self.results.append(run.finish(p, vectors))
 
@@ -174,22 +183,22 @@ class _Run:
         self.fill = np.zeros(r, dtype=np.int64)
         self.theta = np.full(r, _FLOOR, dtype=np.float32)
         self.overflow = np.zeros(r, dtype=bool)
-        self.started = False
 
-    def take(self, tile: np.ndarray, c0: int, scratch: _Buffers) -> None:
-        """Keep the cells of ``tile`` (rows x columns from ``c0``, excluded cells -inf) at or above each
-        row's threshold."""
-        if not self.started:  # the first tile sets the thresholds of the rows it can
-            self.started = True
-            fits = np.flatnonzero(self.depth <= tile.shape[1])
+    def take(self, tile: np.ndarray, c0: int, r0: int, scratch: _Buffers) -> None:
+        """Keep the cells of ``tile`` (the run's rows from ``r0`` x columns from ``c0``, excluded cells -inf)
+        at or above each row's threshold."""
+        h, w = tile.shape
+        if c0 == 0:  # the first tile sets the thresholds of the rows it can
+            fits = np.flatnonzero(self.depth[r0:r0 + h] <= w)
             if fits.size:
-                self._raise(fits, _kth_largest(tile[fits], self.depth[fits]))
+                self._raise(fits + r0, _kth_largest(tile[fits], self.depth[fits + r0]))
         words, hit = word_mask(scratch, "hit", tile.shape)
-        np.greater_equal(tile, self.theta[:, None], out=hit)
-        line, col = sparse_cells(words, tile.shape[1])
+        np.greater_equal(tile, self.theta[r0:r0 + h, None], out=hit)
+        line, col = sparse_cells(words, w)
         if not line.size:
             return
         val = tile[line, col]
+        line += r0
         count = np.bincount(line, minlength=self.rows.size)
         full = np.flatnonzero(self.fill + count > self.room)
         if full.size:  # prune those rows to their new thresholds, and drop the hits below them
