@@ -91,23 +91,7 @@ def top_ranks(p: Problem, budget: Budget, depth: np.ndarray, queries: np.ndarray
     workers = _n_workers()
     width = max(1, min(m, _TILE_WIDTH))
     per_core = budget.bytes / workers
-    order = queries[np.argsort(depth[queries], kind="stable")]  # runs of similar depth share a buffer width
-    # a gallery normalised when read: taller runs, each gallery tile normalised once for several blocks of rows
-    most = Budget.TOP_MAX_ROWS * (_READ_BLOCKS if isinstance(p.gp, UnitRows) else 1)
-    jobs, start = [], 0
-    while start < order.size:
-        rows = budget.top_rows(per_core, width, int(depth[order[min(start, order.size - 1)]]), most)
-        while True:  # the run's deepest query sizes its buffers: shrink until it fits
-            stop = min(order.size, start + rows)
-            fit = budget.top_rows(per_core, width, int(depth[order[stop - 1]]), most)
-            if fit >= stop - start:
-                break
-            rows = fit
-        jobs.append(order[start:stop])
-        start = stop
-    if workers > 1 and len(jobs) < 2 * workers:  # every core busy: cut the runs finer
-        jobs = [part for job in jobs for part in np.array_split(job, -(-2 * workers // max(1, len(jobs))))
-                if part.size]
+    jobs = _runs(queries, depth, budget, per_core, width, isinstance(p.gp, UnitRows), workers)
     made: list[TopWorker] = []
     lock = threading.Lock()
 
@@ -127,6 +111,30 @@ def top_ranks(p: Problem, budget: Budget, depth: np.ndarray, queries: np.ndarray
     offsets, outs = rows_to_csr(n, [(rows, n_ranks, r) for rows, n_ranks, r, *_ in parts])
     ranks = outs[0] if outs else np.empty(0, dtype=np.int64)
     return TopRanks(offsets, ranks, first, opposite, found, overflow, len(jobs), len(jobs) * tiles_per_job)
+
+
+def _runs(queries: np.ndarray, depth: np.ndarray, budget: Budget, per_core: float, width: int, tall: bool,
+          workers: int) -> list[np.ndarray]:
+    """The jobs of :func:`top_ranks`: runs of ``queries`` sorted by depth (so a run's buffers, sized by its
+    deepest query, fit its rows), each as many rows as :meth:`Budget.top_rows` allows; ``tall`` (a gallery
+    normalised when read): up to ``_READ_BLOCKS`` blocks of rows, each gallery tile normalised once for all;
+    at least two runs per core."""
+    order = queries[np.argsort(depth[queries], kind="stable")]
+    most = Budget.TOP_MAX_ROWS * (_READ_BLOCKS if tall else 1)
+    jobs, start = [], 0
+    while start < order.size:
+        rows = budget.top_rows(per_core, width, int(depth[order[start]]), most)
+        while True:  # the run's deepest query sizes its buffers: shrink until it fits
+            stop = min(order.size, start + rows)
+            fit = budget.top_rows(per_core, width, int(depth[order[stop - 1]]), most)
+            if fit >= stop - start:
+                break
+            rows = fit
+        jobs.append(order[start:stop])
+        start = stop
+    if workers > 1 and 0 < len(jobs) < 2 * workers:  # every core busy: cut the runs finer
+        jobs = [part for job in jobs for part in np.array_split(job, -(-2 * workers // len(jobs))) if part.size]
+    return jobs
 
 
 class TopWorker(TileWorker):
