@@ -14,8 +14,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import (CAMERAS, PROJECT_CACHE, STAGES, UNEVEN_PER_LABEL, cache_in, commit, copy_digits, copy_pipeline,
-                     copy_tree, git, git_init, new_project, repro, run_ok, save_image, set_params)
+from helpers import (PROJECT_CACHE, STAGES, cache_in, commit, copy_digits, copy_pipeline, copy_tree, git, git_init,
+                     new_project, repro, run_ok, save_image, set_params)
+from score_oracle import CAMERAS, UNEVEN_PER_LABEL
 
 
 def private_copy(base: str, folder: str = "proj"):
