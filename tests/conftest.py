@@ -3,7 +3,7 @@
 A ``*_base`` fixture is built once per session and never modified: a test that only reads
 outputs uses it directly; a test that changes anything takes the private copy fixture next to it
 (``shutil.copytree``, so it pays only for the stages it re-runs). The helpers they use are in
-``helpers.py``.
+``helpers.py`` and, for the score-table projects, ``score_oracle.py``.
 """
 
 from __future__ import annotations
