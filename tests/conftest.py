@@ -3,7 +3,7 @@
 A ``*_base`` fixture is built once per session and never modified: a test that only reads
 outputs uses it directly; a test that changes anything takes the private copy fixture next to it
 (``shutil.copytree``, so it pays only for the stages it re-runs). The helpers they use are in
-``helpers.py``.
+``helpers.py`` and, for the score-table projects, ``score_oracle.py``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import (CAMERAS, PROJECT_CACHE, STAGES, UNEVEN_PER_LABEL, cache_in, commit, copy_digits, copy_pipeline,
-                     copy_tree, git, git_init, new_project, repro, run_ok, save_image, set_params)
+from helpers import (PROJECT_CACHE, STAGES, cache_in, commit, copy_digits, copy_pipeline, copy_tree, git, git_init,
+                     new_project, repro, run_ok, save_image, set_params)
+from score_oracle import CAMERAS, UNEVEN_PER_LABEL
 
 
 def private_copy(base: str, folder: str = "proj"):

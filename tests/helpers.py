@@ -6,18 +6,18 @@
 * params: :func:`set_params` (dotted keys) and :func:`edit_params` (any change);
 * stage runs: :func:`run_ok` and :func:`run_fails` (a clean user error: exit 2, one ``error:``
   message, no traceback), :func:`assert_no_outputs`, :func:`plant_stale`;
-* pipelines: a temp git repo with the project's DVC files, ``dvc repro`` with what ran.
+* pipelines: a temp git repo with the project's DVC files, ``dvc repro`` with what ran;
+* the cheapest project every stage runs on (:func:`tiny_project`).
 
-Fixtures built on these live in ``conftest.py``.
+Beside it: ``score_oracle.py`` (brute-force metrics for the score-table tests) and ``leakage_helpers.py``
+(planted near-duplicate images). Fixtures built on these live in ``conftest.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
-import math
 import os
 import re
 import shutil
@@ -32,9 +32,6 @@ import pytest
 import yaml
 from PIL import Image
 
-from recallk.images import decode
-from recallk.score.metrics import metric_keys
-from recallk.score.similarity import cosine_block, l2_normalize
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "data" / "digits"
@@ -337,125 +334,7 @@ def image_catalog(folder: Path, seeds: Iterable[int], prefix: str = "id") -> pd.
                          for i, s in enumerate(seeds)])
 
 
-# ---------------------------------------------------------------------------------------------- score oracle
-
-
-#: The committed ``score.ks`` and metric keys (params.yaml).
-KS = [1, 5, 10]
-METRIC_KEYS = metric_keys(["recall", "precision", "r_precision", "map@r", "map", "mrr"], KS)
-#: The score-table projects (conftest): per-label counts 20, 22 and 24; a camera column cycling CAMERAS.
-UNEVEN_PER_LABEL = 20
-CAMERAS = ("cam0", "cam1", "cam2")
-
-
-def read_per_query(project: Path) -> pd.DataFrame:
-    return pd.read_csv(project / PER_QUERY, dtype={"image_id": str, "label": str})
-
-
-def eval_sets(project: Path) -> dict:
-    """Queries and gallery as the score stage sees them (split order), with their embeddings and catalog rows."""
-    split = pd.read_csv(project / SPLIT, dtype={"image_id": str})
-    cat = pd.read_csv(project / CATALOG, dtype=str, keep_default_na=False).set_index("image_id")
-    emb = np.load(project / EMBEDDINGS)
-    row = {i: n for n, i in enumerate(np.load(project / IDS).astype(str))}
-    q = split.loc[split["query"], "image_id"].tolist()
-    g = split.loc[split["gallery"], "image_id"].tolist()
-    train = split.loc[split["split"].eq("train") & ~split["query"] & ~split["gallery"], "image_id"].tolist()
-    return {"q": q, "g": g, "train": train, "cat": cat, "emb": emb, "row": row,
-            "q_emb": emb[[row[i] for i in q]], "g_emb": emb[[row[i] for i in g]],
-            "q_lab": cat.loc[q, "label"].to_numpy(), "g_lab": cat.loc[g, "label"].to_numpy()}
-
-
-def oracle(q_emb, g_emb, q_lab, g_lab, q_ids, g_ids, ks, exclude=()):
-    """Brute force, one query at a time, straight from the formulas in the recallk.score.metrics docstring.
-
-    ``exclude``: (query values, gallery values) pairs; a shared non-missing value hides the item.
-    Returns per-query arrays: n_pos, n_ret, first (1-based, 0 = none), first_opp, and values by metric key.
-    """
-    sims = cosine_block(l2_normalize(np.asarray(q_emb)), l2_normalize(np.asarray(g_emb)).T)
-    q_lab, g_lab = np.asarray(q_lab, dtype=str), np.asarray(g_lab, dtype=str)
-    g_ids = np.asarray(g_ids, dtype=object)
-    n = len(q_ids)
-    out = {"n_pos": np.zeros(n, int), "n_ret": np.zeros(n, int), "first": np.zeros(n, int),
-           "first_opp": np.zeros(n, int)}
-    values = {k: np.full(n, np.nan) for k in metric_keys(["recall", "precision", "r_precision", "map@r", "map",
-                                                           "mrr"], ks)}
-    for i in range(n):
-        allowed = g_ids != q_ids[i]
-        for qv, gv in exclude:
-            v = qv[i]
-            if v is not None and v == v and v != "":
-                allowed &= np.asarray([w != v for w in gv])
-        idx = np.flatnonzero(allowed)
-        s = sims[i, idx]
-        order = idx[np.lexsort((idx, -s))]            # descending similarity, smaller gallery index first
-        order_opp = idx[np.lexsort((-idx, -s))]       # the other tie rule
-        r = np.flatnonzero(g_lab[order] == q_lab[i]) + 1.0
-        M, R = idx.size, r.size
-        out["n_ret"][i], out["n_pos"][i] = M, R
-        if R == 0:
-            continue
-        out["first"][i] = int(r[0])
-        out["first_opp"][i] = int(np.flatnonzero(g_lab[order_opp] == q_lab[i])[0]) + 1
-        j = np.arange(1, R + 1)
-        for k in ks:
-            values[f"recall@{k}"][i] = float(r[0] <= k)
-            values[f"precision@{k}"][i] = np.count_nonzero(r <= k) / min(k, M)
-        values["r_precision"][i] = np.count_nonzero(r <= R) / R
-        values["map@r"][i] = math.fsum((j / r)[r <= R]) / R
-        values["map"][i] = math.fsum(j / r) / R
-        values["mrr"][i] = 1.0 / r[0]
-    out["values"] = values
-    return out
-
-
-def fmean(values) -> float:
-    kept = [v for v in values if not math.isnan(v)]
-    return math.fsum(kept) / len(kept)
-
-
-def approx(x, rel=1e-9):
-    return pytest.approx(x, rel=rel, abs=1e-12)
-
-
-# ---------------------------------------------------------------------------------------------- near-duplicates
-
-
-def smooth(seed: int, size: int = 64) -> Image.Image:
-    """A seeded smooth colour image (a 6x6 random grid, bicubic): its pHash is stable under small edits."""
-    rng = np.random.default_rng(seed)
-    return Image.fromarray(rng.integers(0, 256, size=(6, 6, 3), dtype=np.uint8)).resize((size, size),
-                                                                                        Image.Resampling.BICUBIC)
-
-
-def near_copy(img: Image.Image) -> Image.Image:
-    """A JPEG (quality 70) of the image at 3/4 of its size, decoded: a planted near-copy."""
-    buf = io.BytesIO()
-    img.resize((img.width * 3 // 4, img.height * 3 // 4), Image.Resampling.BILINEAR).save(buf, "JPEG", quality=70)
-    return decode(buf.getvalue())
-
-
-def write_planted_images(root: Path, spec: dict[str, list[int]], planted: dict[str, tuple[str, int]] = {}) -> None:
-    """``spec``: label -> seeds of its distinct images (``<label>/<seed>.png``); ``planted``: relative path ->
-    (label, seed) of the image it is a near copy of."""
-    for label, seeds in spec.items():
-        (root / label).mkdir(parents=True, exist_ok=True)
-        for seed in seeds:
-            smooth(seed).save(root / label / f"{seed}.png")
-    for rel, (_, seed) in planted.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        near_copy(smooth(seed)).save(root / rel)
-
-
-#: near-duplicate fixtures: label -> seeds of its distinct images
-LEAK_LABELS = {f"l{k}": list(range(10 * k, 10 * k + 8)) for k in range(4)}
-#: a near copy of each of three images in its own label, and one of l0's image under l3 (cross-label)
-LEAK_PLANTED = {"l0/copy_0.png": ("l0", 0), "l1/copy_11.png": ("l1", 11), "l2/copy_23.png": ("l2", 23),
-           "l3/copy_of_l0_2.png": ("l0", 2)}
-
-
-def planted_pairs() -> set[tuple[str, str]]:
-    return {tuple(sorted((rel, f"{label}/{seed}.png"))) for rel, (label, seed) in LEAK_PLANTED.items()}
+# ---------------------------------------------------------------------------------------------- the cheapest project
 
 
 def tiny_project(where: Path, labels: Sequence[str] = ("a", "b", "c", "d"), per_label: int = 3) -> Path:

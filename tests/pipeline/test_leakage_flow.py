@@ -17,8 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import LEAK_LABELS as LABELS, LEAK_PLANTED as PLANTED, PROJECT_CACHE, ROOT, cache_in, dvc, git, \
-    planted_pairs, run_module, set_params, write_planted_images as write_images
+from helpers import PROJECT_CACHE, ROOT, cache_in, dvc, git, run_module, set_params
+from leakage_helpers import LEAK_LABELS as LABELS, LEAK_PLANTED as PLANTED, planted_pairs, \
+    write_planted_images as write_images
 
 pytestmark = pytest.mark.pipeline
 

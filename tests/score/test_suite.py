@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers import CAMERAS, KS, METRIC_KEYS, RANKING_OUTPUTS, SCORE_OUTPUTS, approx, eval_sets, fmean, oracle, \
-    read_metrics, read_per_query, run_ok, set_params
+from helpers import RANKING_OUTPUTS, SCORE_OUTPUTS, read_metrics, run_ok, set_params
+from score_oracle import CAMERAS, KS, METRIC_KEYS, approx, eval_sets, fmean, oracle, read_per_query
 from recallk.score.metrics import retrieval_metrics
 
 

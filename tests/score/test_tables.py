@@ -14,8 +14,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import (CURVE, EMBEDDINGS, KS, METRIC_KEYS, PER_CLASS, PER_QUERY, RANKING_OUTPUTS, SCORE_OUTPUTS, approx,
-                     eval_sets, fmean, oracle, read_metrics, read_per_query, run_ok, set_params)
+from helpers import (CURVE, EMBEDDINGS, PER_CLASS, PER_QUERY, RANKING_OUTPUTS, SCORE_OUTPUTS, read_metrics, run_ok,
+                     set_params)
+from score_oracle import KS, METRIC_KEYS, approx, eval_sets, fmean, oracle, read_per_query
 from recallk.score import suite, tables
 from recallk.score.metrics import first_positive_ranks, mean
 from recallk.score.similarity import cosine_block, l2_normalize

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import CATALOG, EMBEDDINGS, IDS, KS, METRIC_KEYS, SPLIT, approx, eval_sets, fmean, oracle
+from helpers import CATALOG, EMBEDDINGS, IDS, SPLIT
+from score_oracle import KS, METRIC_KEYS, approx, eval_sets, fmean, oracle
 from recallk.errors import InputError
 from recallk.score import suite
 from recallk.score.similarity import l2_normalize

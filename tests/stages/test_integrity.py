@@ -1,47 +1,33 @@
 """Silent wrong numbers, refused at the root: each test names the mechanism it pins.
 
-Unit and stage-level tests (no ``dvc``); the ``dvc repro`` ones are in test_integrity_pipeline.py.
+Unit and stage-level tests (no ``dvc``); the ``dvc repro`` ones are in tests/pipeline/test_integrity_flow.py,
+4. (a poisoned embedding cache) in tests/encode/test_poisoned_cache.py, 6. (params.yaml as DVC reads it) in
+test_params_yaml.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import io
 import os
 import re
 import shutil
-import sqlite3
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 import yaml
 from PIL import Image
 
-from helpers import ROOT, run_module, save_image
+from helpers import ROOT, run_module, save_image, set_dotted
 from recallk import images
 from recallk.checks import quote
 from recallk.data import catalog, contract, prepare
-from recallk.encode.batches import encode_catalog
-from recallk.encode.cache import EmbeddingCache
-from recallk.encode.registry import get_backbone
 from recallk.errors import InputError
 from stages.params import load_section
 
 #: prepare() params of these tests: every image is in val/gallery and, under leave_one_out, a query.
 DEFAULTS = dict(data_root="data", csv=None, on_bad_image="error", strategy="per_class", protocol="leave_one_out",
                 seed=0, fractions={"train": 0.0, "val": 0.5, "gallery": 0.5})
-
-#: The line of `score:` in the project's params.yaml.
-SCORE_LINE = (ROOT / "params.yaml").read_text().splitlines().index("score:") + 1
-
-
-@pytest.fixture
-def work(tmp_path: Path, monkeypatch) -> Path:
-    monkeypatch.chdir(tmp_path)  # prepare() writes paths relative to the cwd
-    return tmp_path
 
 
 def build(**overrides):
@@ -137,152 +123,6 @@ def test_split_stage_refuses_a_self_retrieving_alias(project):
     assert "Traceback" not in proc.stderr
     assert contract.PATH_ONCE_RULE in proc.stderr
     assert not (project / "data" / "prepared" / "catalog.csv").exists()
-
-
-# ================================================================ 4. a poisoned embedding cache
-
-
-def poison(path: Path, fingerprint: str, vectors: dict[str, np.ndarray]) -> None:
-    """Overwrite cache entries as another run (or a damaged shared cache) could have left them."""
-    with contextlib.closing(sqlite3.connect(path)) as db, db:
-        db.executemany("INSERT OR REPLACE INTO embedding VALUES (?, ?, ?, ?)",
-                       [(fingerprint, sha, v.size, np.asarray(v, "<f4").tobytes()) for sha, v in vectors.items()])
-
-
-def pngs(folder: Path, n: int) -> pd.DataFrame:
-    rows = []
-    for i in range(n):
-        path = save_image(folder / f"{i}.png", seed=i)
-        rows.append({"image_id": f"id{i}", "path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
-    return pd.DataFrame(rows)
-
-
-BAD_VECTORS = {
-    "nan": lambda dim: np.full(dim, np.nan),
-    "inf": lambda dim: np.r_[np.inf, np.ones(dim - 1)],
-    "zero": lambda dim: np.zeros(dim),
-    "short": lambda dim: np.ones(dim - 1),
-    "long": lambda dim: np.ones(dim + 7),
-}
-
-
-@pytest.mark.parametrize("kind", BAD_VECTORS)
-def test_poisoned_cache_hits_are_encoded_again(tmp_path, kind, caplog):
-    """NaN, inf, all-zero or wrong-dimension cache entries were served as they were (exit 0, a wrong
-    embeddings.npy). They get the checks of fresh vectors: dropped, logged, encoded again, replaced."""
-    backbone = get_backbone("pixels", {"resolution": 4})
-    cat = pngs(tmp_path / "img", 5)
-    fresh, _, _ = encode_catalog(cat, backbone, batch_size=2, num_workers=1)
-    db = tmp_path / "c.sqlite"
-    with EmbeddingCache(db, backbone.fingerprint) as cache:
-        encode_catalog(cat, backbone, batch_size=2, num_workers=1, cache=cache)
-    poison(db, backbone.fingerprint, {cat["sha256"][1]: BAD_VECTORS[kind](backbone.dim),
-                                      cat["sha256"][3]: BAD_VECTORS[kind](backbone.dim)})
-    with EmbeddingCache(db, backbone.fingerprint) as cache:
-        out, n_enc, n_hit = encode_catalog(cat, backbone, batch_size=2, num_workers=1, cache=cache)
-        healed = cache.get_many(cat["sha256"])
-    assert out.tobytes() == fresh.tobytes()
-    assert (n_enc, n_hit) == (2, 3)
-    assert "dropped 2 unusable cached embedding(s)" in caplog.text
-    assert all(healed[sha].tobytes() == fresh[i].tobytes() for i, sha in enumerate(cat["sha256"]))
-
-
-def test_cache_hits_of_a_callable_are_judged_by_a_fresh_vector(tmp_path, monkeypatch):
-    """A user callable declares no dimension: every file cached with the wrong one used to come back
-    as it was. One file is encoded again; its dimension judges the hits."""
-    (tmp_path / "mod_integrity_mean.py").write_text(
-        "import numpy as np\n"
-        "def embed(images):\n    return np.array([np.asarray(i, float).mean((0, 1)) for i in images])\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    backbone = get_backbone("callable:mod_integrity_mean:embed")
-    cat = pngs(tmp_path / "img", 4)
-    fresh, _, _ = encode_catalog(cat, backbone, batch_size=3, num_workers=1)
-    db = tmp_path / "c.sqlite"
-    with EmbeddingCache(db, backbone.fingerprint) as cache:
-        cache.put_many(cat["sha256"].tolist(), np.ones((4, 5), np.float32))  # every entry: dimension 5, not 3
-    with EmbeddingCache(db, backbone.fingerprint) as cache:
-        out, n_enc, n_hit = encode_catalog(cat, backbone, batch_size=3, num_workers=1, cache=cache)
-    assert out.tobytes() == fresh.tobytes() and (n_enc, n_hit) == (4, 0)
-    with EmbeddingCache(db, backbone.fingerprint) as cache:  # healed: now every file is served from the cache
-        again, n_enc, n_hit = encode_catalog(cat, backbone, batch_size=3, num_workers=1, cache=cache)
-    assert again.tobytes() == fresh.tobytes() and (n_enc, n_hit) == (1, 3)
-
-
-def test_encode_stage_output_does_not_depend_on_a_poisoned_cache(project, tmp_path, monkeypatch):
-    monkeypatch.setenv("RECALLK_CACHE_DIR", str(tmp_path / "cache"))
-    assert run_module("stages.split", cwd=project).returncode == 0
-    assert run_module("stages.encode", cwd=project).returncode == 0
-    fresh = (project / "data/embeddings/embeddings.npy").read_bytes()
-    cat = pd.read_csv(project / "data/prepared/catalog.csv", dtype=str)
-    backbone = get_backbone("pixels", {"resolution": 16})
-    poison(tmp_path / "cache" / "embeddings.sqlite", backbone.fingerprint,
-           {cat["sha256"][0]: np.full(backbone.dim, np.nan), cat["sha256"][1]: np.zeros(backbone.dim)})
-    proc = run_module("stages.encode", cwd=project)
-    assert proc.returncode == 0, proc.stderr
-    assert "dropped 2 unusable cached embedding(s)" in proc.stderr
-    assert "encoded 2 images, served 198 from the cache" in proc.stderr
-    assert (project / "data/embeddings/embeddings.npy").read_bytes() == fresh
-
-
-# ================================================================ 6. params.yaml: the stages read what DVC records
-
-
-def params_text(**replace: str) -> str:
-    """The committed params.yaml with whole lines replaced: ``params_text(**{"  seed: 0": "  seed: 010"})``."""
-    text = (ROOT / "params.yaml").read_text(encoding="utf-8")
-    for old, new in replace.items():
-        assert old + "\n" in text, old
-        text = text.replace(old + "\n", new + "\n", 1)
-    return text
-
-
-def test_committed_params_read_the_same_as_with_pyyaml():
-    expected = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
-    for section in ("split", "encode", "score"):
-        assert load_section(section, ROOT / "params.yaml") == expected[section]
-
-
-@pytest.mark.parametrize("line, written, name, fix", [
-    ("  seed: 0", "  seed: 010", "`split.seed` (line 7)", "write 10 or 8"),               # YAML 1.1 octal
-    ("  seed: 0", "  seed: 0o10", "`split.seed` (line 7)", 'write 8 or "0o10"'),          # YAML 1.2 octal
-    ("  on_bad_image: error", "  on_bad_image: off", "`split.on_bad_image`", 'write "off" or false'),
-    ("  on_bad_image: error", "  on_bad_image: yes", "`split.on_bad_image`", 'write "yes" or true'),
-    ("    resolution: 16", "    resolution: 1:04", "`encode.pixels.resolution`", 'write "1:04" or 64'),  # sexagesimal
-    ("  max_memory_mb: 512", "  max_memory_mb: 5e2", "`score.max_memory_mb`", 'write 500.0 or "5e2"'),
-    ("  ks: [1, 5, 10]", "  ks: [1, 5, 010]", "`score.ks[2]`", "write 10 or 8"),
-])
-def test_params_that_yaml_1_1_reads_differently_are_refused(tmp_path, line, written, name, fix):
-    """`seed: 010` ran with seed 8 (PyYAML, YAML 1.1) while dvc.lock recorded 10 (DVC, YAML 1.2)."""
-    path = tmp_path / "params.yaml"
-    path.write_text(params_text(**{line: written}), encoding="utf-8")
-    for section in ("split", "encode", "score"):  # every stage refuses it, not only the owner of the key
-        with pytest.raises(InputError) as info:
-            load_section(section, path)
-        message = str(info.value)
-        assert name in message and fix in message and "dvc.lock" in message
-
-
-@pytest.mark.parametrize("line, twice, name", [
-    ("  seed: 0", "  seed: 0\n  seed: 3", "`split.seed` is given twice (lines 7 and 8)"),
-    # the second `split` takes the line of `score:` in the project's params.yaml
-    ("score:", "split: {}\nscore:", f"`split` is given twice (lines 1 and {SCORE_LINE})"),
-    ("    train: 0.5", "    train: 0.5\n    train: 0.7", "`split.fractions.train` is given twice"),
-])
-def test_params_with_a_repeated_key_are_refused(tmp_path, line, twice, name):
-    """The stages kept the last value (PyYAML); DVC refuses the file."""
-    path = tmp_path / "params.yaml"
-    path.write_text(params_text(**{line: twice}), encoding="utf-8")
-    with pytest.raises(InputError, match="keep one of them") as info:
-        load_section("split", path)
-    assert name in str(info.value)
-
-
-def test_params_values_are_read_as_dvc_reads_them(tmp_path):
-    """Quoted text stays text, and a value both YAML versions agree on is taken as it is."""
-    path = tmp_path / "params.yaml"
-    path.write_text(params_text(**{"  on_bad_image: error": '  on_bad_image: "skip"', "  seed: 0": "  seed: 0x10"}))
-    values = load_section("split", path)
-    assert (values["on_bad_image"], values["seed"]) == ("skip", 16)
 
 
 # ================================================================ 2. no folder drops out of a scan silently
@@ -462,12 +302,7 @@ def longest_line(message: str) -> int:
     ("encode", ["not", "a", "mapping"] * 1_000),    # a section that is not a mapping
 ])
 def test_params_messages_quote_values_within_bounds(tmp_path, dotted, value):
-    params = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
-    *parents, leaf = dotted.split(".")
-    node = params
-    for key in parents:
-        node = node[key]
-    node[leaf] = value
+    params = set_dotted(yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8")), dotted, value)
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False, width=10**9), encoding="utf-8")
     with pytest.raises(InputError) as info:
