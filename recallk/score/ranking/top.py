@@ -191,6 +191,7 @@ class _Run:
         self.fill = np.zeros(r, dtype=np.int64)
         self.theta = np.full(r, _FLOOR, dtype=np.float32)
         self.overflow = np.zeros(r, dtype=bool)
+        self.prune_at = 2 * depth + _PRUNE_SLACK  # a row holding more is pruned after the tile
 
     def take(self, tile: np.ndarray, c0: int, r0: int, scratch: _Buffers) -> None:
         """Keep the cells of ``tile`` (the run's rows from ``r0`` x columns from ``c0``, excluded cells -inf)
@@ -223,6 +224,9 @@ class _Run:
         at = self.fill[line] + np.arange(line.size) - np.repeat(np.cumsum(count) - count, count)
         self.vals[line, at], self.cols[line, at] = val, col + c0
         self.fill += count
+        grown = np.flatnonzero(self.fill > self.prune_at)
+        if grown.size:  # raise those rows' thresholds now: later tiles then hand on fewer cells
+            self._prune(grown)
 
     def _raise(self, lines: np.ndarray, kth: np.ndarray) -> None:
         """Raise the thresholds of ``lines`` to their L-th largest float32 score ``kth`` minus ``2 tol``."""
@@ -296,6 +300,11 @@ class _Run:
         # exact when the best positive is a candidate; else L or more, as is any count from a lesser positive
         opposite = np.where(positive.any(axis=1), (other > best[:, None]).sum(axis=1), -1)
         return self.rows, n_ranks, rank.astype(np.int64), first, opposite, found, self.overflow.copy()
+
+
+#: A row is pruned once it holds more than 2 L plus this many cells: thresholds rise as the tiles go by (so
+#: each tile hands on about L / (tiles so far) cells per row), and small L are not pruned at every tile.
+_PRUNE_SLACK = 64
 
 
 def _kth_largest(values: np.ndarray, k: np.ndarray) -> np.ndarray:
