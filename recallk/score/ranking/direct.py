@@ -47,19 +47,19 @@ def direct_ranks(p: Problem, complete: bool, cap: int | None) -> tuple[np.ndarra
     if p.groups or p.self_col.max() >= 0:  # some cells may not be retrieved
         retrievable = ~p.excluded(np.arange(n), 0, m)
         positive &= retrievable
-        n_pos = positive.sum(axis=1)
+        n_pos = np.add.reduce(positive, axis=1)
     else:
         retrievable, n_pos = None, p.hi - p.lo
     has = n_pos > 0
     first, opposite = _first_ranks(sims, positive, retrievable, p.gindex, has)
     offsets = np.empty(n + 1, dtype=np.int64)
     offsets[0] = 0
-    np.cumsum(n_pos if complete else has, out=offsets[1:])
-    ranks = _every_rank(sims, positive, retrievable, p.gindex) if complete else first[has]
-    opposite = np.where(has, opposite, -1)
-    if cap is not None:
-        ranks, opposite[has] = np.minimum(ranks, cap), np.minimum(opposite[has], cap)
-    return n_pos, offsets, ranks, opposite
+    np.add.accumulate(n_pos if complete else has, dtype=np.int64, out=offsets[1:])
+    if complete:
+        ranks = _every_rank(sims, positive, retrievable, p.gindex)
+    else:
+        ranks = first[has] if cap is None else np.minimum(first[has], cap)
+    return n_pos, offsets, ranks, np.where(has, opposite if cap is None else np.minimum(opposite, cap), -1)
 
 
 def _first_ranks(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | None, gindex: np.ndarray,
@@ -67,20 +67,21 @@ def _first_ranks(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray
     """Per row, the first positive's rank under the engine's tie rule and under the opposite one (rows
     without positives, ``~has``: any value). Without a tie the two are the retrievable cells above the
     best positive; the rows where another cell equals it are counted by their order keys."""
-    best = np.where(positive, sims, -np.inf).max(axis=1)[:, None]
+    best = np.maximum.reduce(np.where(positive, sims, -np.inf), axis=1)[:, None]
     above = sims > best
     if retrievable is not None:
         above &= retrievable
-    first = above.sum(axis=1)
-    opposite = first.copy()
+    first = np.add.reduce(above, axis=1)
     equal = sims == best  # the best positive itself, and any cell tied with it
-    if np.count_nonzero(equal) > np.count_nonzero(has):
-        tied = np.flatnonzero(equal.sum(axis=1) > 1)
-        m = sims.shape[1]
-        value = _value_keys(sims[tied])
-        part = None if retrievable is None else retrievable[tied]
-        opposite[tied] = _above_best(value + gindex, positive[tied], part)  # ties: larger index first
-        first[tied] = _above_best(np.add(value, m - 1 - gindex, out=value), positive[tied], part)
+    if np.count_nonzero(equal) <= np.count_nonzero(has):  # no ties: one rank under either rule
+        return first, first
+    opposite = first.copy()
+    tied = np.flatnonzero(np.add.reduce(equal, axis=1) > 1)
+    m = sims.shape[1]
+    value = _value_keys(sims[tied])
+    part = None if retrievable is None else retrievable[tied]
+    opposite[tied] = _above_best(value + gindex, positive[tied], part)  # ties: larger index first
+    first[tied] = _above_best(np.add(value, m - 1 - gindex, out=value), positive[tied], part)
     return first, opposite
 
 

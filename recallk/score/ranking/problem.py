@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from recallk.checks import is_missing
+from recallk.checks import is_missing, same_values
 from recallk.errors import InputError
 from recallk.score.similarity import float32_dot_error_bound, l2_normalize
 
@@ -89,18 +89,20 @@ def _codes(*columns: Any, missing: bool = False) -> list[np.ndarray]:
     """Joint integer codes of label-like columns compared as strings; with ``missing``, None/NaN/"" is -1.
 
     Codes number the distinct values in the order of their text. Integer columns (all signed or all
-    unsigned) and text columns get the same codes without turning every value into a Python object."""
+    unsigned) and text columns get the same codes without turning every value into a Python object;
+    non-negative integers below :data:`_TABLE_SPAN` (a training loop's class indices) through a lookup
+    table instead of a sort."""
     if not missing:
         plain = [np.asarray(c).reshape(-1) for c in columns]
         kinds = {a.dtype.kind for a in plain}
         if kinds in ({"i"}, {"u"}, {"U"}):
-            joint = np.concatenate(plain)
+            joint = np.concatenate(plain) if len(plain) > 1 else plain[0]
+            if kinds != {"U"} and joint.size and 0 <= joint.min() and joint.max() < _TABLE_SPAN:
+                return _split(_table_codes(joint), plain)
             values = np.unique(joint)
-            codes = np.searchsorted(values, joint)
+            codes = values.searchsorted(joint)
             if kinds != {"U"} and values.size and not 0 <= values[0] <= values[-1] <= 9:
-                by_text = np.empty(values.size, dtype=np.int64)  # integers: number them in the order of their text
-                by_text[np.argsort(values.astype(str))] = np.arange(values.size)
-                codes = by_text[codes]
+                codes = _text_ranks(values)[codes]  # integers: number them in the order of their text
             return _split(codes.astype(np.int64, copy=False), plain)
     arrays = [np.asarray(c, dtype=object).reshape(-1) for c in columns]
     text = np.concatenate([a.astype(str) for a in arrays])
@@ -109,6 +111,34 @@ def _codes(*columns: Any, missing: bool = False) -> list[np.ndarray]:
         gone = np.concatenate([np.array([is_missing(v) for v in a], dtype=bool) for a in arrays])
         codes = np.where(gone, -1, codes)
     return _split(codes.reshape(-1).astype(np.int64), arrays)
+
+
+#: Integer labels in ``[0, _TABLE_SPAN)`` are coded through a table of that many entries at most (no sort).
+_TABLE_SPAN = 2**16
+#: Distinct integers ordered by their text in Python (cheaper than numpy's text arrays for this many).
+_PY_TEXT_SORT = 512
+
+
+def _table_codes(joint: np.ndarray) -> np.ndarray:
+    """:func:`_codes` of non-negative integers below :data:`_TABLE_SPAN`: the present values, marked in a
+    table, are the sorted distinct values; each is numbered by the order of its text."""
+    present = np.zeros(int(joint.max()) + 1, dtype=bool)
+    present[joint] = True
+    values = np.flatnonzero(present)
+    table = np.empty(present.size, dtype=np.int64)
+    table[values] = np.arange(values.size) if values[-1] <= 9 else _text_ranks(values)
+    return table[joint]
+
+
+def _text_ranks(values: np.ndarray) -> np.ndarray:
+    """Each of the sorted distinct integers ``values``' place in the order of their text (as int64)."""
+    ranks = np.empty(values.size, dtype=np.int64)
+    if values.size <= _PY_TEXT_SORT:  # the same order as numpy's: distinct texts compared by code point
+        text = [str(v) for v in values.tolist()]
+        ranks[sorted(range(len(text)), key=text.__getitem__)] = np.arange(values.size)
+    else:
+        ranks[np.argsort(values.astype(str))] = np.arange(values.size)
+    return ranks
 
 
 def _split(codes: np.ndarray, arrays: list[np.ndarray]) -> list[np.ndarray]:
@@ -208,8 +238,7 @@ class Problem:
         same_ids = (query_ids is None) == (gallery_ids is None) \
             and (query_ids is None or [str(i) for i in query_ids] == [str(i) for i in gallery_ids])
         if same_set is None:  # detect it: the same rows, labels, ids and exclusion values
-            same_set = same_ids and (query_emb is gallery_emb or (np.shape(query_emb) == np.shape(gallery_emb)
-                                                                  and np.array_equal(query_emb, gallery_emb))) \
+            same_set = same_ids and (query_emb is gallery_emb or same_values(query_emb, gallery_emb)) \
                 and np.array_equal(np.asarray(query_labels).astype(str), np.asarray(gallery_labels).astype(str)) \
                 and all(np.array_equal(q_code[order], g_code) for q_code, _, g_code in groups)
         elif same_set and not (same_ids and query_ids is not None and np.shape(query_emb) == np.shape(gallery_emb)):
