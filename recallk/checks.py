@@ -238,12 +238,10 @@ _FINITE_CHUNK = 2**22
 
 
 def _all_finite(arr: np.ndarray) -> bool:
-    """``np.isfinite(arr).all()`` for a 2-D array, in chunks of rows (no array-sized boolean scratch).
-    A float array whose sum is finite holds no NaN or inf (either would make the sum NaN or inf): one pass,
-    no scratch; only a sum that overflows (or a real NaN or inf) takes the chunked check."""
-    if arr.dtype.kind == "f" and math.isfinite(np.add.reduce(arr, axis=None)):
-        return True
+    """``np.isfinite(arr).all()`` for a 2-D array, in chunks of rows (no array-sized boolean scratch)."""
     step = max(1, _FINITE_CHUNK // max(1, arr.shape[1]))
+    if arr.shape[0] <= step:  # one chunk (a batch)
+        return bool(np.isfinite(arr).all())
     return all(np.isfinite(arr[s:s + step]).all() for s in range(0, arr.shape[0], step))
 
 

@@ -55,11 +55,11 @@ def direct_ranks(p: Problem, complete: bool, cap: int | None) -> tuple[np.ndarra
     offsets = np.empty(n + 1, dtype=np.int64)
     offsets[0] = 0
     np.add.accumulate(n_pos if complete else has, dtype=np.int64, out=offsets[1:])
-    if complete:
-        ranks = _every_rank(sims, positive, retrievable, p.gindex)
-    else:
-        ranks = first[has] if cap is None else np.minimum(first[has], cap)
-    return n_pos, offsets, ranks, np.where(has, opposite if cap is None else np.minimum(opposite, cap), -1)
+    if cap is not None:  # first positive only (cap needs it); without ties both rules share one array
+        capped = np.minimum(first, cap)
+        first, opposite = capped, capped if opposite is first else np.minimum(opposite, cap)
+    ranks = _every_rank(sims, positive, retrievable, p.gindex) if complete else first[has]
+    return n_pos, offsets, ranks, np.where(has, opposite, -1)
 
 
 def _first_ranks(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | None, gindex: np.ndarray,

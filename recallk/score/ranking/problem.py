@@ -90,19 +90,21 @@ def _codes(*columns: Any, missing: bool = False) -> list[np.ndarray]:
 
     Codes number the distinct values in the order of their text. Integer columns (all signed or all
     unsigned) and text columns get the same codes without turning every value into a Python object;
-    non-negative integers below :data:`_TABLE_SPAN` (a training loop's class indices) through a lookup
-    table instead of a sort."""
+    non-negative integers below :data:`_TABLE_SPAN` (a training loop's class indices) through a table
+    (:func:`_table_codes`) instead of a sort."""
     if not missing:
         plain = [np.asarray(c).reshape(-1) for c in columns]
         kinds = {a.dtype.kind for a in plain}
         if kinds in ({"i"}, {"u"}, {"U"}):
-            joint = np.concatenate(plain) if len(plain) > 1 else plain[0]
-            if kinds != {"U"} and joint.size and 0 <= joint.min() and joint.max() < _TABLE_SPAN:
-                return _split(_table_codes(joint), plain)
+            joint = np.concatenate(plain)
+            if kinds != {"U"} and joint.size and 0 <= joint.min() and (top := int(joint.max())) < _TABLE_SPAN:
+                return _split(_table_codes(joint, top), plain)
             values = np.unique(joint)
-            codes = values.searchsorted(joint)
+            codes = np.searchsorted(values, joint)
             if kinds != {"U"} and values.size and not 0 <= values[0] <= values[-1] <= 9:
-                codes = _text_ranks(values)[codes]  # integers: number them in the order of their text
+                by_text = np.empty(values.size, dtype=np.int64)  # integers: number them in the order of their text
+                by_text[np.argsort(values.astype(str))] = np.arange(values.size)
+                codes = by_text[codes]
             return _split(codes.astype(np.int64, copy=False), plain)
     arrays = [np.asarray(c, dtype=object).reshape(-1) for c in columns]
     text = np.concatenate([a.astype(str) for a in arrays])
@@ -113,32 +115,27 @@ def _codes(*columns: Any, missing: bool = False) -> list[np.ndarray]:
     return _split(codes.reshape(-1).astype(np.int64), arrays)
 
 
-#: Integer labels in ``[0, _TABLE_SPAN)`` are coded through a table of that many entries at most (no sort).
+#: Integer labels in ``[0, _TABLE_SPAN)`` are coded through a table of at most that many entries (no sort).
 _TABLE_SPAN = 2**16
-#: Distinct integers ordered by their text in Python (cheaper than numpy's text arrays for this many).
-_PY_TEXT_SORT = 512
+#: At most this many distinct integers are put in the order of their text by Python's sort (numpy's text
+#: arrays cost more for so few).
+_PY_TEXT_SORT = 256
 
 
-def _table_codes(joint: np.ndarray) -> np.ndarray:
-    """:func:`_codes` of non-negative integers below :data:`_TABLE_SPAN`: the present values, marked in a
-    table, are the sorted distinct values; each is numbered by the order of its text."""
-    present = np.zeros(int(joint.max()) + 1, dtype=bool)
+def _table_codes(joint: np.ndarray, top: int) -> np.ndarray:
+    """:func:`_codes` of non-negative integers at most ``top`` (their largest): the values present, marked in a
+    table, are the distinct values sorted; each one's code is its place in the order of their text."""
+    present = np.zeros(top + 1, dtype=bool)
     present[joint] = True
-    values = np.flatnonzero(present)
-    table = np.empty(present.size, dtype=np.int64)
-    table[values] = np.arange(values.size) if values[-1] <= 9 else _text_ranks(values)
-    return table[joint]
-
-
-def _text_ranks(values: np.ndarray) -> np.ndarray:
-    """Each of the sorted distinct integers ``values``' place in the order of their text (as int64)."""
-    ranks = np.empty(values.size, dtype=np.int64)
-    if values.size <= _PY_TEXT_SORT:  # the same order as numpy's: distinct texts compared by code point
-        text = [str(v) for v in values.tolist()]
-        ranks[sorted(range(len(text)), key=text.__getitem__)] = np.arange(values.size)
+    values = present.nonzero()[0]
+    table = np.empty(top + 1, dtype=np.int64)
+    if top <= 9:  # one digit: the text order is the numeric order
+        table[values] = np.arange(values.size)
+    elif values.size <= _PY_TEXT_SORT:  # distinct texts: any sort gives numpy's order
+        table[sorted(values.tolist(), key=str)] = np.arange(values.size)
     else:
-        ranks[np.argsort(values.astype(str))] = np.arange(values.size)
-    return ranks
+        table[values[np.argsort(values.astype(str))]] = np.arange(values.size)
+    return table[joint]
 
 
 def _split(codes: np.ndarray, arrays: list[np.ndarray]) -> list[np.ndarray]:
@@ -213,13 +210,13 @@ class Problem:
             ``same_set=True`` without equal ids on both sides or with embeddings of other shapes.
         """
         q_codes, g_codes = _codes(query_labels, gallery_labels)
-        order = np.argsort(g_codes, kind="stable")
+        order = g_codes.argsort(kind="stable")
         n, m, d = len(query_emb), len(gallery_emb), np.shape(gallery_emb)[1]
         hold_q = unit_bytes is None or 4 * d * n <= unit_bytes
         hold_g = unit_bytes is None or 4 * d * (n * hold_q + m) <= unit_bytes
         q, gp = unit_rows(query_emb, None, hold_q), unit_rows(gallery_emb, order, hold_g)  # gallery sorted by label
         gp_codes = g_codes[order]
-        lo, hi = np.searchsorted(gp_codes, q_codes, "left"), np.searchsorted(gp_codes, q_codes, "right")
+        lo, hi = gp_codes.searchsorted(q_codes, "left"), gp_codes.searchsorted(q_codes, "right")
         self_col = np.full(n, -1, dtype=np.int64)
         if query_ids is not None and gallery_ids is not None:
             column = np.empty(m, dtype=np.int64)
