@@ -207,7 +207,7 @@ def same_values(a: Any, b: Any) -> bool:
     """``np.array_equal(a, b)``, answered from the first values when they differ (as a batch's queries and
     gallery do) without comparing every value."""
     a, b = np.asarray(a), np.asarray(b)
-    if a.shape != b.shape or (a.size and a.flat[0] != b.flat[0]):
+    if a.shape != b.shape or (a.size and a.item(0) != b.item(0)):
         return False
     return bool(np.array_equal(a, b))
 

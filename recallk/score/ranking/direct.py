@@ -67,7 +67,7 @@ def _first_ranks(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray
     """Per row, the first positive's rank under the engine's tie rule and under the opposite one (rows
     without positives, ``~has``: any value). Without a tie the two are the retrievable cells above the
     best positive; the rows where another cell equals it are counted by their order keys."""
-    best = np.maximum.reduce(np.where(positive, sims, -np.inf), axis=1)[:, None]
+    best = np.maximum.reduce(np.where(positive, sims, -np.inf), axis=1, keepdims=True)
     above = sims > best
     if retrievable is not None:
         above &= retrievable

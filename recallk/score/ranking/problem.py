@@ -8,6 +8,7 @@ rule. Every driver of the engine (and the faiss backend) reads this one
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
@@ -97,7 +98,8 @@ def _codes(*columns: Any, missing: bool = False) -> list[np.ndarray]:
         kinds = {a.dtype.kind for a in plain}
         if kinds in ({"i"}, {"u"}, {"U"}):
             joint = np.concatenate(plain)
-            if kinds != {"U"} and joint.size and 0 <= joint.min() and (top := int(joint.max())) < _TABLE_SPAN:
+            top = _table_top(joint) if kinds != {"U"} and joint.size else None
+            if top is not None:
                 return _split(_table_codes(joint, top), plain)
             values = np.unique(joint)
             codes = np.searchsorted(values, joint)
@@ -115,27 +117,43 @@ def _codes(*columns: Any, missing: bool = False) -> list[np.ndarray]:
     return _split(codes.reshape(-1).astype(np.int64), arrays)
 
 
-#: Integer labels in ``[0, _TABLE_SPAN)`` are coded through a table of at most that many entries (no sort).
+#: Integer labels in ``[0, _TABLE_SPAN)`` are coded through a table (:func:`_table_codes`), no sort.
 _TABLE_SPAN = 2**16
-#: At most this many distinct integers are put in the order of their text by Python's sort (numpy's text
-#: arrays cost more for so few).
-_PY_TEXT_SORT = 256
+
+
+def _table_top(joint: np.ndarray) -> int | None:
+    """The largest of the integers ``joint`` when all are in ``[0, _TABLE_SPAN)``, else None. Read as unsigned
+    (int32 and wider), a negative value is at least 2**31, so one maximum answers both bounds."""
+    if joint.dtype.kind == "i" and joint.dtype.itemsize < 4 and np.minimum.reduce(joint) < 0:
+        return None
+    top = int(np.maximum.reduce(joint.view(f"u{joint.dtype.itemsize}")))
+    return top if top < _TABLE_SPAN else None
 
 
 def _table_codes(joint: np.ndarray, top: int) -> np.ndarray:
-    """:func:`_codes` of non-negative integers at most ``top`` (their largest): the values present, marked in a
-    table, are the distinct values sorted; each one's code is its place in the order of their text."""
-    present = np.zeros(top + 1, dtype=bool)
-    present[joint] = True
-    values = present.nonzero()[0]
-    table = np.empty(top + 1, dtype=np.int64)
-    if top <= 9:  # one digit: the text order is the numeric order
-        table[values] = np.arange(values.size)
-    elif values.size <= _PY_TEXT_SORT:  # distinct texts: any sort gives numpy's order
-        table[sorted(values.tolist(), key=str)] = np.arange(values.size)
-    else:
-        table[values[np.argsort(values.astype(str))]] = np.arange(values.size)
-    return table[joint]
+    """:func:`_codes` of non-negative integers at most ``top``: each value's place in the order of their text
+    (:func:`_text_places`) is marked in a table; a marked place's code is the number of marked places before
+    it, so the distinct values are numbered in the order of their text."""
+    table = _text_places(top)
+    places = table[joint]
+    marked = np.zeros(table.size, dtype=bool)
+    marked[places] = True
+    return (marked.cumsum() - 1)[places]
+
+
+@functools.lru_cache(maxsize=None)
+def _text_places_upto(size: int) -> np.ndarray:
+    """Place of each integer below ``size`` in the order of the texts of all of them (read-only)."""
+    places = np.empty(size, dtype=np.int64)
+    places[np.argsort(np.arange(size).astype(str), kind="stable")] = np.arange(size)
+    places.flags.writeable = False
+    return places
+
+
+def _text_places(top: int) -> np.ndarray:
+    """Places of ``0..top`` in the order of their texts, as :func:`_text_places_upto` of the next power of two
+    (at most 17 tables a process: the order of two texts does not depend on which others are ranked)."""
+    return _text_places_upto(1 << max(4, top.bit_length()))
 
 
 def _split(codes: np.ndarray, arrays: list[np.ndarray]) -> list[np.ndarray]:
@@ -217,7 +235,8 @@ class Problem:
         q, gp = unit_rows(query_emb, None, hold_q), unit_rows(gallery_emb, order, hold_g)  # gallery sorted by label
         gp_codes = g_codes[order]
         lo, hi = gp_codes.searchsorted(q_codes, "left"), gp_codes.searchsorted(q_codes, "right")
-        self_col = np.full(n, -1, dtype=np.int64)
+        self_col = np.empty(n, dtype=np.int64)
+        self_col.fill(-1)
         if query_ids is not None and gallery_ids is not None:
             column = np.empty(m, dtype=np.int64)
             column[order] = np.arange(m)
