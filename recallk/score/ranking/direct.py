@@ -44,7 +44,7 @@ def direct_ranks(p: Problem, complete: bool, cap: int | None) -> tuple[np.ndarra
     with single_threaded_blas(n * m * p.q.shape[1]):
         sims = cosine_block(p.q[:], p.gp[:].astype(np.float64).T)  # [:]: unit rows held or read
     positive = p.q_label[:, None] == p.g_label
-    if p.groups or p.self_col.max() >= 0:  # some cells may not be retrieved
+    if p.groups or np.maximum.reduce(p.self_col) >= 0:  # some cells may not be retrieved
         retrievable = ~p.excluded(np.arange(n), 0, m)
         positive &= retrievable
         n_pos = np.add.reduce(positive, axis=1)
@@ -67,7 +67,10 @@ def _first_ranks(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray
     """Per row, the first positive's rank under the engine's tie rule and under the opposite one (rows
     without positives, ``~has``: any value). Without a tie the two are the retrievable cells above the
     best positive; the rows where another cell equals it are counted by their order keys."""
-    best = np.maximum.reduce(np.where(positive, sims, -np.inf), axis=1, keepdims=True)
+    masked = np.empty_like(sims)  # the positives' similarities, -inf elsewhere (cheaper than np.where)
+    masked.fill(-np.inf)
+    np.copyto(masked, sims, where=positive)
+    best = np.maximum.reduce(masked, axis=1, keepdims=True)
     above = sims > best
     if retrievable is not None:
         above &= retrievable
