@@ -241,7 +241,7 @@ def _all_finite(arr: np.ndarray) -> bool:
     """``np.isfinite(arr).all()`` for a 2-D array, in chunks of rows (no array-sized boolean scratch)."""
     step = max(1, _FINITE_CHUNK // max(1, arr.shape[1]))
     if arr.shape[0] <= step:  # one chunk (a batch)
-        return bool(np.logical_and.reduce(np.isfinite(arr), axis=None))
+        return np.count_nonzero(np.isfinite(arr)) == arr.size
     return all(np.isfinite(arr[s:s + step]).all() for s in range(0, arr.shape[0], step))
 
 
