@@ -185,8 +185,7 @@ def summarize(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str],
     sensitivity; for recall@K alone no per-query arrays either (None is returned for them): each mean is the
     number of first ranks below K, counted from the first ranks sorted, the same number.
     """
-    included = ranking.n_positives > 0
-    n_in = int(np.count_nonzero(included))
+    n_in = int(np.count_nonzero(ranking.n_positives))  # queries with a positive (the counts are never negative)
     first = _first_ranks_if_cheap(ranking, ks, metrics, n_in) if means_only else None
     per = per_query(ranking, ks, metrics) if first is None else None
     if n_in == 0:
