@@ -1,5 +1,6 @@
 """The training-loop call's cheap parts give what their general forms give: label codes through the text
-table, one-chunk unit rows, ``same_values``, and ``summarize``'s means-only recall."""
+table, integer ids looked up as numbers, one-chunk unit rows, ``same_values``, and ``summarize``'s means-only
+recall."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import contextlib
 import numpy as np
 import pytest
 
-from recallk.checks import same_values
+from recallk.checks import _distinct, same_values
 from recallk.score.metrics import METRICS, rank, summarize
-from recallk.score.ranking.problem import _codes
+from recallk.score.ranking.problem import _codes, _own_rows, _same_ids
 from recallk.score.similarity import l2_normalize
 
 
@@ -40,6 +41,24 @@ def test_integer_codes_number_values_in_text_order(dtype, low, high):
         got, expected = _codes(q, g), _text_codes(q, g)
         for a, b in zip(got, expected):
             assert a.dtype == np.int64 and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("q_dtype, g_dtype", [
+    (np.int64, np.int64),     # np.arange ids, the same-rows warning's advice
+    (np.int32, np.int64),     # signed of two widths
+    (np.uint16, np.uint64),   # unsigned of two widths
+    (np.int64, np.uint32),    # signed against unsigned: compared as text
+    (np.int64, str),          # numbers against their texts: compared as text
+])
+def test_integer_ids_are_looked_up_as_their_texts(q_dtype, g_dtype):
+    rng = np.random.default_rng(11)
+    for n, m in ((64, 64), (5, 200), (30, 1)):
+        q_ids, g_ids = rng.permutation(n + 40)[:n].astype(q_dtype), rng.permutation(m + 40)[:m].astype(g_dtype)
+        where = {str(g): j for j, g in enumerate(g_ids)}  # the definition: the gallery row of the same text
+        assert np.array_equal(_own_rows(q_ids, g_ids), [where.get(str(q), -1) for q in q_ids])
+        assert _same_ids(q_ids, q_ids.copy())
+        assert _same_ids(q_ids, g_ids) is ([str(i) for i in q_ids] == [str(i) for i in g_ids])
+        assert _distinct(g_ids) and not _distinct(np.r_[g_ids, g_ids[:1]])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int64])  # floats and integers

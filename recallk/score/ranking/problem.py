@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from recallk.checks import is_missing, same_values
+from recallk.checks import integer_ids, is_missing, same_values
 from recallk.errors import InputError
 from recallk.score.similarity import float32_dot_error_bound, l2_normalize
 
@@ -156,6 +156,25 @@ def _text_places(top: int) -> np.ndarray:
     return _text_places_upto(1 << max(4, top.bit_length()))
 
 
+def _own_rows(query_ids: Sequence[Any], gallery_ids: Sequence[Any]) -> np.ndarray:
+    """Each query's gallery row with its id, compared as text like the labels (gallery ids are unique), or -1;
+    integer arrays (:func:`~recallk.checks.integer_ids`) are looked up sorted, without a text per id."""
+    if integer_ids(query_ids, gallery_ids):
+        by_id = np.argsort(gallery_ids, kind="stable")
+        ordered = gallery_ids[by_id]
+        at = np.minimum(ordered.searchsorted(query_ids), ordered.size - 1)
+        return np.where(ordered[at] == query_ids, by_id[at], -1)
+    where = {str(gid): j for j, gid in enumerate(gallery_ids)}
+    return np.array([where.get(str(qid), -1) for qid in query_ids], dtype=np.int64)
+
+
+def _same_ids(query_ids: Sequence[Any], gallery_ids: Sequence[Any]) -> bool:
+    """The same ids, row for row, compared as text (integer arrays as numbers: the same answer)."""
+    if integer_ids(query_ids, gallery_ids):
+        return query_ids.shape == gallery_ids.shape and bool(np.array_equal(query_ids, gallery_ids))
+    return [str(i) for i in query_ids] == [str(i) for i in gallery_ids]
+
+
 def _split(codes: np.ndarray, arrays: list[np.ndarray]) -> list[np.ndarray]:
     """``codes`` of the concatenated ``arrays``, cut back into one array per column."""
     out, start = [], 0
@@ -240,8 +259,7 @@ class Problem:
         if query_ids is not None and gallery_ids is not None:
             column = np.empty(m, dtype=np.int64)
             column[order] = np.arange(m)
-            where = {str(gid): j for j, gid in enumerate(gallery_ids)}  # compared as text, like the labels (unique)
-            own = np.array([where.get(str(qid), -1) for qid in query_ids], dtype=np.int64)
+            own = _own_rows(query_ids, gallery_ids)
             self_col = np.where(own >= 0, column[np.maximum(own, 0)], -1)
         groups = []
         for q_group, g_group in exclude:
@@ -252,7 +270,7 @@ class Problem:
             cols = [np.sort(by_code[bounds[c]:bounds[c + 1]]) for c in range(len(bounds) - 1)]
             groups.append((qc, cols, gcs))
         same_ids = (query_ids is None) == (gallery_ids is None) \
-            and (query_ids is None or [str(i) for i in query_ids] == [str(i) for i in gallery_ids])
+            and (query_ids is None or _same_ids(query_ids, gallery_ids))
         if same_set is None:  # detect it: the same rows, labels, ids and exclusion values
             same_set = same_ids and (query_emb is gallery_emb or same_values(query_emb, gallery_emb)) \
                 and np.array_equal(np.asarray(query_labels).astype(str), np.asarray(gallery_labels).astype(str)) \
