@@ -203,6 +203,15 @@ def as_array(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
+def same_values(a: Any, b: Any) -> bool:
+    """``np.array_equal(a, b)``, answered from the first values when they differ (as a batch's queries and
+    gallery do) without comparing every value."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or (a.size and a.item(0) != b.item(0)):
+        return False
+    return bool(np.array_equal(a, b))
+
+
 def check_matrix(x: Any, name: str) -> np.ndarray:
     """A 2-D array of real, finite numbers with rows of one length (dimension >= 1); a torch tensor
     (requiring grad or not, on any device) is detached and copied to the CPU (:func:`as_array`)."""
@@ -231,6 +240,8 @@ _FINITE_CHUNK = 2**22
 def _all_finite(arr: np.ndarray) -> bool:
     """``np.isfinite(arr).all()`` for a 2-D array, in chunks of rows (no array-sized boolean scratch)."""
     step = max(1, _FINITE_CHUNK // max(1, arr.shape[1]))
+    if arr.shape[0] <= step:  # one chunk (a batch)
+        return np.count_nonzero(np.isfinite(arr)) == arr.size
     return all(np.isfinite(arr[s:s + step]).all() for s in range(0, arr.shape[0], step))
 
 
@@ -282,6 +293,20 @@ def check_values(values: Any, name: str, n: int) -> np.ndarray:
     return arr
 
 
+def integer_ids(*ids: Any) -> bool:
+    """Whether every one of ``ids`` is a 1-D numpy integer array, all signed or all unsigned: their values
+    compare as their texts do (how ids and labels are compared), without a text per value."""
+    return all(isinstance(a, np.ndarray) and a.ndim == 1 for a in ids) and {a.dtype.kind for a in ids} in ({"i"}, {"u"})
+
+
+def _distinct(ids: Sequence[Any]) -> bool:
+    """No two of ``ids`` share a text."""
+    if integer_ids(ids):
+        ordered = np.sort(ids)
+        return not np.count_nonzero(ordered[1:] == ordered[:-1])
+    return len({str(i) for i in ids}) == len(ids)
+
+
 def check_inputs(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids):
     """Validate the two embedding sets and their per-row labels and ids; return the two matrices."""
     q = check_matrix(query_emb, "query_emb")
@@ -299,7 +324,7 @@ def check_inputs(query_emb, gallery_emb, query_labels, gallery_labels, query_ids
                          ("query_ids", query_ids, q.shape[0]), ("gallery_ids", gallery_ids, g.shape[0])):
         if arr is not None:
             check_values(arr, name, n)
-    if gallery_ids is not None and len({str(i) for i in gallery_ids}) != g.shape[0]:
+    if gallery_ids is not None and not _distinct(gallery_ids):
         raise InputError("`gallery_ids` must be unique (compared as text); a repeated id makes the self-match "
                          "ambiguous.")
     return q, g

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from recallk.checks import (FIRST_ONLY, METRIC_NAMES, as_array, check_backend, check_exclude_pairs, check_inputs, check_ks,
-                            check_memory, check_metrics)
+                            check_memory, check_metrics, same_values)
 from recallk.errors import InputError
 from recallk.score.ranking import Ranking, consecutive_runs, rank_positives
 
@@ -154,7 +154,7 @@ def rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=None, g
     engine takes its top-L pass (the complete ranking without it, or with ``backend="faiss"``).
     """
     q, g = check_inputs(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids)
-    if same_set is None and query_ids is None and q.shape == g.shape and (q is g or np.array_equal(q, g)):
+    if same_set is None and query_ids is None and (q is g or same_values(q, g)):
         warnings.warn("`query_emb` and `gallery_emb` hold the same rows and no ids were passed, so every query "
                       "retrieves itself (recall@1 is 1.0); pass `query_ids` and `gallery_ids` (e.g. "
                       "np.arange(n) for both) to exclude each query's own row.", UserWarning, stacklevel=3)
@@ -193,27 +193,47 @@ def top_depth(names: Sequence[str], ks: Sequence[int]) -> int | None:
 
 
 def summarize(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str],
-              all_excluded: str = "raise") -> tuple[dict[str, Any], dict]:
+              all_excluded: str = "raise", means_only: bool = False) -> tuple[dict[str, Any], dict | None]:
     """Headline means, counts and tie sensitivity, plus the per-query arrays they came from.
 
     When every query is excluded (none has a positive it may retrieve) the metrics are undefined:
     ``all_excluded="raise"`` (the score stage) raises an InputError; ``"nan"`` (the Python API, where a
     training loop must not die on one odd batch) gives NaN for every metric with a ``RuntimeWarning``.
+    ``means_only`` (what :func:`retrieval_metrics` returns): the means and counts alone, without tie
+    sensitivity; for recall@K alone no per-query arrays either (None is returned for them): each mean is the
+    number of first ranks below K, counted from the first ranks sorted, the same number.
     """
-    values = per_query(ranking, ks, metrics)
-    n_in = int(np.count_nonzero(ranking.n_positives > 0))
+    n_in = int(np.count_nonzero(ranking.n_positives))  # queries with a positive (the counts are never negative)
+    first = _first_ranks_if_cheap(ranking, ks, metrics, n_in) if means_only else None
+    per = per_query(ranking, ks, metrics) if first is None else None
     if n_in == 0:
         why = (f"every one of the {ranking.n_positives.size} queries is excluded: none has a gallery "
                "item of its label that it may retrieve, so the metrics are undefined")
         if all_excluded == "raise":
             raise InputError(f"{why}. Put same-label images in the gallery.")
         warnings.warn(f"{why}; returning NaN. Put same-label items in the gallery.", RuntimeWarning, stacklevel=3)
-    # a recall value is 0 or 1: its fsum is the number of hits, so mean() is hits / n_in exactly
-    out: dict[str, Any] = {key: (np.count_nonzero(v == 1.0) / n_in if n_in else math.nan)
-                           if key.startswith("recall@") else mean(v) for key, v in values.items()}
+    out: dict[str, Any]
+    if first is not None:  # the included queries' first ranks, sorted: those below K are the hits at K
+        hits = np.sort(first).searchsorted(ks)
+        out = {f"recall@{k}": (h / n_in if n_in else math.nan) for k, h in zip(ks, hits)}
+    else:  # a recall value is 0 or 1: its fsum is the number of hits, so mean() is hits / n_in exactly
+        out = {key: (np.count_nonzero(v == 1.0) / n_in if n_in else math.nan)
+               if key.startswith("recall@") else mean(v) for key, v in per.items()}
     out.update(num_queries=n_in, num_excluded_queries=int(ranking.n_positives.size - n_in))
-    out.update(tie_sensitivity(ranking, ks))
-    return out, values
+    if not means_only:
+        out.update(tie_sensitivity(ranking, ks))
+    return out, per
+
+
+def _first_ranks_if_cheap(ranking: Ranking, ks: Sequence[int], metrics: Sequence[str], n_in: int) -> np.ndarray | None:
+    """For recall@K alone (whose values :func:`per_query` would accept), the first ranks of the ``n_in``
+    included queries, in query order; None otherwise. A first-positive ranking holds exactly those (one entry
+    per query with positives); else they are read from :attr:`Ranking.first_rank`."""
+    if list(metrics) != ["recall"] or (ranking.cap is not None and max(ks) > ranking.cap):
+        return None
+    if not ranking.complete and ranking.ranks.size == n_in:
+        return ranking.ranks
+    return ranking.first_rank[ranking.n_positives > 0]
 
 
 def retrieval_metrics(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
@@ -262,7 +282,7 @@ def retrieval_metrics(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labe
     ks, names = check_ks(ks), check_metrics(metrics)
     ranking = rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, names, exclude,
                    max_memory_mb, backend, cap=_recall_cap(names, ks), depth=top_depth(names, ks))
-    summary, _ = summarize(ranking, ks, names, all_excluded="nan")
+    summary, _ = summarize(ranking, ks, names, all_excluded="nan", means_only=True)
     return {key: summary[key] for key in metric_keys(names, ks)}
 
 

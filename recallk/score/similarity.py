@@ -30,24 +30,29 @@ def l2_normalize(x: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
     """
     x = np.asarray(x)
     n = x.shape[0] if rows is None else len(rows)
+    if n <= _NORMALIZE_ROWS:  # one chunk: no threads to start (they cost more than the work)
+        return _unit_chunk(x if rows is None else x[rows])
     out = np.empty((n,) + x.shape[1:], dtype=np.float32)
 
     def chunk_at(start: int) -> None:  # each chunk is independent: two threads share the work
         pick = slice(start, start + _NORMALIZE_ROWS) if rows is None else rows[start:start + _NORMALIZE_ROWS]
-        part = x[pick] if x.dtype.kind == "f" else x[pick].astype(np.float64)  # |x| and max are exact in floats
-        # a zero row's peak and norm read _TINY, not 0: 0 / _TINY is 0 (-0 stays -0), as 0 / 1
-        peak = np.maximum(np.maximum.reduce(np.abs(part), axis=1, keepdims=True), _TINY) if part.size \
-            else np.ones((part.shape[0], 1))
-        chunk = np.divide(part, peak, dtype=np.float64)
-        norms = np.maximum(np.sqrt(np.einsum("ij,ij->i", chunk, chunk)), _TINY)[:, None]
-        np.divide(chunk, norms, out=out[start:start + _NORMALIZE_ROWS], casting="same_kind")  # rounded once
+        out[start:start + _NORMALIZE_ROWS] = _unit_chunk(x[pick])
 
-    if n <= _NORMALIZE_ROWS:  # one chunk: no threads to start (they cost more than the work)
-        chunk_at(0)
-        return out
     with ThreadPoolExecutor(max_workers=2) as pool:
         list(pool.map(chunk_at, range(0, n, _NORMALIZE_ROWS)))
     return out
+
+
+def _unit_chunk(part: np.ndarray) -> np.ndarray:
+    """:func:`l2_normalize` of one chunk of rows: a float64 copy divided in place, rounded once to float32."""
+    chunk = part.astype(np.float64)  # exact for floats; integers are converted before |x| (no overflow)
+    if part.size:  # |x| and max are exact in floats; a zero row's peak and norm read _TINY, not 0:
+        # 0 / _TINY is 0 (-0 stays -0), as 0 / 1
+        peak = np.maximum.reduce(np.abs(part if part.dtype.kind == "f" else chunk), axis=1, keepdims=True)
+        chunk /= np.maximum(peak, _TINY, dtype=np.float64)
+    norms = np.sqrt(np.einsum("ij,ij->i", chunk, chunk))
+    chunk /= np.maximum(norms, _TINY, out=norms)[:, None]
+    return chunk.astype(np.float32)
 
 
 def cosine_block(q_unit: np.ndarray, g_unit_t: np.ndarray) -> np.ndarray:

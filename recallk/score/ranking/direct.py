@@ -44,22 +44,22 @@ def direct_ranks(p: Problem, complete: bool, cap: int | None) -> tuple[np.ndarra
     with single_threaded_blas(n * m * p.q.shape[1]):
         sims = cosine_block(p.q[:], p.gp[:].astype(np.float64).T)  # [:]: unit rows held or read
     positive = p.q_label[:, None] == p.g_label
-    if p.groups or p.self_col.max() >= 0:  # some cells may not be retrieved
+    if p.groups or np.maximum.reduce(p.self_col) >= 0:  # some cells may not be retrieved
         retrievable = ~p.excluded(np.arange(n), 0, m)
         positive &= retrievable
-        n_pos = positive.sum(axis=1)
+        n_pos = np.add.reduce(positive, axis=1)
     else:
         retrievable, n_pos = None, p.hi - p.lo
     has = n_pos > 0
     first, opposite = _first_ranks(sims, positive, retrievable, p.gindex, has)
     offsets = np.empty(n + 1, dtype=np.int64)
     offsets[0] = 0
-    np.cumsum(n_pos if complete else has, out=offsets[1:])
+    np.add.accumulate(n_pos if complete else has, dtype=np.int64, out=offsets[1:])
+    if cap is not None:  # first positive only (cap needs it); without ties both rules share one array
+        capped = np.minimum(first, cap)
+        first, opposite = capped, capped if opposite is first else np.minimum(opposite, cap)
     ranks = _every_rank(sims, positive, retrievable, p.gindex) if complete else first[has]
-    opposite = np.where(has, opposite, -1)
-    if cap is not None:
-        ranks, opposite[has] = np.minimum(ranks, cap), np.minimum(opposite[has], cap)
-    return n_pos, offsets, ranks, opposite
+    return n_pos, offsets, ranks, np.where(has, opposite, -1)
 
 
 def _first_ranks(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | None, gindex: np.ndarray,
@@ -67,20 +67,24 @@ def _first_ranks(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray
     """Per row, the first positive's rank under the engine's tie rule and under the opposite one (rows
     without positives, ``~has``: any value). Without a tie the two are the retrievable cells above the
     best positive; the rows where another cell equals it are counted by their order keys."""
-    best = np.where(positive, sims, -np.inf).max(axis=1)[:, None]
+    masked = np.empty_like(sims)  # the positives' similarities, -inf elsewhere (cheaper than np.where)
+    masked.fill(-np.inf)
+    np.copyto(masked, sims, where=positive)
+    best = np.maximum.reduce(masked, axis=1, keepdims=True)
     above = sims > best
     if retrievable is not None:
         above &= retrievable
-    first = above.sum(axis=1)
-    opposite = first.copy()
+    first = np.add.reduce(above, axis=1)
     equal = sims == best  # the best positive itself, and any cell tied with it
-    if np.count_nonzero(equal) > np.count_nonzero(has):
-        tied = np.flatnonzero(equal.sum(axis=1) > 1)
-        m = sims.shape[1]
-        value = _value_keys(sims[tied])
-        part = None if retrievable is None else retrievable[tied]
-        opposite[tied] = _above_best(value + gindex, positive[tied], part)  # ties: larger index first
-        first[tied] = _above_best(np.add(value, m - 1 - gindex, out=value), positive[tied], part)
+    if np.count_nonzero(equal) <= np.count_nonzero(has):  # no ties: one rank under either rule
+        return first, first
+    opposite = first.copy()
+    tied = np.flatnonzero(np.add.reduce(equal, axis=1) > 1)
+    m = sims.shape[1]
+    value = _value_keys(sims[tied])
+    part = None if retrievable is None else retrievable[tied]
+    opposite[tied] = _above_best(value + gindex, positive[tied], part)  # ties: larger index first
+    first[tied] = _above_best(np.add(value, m - 1 - gindex, out=value), positive[tied], part)
     return first, opposite
 
 

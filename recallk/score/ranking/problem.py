@@ -8,12 +8,13 @@ rule. Every driver of the engine (and the faiss backend) reads this one
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
 
-from recallk.checks import is_missing
+from recallk.checks import integer_ids, is_missing, same_values
 from recallk.errors import InputError
 from recallk.score.similarity import float32_dot_error_bound, l2_normalize
 
@@ -89,12 +90,17 @@ def _codes(*columns: Any, missing: bool = False) -> list[np.ndarray]:
     """Joint integer codes of label-like columns compared as strings; with ``missing``, None/NaN/"" is -1.
 
     Codes number the distinct values in the order of their text. Integer columns (all signed or all
-    unsigned) and text columns get the same codes without turning every value into a Python object."""
+    unsigned) and text columns get the same codes without turning every value into a Python object;
+    non-negative integers below :data:`_TABLE_SPAN` (a training loop's class indices) through a table
+    (:func:`_table_codes`) instead of a sort."""
     if not missing:
         plain = [np.asarray(c).reshape(-1) for c in columns]
         kinds = {a.dtype.kind for a in plain}
         if kinds in ({"i"}, {"u"}, {"U"}):
             joint = np.concatenate(plain)
+            top = _table_top(joint) if kinds != {"U"} and joint.size else None
+            if top is not None:
+                return _split(_table_codes(joint, top), plain)
             values = np.unique(joint)
             codes = np.searchsorted(values, joint)
             if kinds != {"U"} and values.size and not 0 <= values[0] <= values[-1] <= 9:
@@ -109,6 +115,64 @@ def _codes(*columns: Any, missing: bool = False) -> list[np.ndarray]:
         gone = np.concatenate([np.array([is_missing(v) for v in a], dtype=bool) for a in arrays])
         codes = np.where(gone, -1, codes)
     return _split(codes.reshape(-1).astype(np.int64), arrays)
+
+
+#: Integer labels in ``[0, _TABLE_SPAN)`` are coded through a table (:func:`_table_codes`), no sort.
+_TABLE_SPAN = 2**16
+
+
+def _table_top(joint: np.ndarray) -> int | None:
+    """The largest of the integers ``joint`` when all are in ``[0, _TABLE_SPAN)``, else None. Read as unsigned
+    (int32 and wider), a negative value is at least 2**31, so one maximum answers both bounds."""
+    if joint.dtype.kind == "i" and joint.dtype.itemsize < 4 and np.minimum.reduce(joint) < 0:
+        return None
+    top = int(np.maximum.reduce(joint.view(f"u{joint.dtype.itemsize}")))
+    return top if top < _TABLE_SPAN else None
+
+
+def _table_codes(joint: np.ndarray, top: int) -> np.ndarray:
+    """:func:`_codes` of non-negative integers at most ``top``: each value's place in the order of their text
+    (:func:`_text_places`) is marked in a table; a marked place's code is the number of marked places before
+    it, so the distinct values are numbered in the order of their text."""
+    table = _text_places(top)
+    places = table[joint]
+    marked = np.zeros(table.size, dtype=bool)
+    marked[places] = True
+    return (marked.cumsum() - 1)[places]
+
+
+@functools.lru_cache(maxsize=None)
+def _text_places_upto(size: int) -> np.ndarray:
+    """Place of each integer below ``size`` in the order of the texts of all of them (read-only)."""
+    places = np.empty(size, dtype=np.int64)
+    places[np.argsort(np.arange(size).astype(str), kind="stable")] = np.arange(size)
+    places.flags.writeable = False
+    return places
+
+
+def _text_places(top: int) -> np.ndarray:
+    """Places of ``0..top`` in the order of their texts, as :func:`_text_places_upto` of the next power of two
+    (at most 17 tables a process: the order of two texts does not depend on which others are ranked)."""
+    return _text_places_upto(1 << max(4, top.bit_length()))
+
+
+def _own_rows(query_ids: Sequence[Any], gallery_ids: Sequence[Any]) -> np.ndarray:
+    """Each query's gallery row with its id, compared as text like the labels (gallery ids are unique), or -1;
+    integer arrays (:func:`~recallk.checks.integer_ids`) are looked up sorted, without a text per id."""
+    if integer_ids(query_ids, gallery_ids):
+        by_id = np.argsort(gallery_ids, kind="stable")
+        ordered = gallery_ids[by_id]
+        at = np.minimum(ordered.searchsorted(query_ids), ordered.size - 1)
+        return np.where(ordered[at] == query_ids, by_id[at], -1)
+    where = {str(gid): j for j, gid in enumerate(gallery_ids)}
+    return np.array([where.get(str(qid), -1) for qid in query_ids], dtype=np.int64)
+
+
+def _same_ids(query_ids: Sequence[Any], gallery_ids: Sequence[Any]) -> bool:
+    """The same ids, row for row, compared as text (integer arrays as numbers: the same answer)."""
+    if integer_ids(query_ids, gallery_ids):
+        return query_ids.shape == gallery_ids.shape and bool(np.array_equal(query_ids, gallery_ids))
+    return [str(i) for i in query_ids] == [str(i) for i in gallery_ids]
 
 
 def _split(codes: np.ndarray, arrays: list[np.ndarray]) -> list[np.ndarray]:
@@ -183,19 +247,19 @@ class Problem:
             ``same_set=True`` without equal ids on both sides or with embeddings of other shapes.
         """
         q_codes, g_codes = _codes(query_labels, gallery_labels)
-        order = np.argsort(g_codes, kind="stable")
+        order = g_codes.argsort(kind="stable")
         n, m, d = len(query_emb), len(gallery_emb), np.shape(gallery_emb)[1]
         hold_q = unit_bytes is None or 4 * d * n <= unit_bytes
         hold_g = unit_bytes is None or 4 * d * (n * hold_q + m) <= unit_bytes
         q, gp = unit_rows(query_emb, None, hold_q), unit_rows(gallery_emb, order, hold_g)  # gallery sorted by label
         gp_codes = g_codes[order]
-        lo, hi = np.searchsorted(gp_codes, q_codes, "left"), np.searchsorted(gp_codes, q_codes, "right")
-        self_col = np.full(n, -1, dtype=np.int64)
+        lo, hi = gp_codes.searchsorted(q_codes, "left"), gp_codes.searchsorted(q_codes, "right")
+        self_col = np.empty(n, dtype=np.int64)
+        self_col.fill(-1)
         if query_ids is not None and gallery_ids is not None:
             column = np.empty(m, dtype=np.int64)
             column[order] = np.arange(m)
-            where = {str(gid): j for j, gid in enumerate(gallery_ids)}  # compared as text, like the labels (unique)
-            own = np.array([where.get(str(qid), -1) for qid in query_ids], dtype=np.int64)
+            own = _own_rows(query_ids, gallery_ids)
             self_col = np.where(own >= 0, column[np.maximum(own, 0)], -1)
         groups = []
         for q_group, g_group in exclude:
@@ -206,10 +270,9 @@ class Problem:
             cols = [np.sort(by_code[bounds[c]:bounds[c + 1]]) for c in range(len(bounds) - 1)]
             groups.append((qc, cols, gcs))
         same_ids = (query_ids is None) == (gallery_ids is None) \
-            and (query_ids is None or [str(i) for i in query_ids] == [str(i) for i in gallery_ids])
+            and (query_ids is None or _same_ids(query_ids, gallery_ids))
         if same_set is None:  # detect it: the same rows, labels, ids and exclusion values
-            same_set = same_ids and (query_emb is gallery_emb or (np.shape(query_emb) == np.shape(gallery_emb)
-                                                                  and np.array_equal(query_emb, gallery_emb))) \
+            same_set = same_ids and (query_emb is gallery_emb or same_values(query_emb, gallery_emb)) \
                 and np.array_equal(np.asarray(query_labels).astype(str), np.asarray(gallery_labels).astype(str)) \
                 and all(np.array_equal(q_code[order], g_code) for q_code, _, g_code in groups)
         elif same_set and not (same_ids and query_ids is not None and np.shape(query_emb) == np.shape(gallery_emb)):

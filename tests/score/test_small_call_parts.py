@@ -1,0 +1,111 @@
+"""The training-loop call's cheap parts give what their general forms give: label codes through the text
+table, integer ids looked up as numbers, one-chunk unit rows, ``same_values``, and ``summarize``'s means-only
+recall."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+
+from recallk.checks import _distinct, same_values
+from recallk.score.metrics import METRICS, rank, summarize
+from recallk.score.ranking.problem import _codes, _own_rows, _same_ids
+from recallk.score.similarity import l2_normalize
+
+
+def _text_codes(*columns):
+    """The definition: distinct values numbered in the order of their text (np.unique of the strings)."""
+    text = np.concatenate([np.asarray(c).astype(str) for c in columns])
+    codes = np.unique(text, return_inverse=True)[1].reshape(-1)
+    return np.split(codes, np.cumsum([len(c) for c in columns])[:-1])
+
+
+@pytest.mark.parametrize("dtype, low, high", [
+    (np.int64, 0, 16),          # a training loop's class indices (two digits: text order differs from numeric)
+    (np.int64, 0, 10),          # one digit: text order is numeric order
+    (np.int64, 0, 2**16),       # the table's last size
+    (np.int64, 2**16, 2**17),   # above the table: the sorting path
+    (np.int64, -50, 50),        # negative values: the sorting path
+    (np.int32, -3, 100),        # negative int32 read as unsigned is above the table
+    (np.int16, -3, 100),        # int16: its negative values are checked by a minimum
+    (np.int8, -3, 100),         # int8 likewise
+    (np.uint8, 0, 256),         # unsigned, every byte value
+    (np.uint64, 0, 1000),       # unsigned 64-bit below the table
+])
+def test_integer_codes_number_values_in_text_order(dtype, low, high):
+    rng = np.random.default_rng([low + 100, high])
+    for n, m in ((64, 64), (1, 300), (500, 1)):
+        q, g = rng.integers(low, high, n).astype(dtype), rng.integers(low, high, m).astype(dtype)
+        got, expected = _codes(q, g), _text_codes(q, g)
+        for a, b in zip(got, expected):
+            assert a.dtype == np.int64 and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("q_dtype, g_dtype", [
+    (np.int64, np.int64),     # np.arange ids, the same-rows warning's advice
+    (np.int32, np.int64),     # signed of two widths
+    (np.uint16, np.uint64),   # unsigned of two widths
+    (np.int64, np.uint32),    # signed against unsigned: compared as text
+    (np.int64, str),          # numbers against their texts: compared as text
+])
+def test_integer_ids_are_looked_up_as_their_texts(q_dtype, g_dtype):
+    rng = np.random.default_rng(11)
+    for n, m in ((64, 64), (5, 200), (30, 1)):
+        q_ids, g_ids = rng.permutation(n + 40)[:n].astype(q_dtype), rng.permutation(m + 40)[:m].astype(g_dtype)
+        where = {str(g): j for j, g in enumerate(g_ids)}  # the definition: the gallery row of the same text
+        assert np.array_equal(_own_rows(q_ids, g_ids), [where.get(str(q), -1) for q in q_ids])
+        assert _same_ids(q_ids, q_ids.copy())
+        assert _same_ids(q_ids, g_ids) is ([str(i) for i in q_ids] == [str(i) for i in g_ids])
+        assert _distinct(g_ids) and not _distinct(np.r_[g_ids, g_ids[:1]])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int64])  # floats and integers
+def test_one_chunk_unit_rows_match_the_chunked_ones(dtype):
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((1100, 12)) * 10.0 ** rng.integers(-3, 4, (1100, 1))).astype(dtype)
+    x[5] = 0  # a zero row stays zero
+    whole = l2_normalize(x)  # three chunks of 512 rows
+    rows = rng.permutation(1100)[:300]
+    assert whole.dtype == np.float32
+    assert np.array_equal(l2_normalize(x[:512]).view(np.uint32), whole[:512].view(np.uint32))
+    assert np.array_equal(l2_normalize(x, rows).view(np.uint32), whole[rows].view(np.uint32))
+    assert not l2_normalize(x[5:6]).any()
+
+
+@pytest.mark.parametrize("a, b", [
+    (np.ones((3, 2)), np.ones((3, 2))),                                 # equal
+    (np.ones((3, 2)), np.ones((2, 3))),                                 # other shape
+    (np.array([[1.0, 2.0]]), np.array([[1.0, 3.0]])),                   # differ after the first value
+    (np.array([[2.0, 2.0]]), np.array([[1.0, 2.0]])),                   # differ at the first value
+    (np.array([[np.nan]]), np.array([[np.nan]])),                       # NaN is not equal to itself
+    (np.array([[0.1]], dtype=np.float32), np.array([[0.1]])),           # float32 0.1 is not float64 0.1
+    (np.array([[1]], dtype=np.int64), np.array([[1.0]])),               # 1 and 1.0 are equal
+    (np.empty((0, 4)), np.empty((0, 4))),                               # empty
+])
+def test_same_values_is_array_equal(a, b):
+    assert same_values(a, b) is bool(np.array_equal(a, b))
+
+
+@pytest.mark.filterwarnings("error")  # no warning but the one expected
+@pytest.mark.parametrize("kind", ["first", "complete", "capped", "all_excluded"])  # the rankings recall reads
+def test_means_only_recall_is_summarize_recall(kind):
+    rng = np.random.default_rng(7)
+    q, g = rng.standard_normal((40, 8)), rng.standard_normal((50, 8))
+    ql, gl = rng.integers(0, 6, 40), rng.integers(0, 6, 50)
+    if kind == "all_excluded":
+        gl = gl + 10  # no query has a positive
+    ks = [1, 3, 10]
+    ranking = rank(q, g, ql, gl, metrics=METRICS if kind == "complete" else ["recall"],
+                   cap=10 if kind == "capped" else None)
+    expect = (lambda: pytest.warns(RuntimeWarning, match="excluded")) if kind == "all_excluded" \
+        else contextlib.nullcontext
+    with expect():
+        fast, values = summarize(ranking, ks, ["recall"], all_excluded="nan", means_only=True)
+    with expect():
+        full, _ = summarize(ranking, ks, ["recall"], all_excluded="nan")
+    assert values is None
+    assert repr({k: fast[k] for k in fast}) == repr({k: full[k] for k in fast})  # values and types
+    assert not any(k.startswith("tie_sensitive@") for k in fast)
+
