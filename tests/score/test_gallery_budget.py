@@ -91,7 +91,8 @@ def _peak_mib(fn) -> float:
 @pytest.mark.parametrize("metrics, leave_one_out", [
     (["recall"], False),           # the fast path with a cap (recall only)
     (["recall", "mrr"], False),    # the fast path, every first rank exact
-    (["recall", "map@r"], False),  # the complete ranking (exact tiles)
+    (["recall", "map@r"], False),  # the top-L pass (no full map)
+    (["recall", "map"], False),    # the complete ranking (exact tiles)
     (["recall", "mrr"], True),     # leave-one-out: the queries are the gallery
 ])
 def test_total_extra_memory_stays_within_the_budget_when_the_gallery_does_not_fit(metrics, leave_one_out):

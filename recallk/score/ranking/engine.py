@@ -59,9 +59,9 @@ from recallk.score.ranking.exact import _exact_tiles
 from recallk.score.ranking.fast import _fast_tiles
 from recallk.score.ranking.positives import _positives, positive_counts
 from recallk.score.ranking.problem import Problem
-from recallk.score.ranking.schedule import (_TILE_WIDTH, Select, _n_workers, _query_chunks, consecutive_runs,
+from recallk.score.ranking.schedule import (Select, _n_workers, _query_chunks, consecutive_runs,
                                             rows_to_csr)
-from recallk.score.ranking.top import top_ranks
+from recallk.score.ranking.top import tile_width, top_ranks
 
 __all__ = ["Ranking", "consecutive_runs", "rank_positives"]  # consecutive_runs: from schedule, as before
 
@@ -256,7 +256,7 @@ def _top_ranking(p: Problem, budget: Budget, depth: int, cap: int | None) -> tup
     limit = np.minimum(np.maximum(n_pos, depth), n_ret)  # L per query
     tiles = budget.tiles(p.q.nbytes + p.gp.nbytes, 0)
     per_core = tiles.bytes / _n_workers()
-    served = (n_pos > 0) & (limit <= tiles.top_depth(per_core, min(m, _TILE_WIDTH), m))
+    served = (n_pos > 0) & (limit <= tiles.top_depth(per_core, tile_width(p, tiles, _n_workers()), m))
     top = top_ranks(p, tiles, limit, np.flatnonzero(served))
     first, opposite, ok = top.first, top.opposite, served & ~top.overflow
     rows = np.flatnonzero(ok)

@@ -89,9 +89,11 @@ def top_ranks(p: Problem, budget: Budget, depth: np.ndarray, queries: np.ndarray
     """
     n, m = p.q.shape[0], p.gp.shape[0]
     workers = _n_workers()
-    width = max(1, min(m, _TILE_WIDTH))
+    width = tile_width(p, budget, workers)
     per_core = budget.bytes / workers
-    jobs = _runs(queries, depth, budget, per_core, width, isinstance(p.gp, UnitRows), workers)
+    tall = _READ_BLOCKS if isinstance(p.gp, UnitRows) else 1
+    most = min(Budget.TOP_MAX_ROWS * tall, budget.fast_tile_side(workers, p.gp.shape[1]))  # the run's rows' copy
+    jobs = _runs(queries, depth, budget, per_core, width, most, workers)
     made: list[TopWorker] = []
     lock = threading.Lock()
 
@@ -113,14 +115,20 @@ def top_ranks(p: Problem, budget: Budget, depth: np.ndarray, queries: np.ndarray
     return TopRanks(offsets, ranks, first, opposite, found, overflow, len(jobs), len(jobs) * tiles_per_job)
 
 
-def _runs(queries: np.ndarray, depth: np.ndarray, budget: Budget, per_core: float, width: int, tall: bool,
+def tile_width(p: Problem, budget: Budget, workers: int) -> int:
+    """Gallery columns of one tile of the top pass: at most 2,048, and (as the fast tiles') their float32 unit
+    rows and the run's within :attr:`Budget.VECTOR_SHARE` of each core's share (:meth:`Budget.fast_tile_side`:
+    a gallery normalised when read is read tile by tile)."""
+    return max(1, min(p.gp.shape[0], _TILE_WIDTH, budget.fast_tile_side(workers, p.gp.shape[1])))
+
+
+def _runs(queries: np.ndarray, depth: np.ndarray, budget: Budget, per_core: float, width: int, most: int,
           workers: int) -> list[np.ndarray]:
     """The jobs of :func:`top_ranks`: runs of ``queries`` sorted by depth (so a run's buffers, sized by its
-    deepest query, fit its rows), each as many rows as :meth:`Budget.top_rows` allows; ``tall`` (a gallery
-    normalised when read): up to ``_READ_BLOCKS`` blocks of rows, each gallery tile normalised once for all;
-    at least two runs per core."""
+    deepest query, fit its rows), each as many rows as :meth:`Budget.top_rows` allows, at most ``most`` (a
+    gallery normalised when read: up to ``_READ_BLOCKS`` blocks of rows, each gallery tile normalised once for
+    all); at least two runs per core."""
     order = queries[np.argsort(depth[queries], kind="stable")]
-    most = Budget.TOP_MAX_ROWS * (_READ_BLOCKS if tall else 1)
     jobs, start = [], 0
     while start < order.size:
         rows = budget.top_rows(per_core, width, int(depth[order[start]]), most)
