@@ -22,9 +22,13 @@ How (FAISS-contrib style, flat numpy, blocked under a memory bound), module by m
   (:mod:`~recallk.score.ranking.scan`). With ``cap`` (recall@K alone: ranks beyond
   the largest K change nothing) a query stops counting once ``cap`` cells surely
   beat its first positive.
-* :mod:`~recallk.score.ranking.exact`: every metric that needs all positives takes
-  exact tiles instead (float64 product rounded to float32), sorts their rows and
-  reads every threshold's count with a binary search.
+* :mod:`~recallk.score.ranking.top`: with ``depth`` (precision@K, r_precision, map@r,
+  recall and mrr: no full map) only each query's first max(R, depth) ranks are
+  needed: float32 tiles, each row's candidates above its L-th score less ``2 tol``,
+  and an exact order of the candidates, at about the cost of the fast path.
+* :mod:`~recallk.score.ranking.exact`: full map needs every positive's rank: exact
+  tiles (float64 product rounded to float32), their rows sorted, every threshold's
+  count read with a binary search.
 * :mod:`~recallk.score.ranking.counting`: a float32 score differs from the exact
   one by at most ``tol`` (Higham's gamma_d bound), so only cells within ``tol`` of a
   threshold are undecided; those cells are re-scored and re-decided exactly,
