@@ -15,6 +15,10 @@ TOP_KEYS = metric_keys(TOP_METRICS, KS)
 ROUTE_KINDS = BIG_KINDS + ["near_ties", "duplicates", "zero_rows", "exclude_two_pairs", "leave_one_out_exclude"]
 
 
+#: The pass's own depth rule, read before the fixture below widens it.
+DEFAULT_DEPTH_SHARE = Budget.TOP_DEPTH_SHARE
+
+
 @pytest.fixture(autouse=True)
 def _tiles_for_every_depth(monkeypatch):
     """Every test here takes the tiles (no direct path), and the pass serves every depth: its share of the
@@ -111,6 +115,21 @@ def test_memory_bound_never_changes_a_top_number(kind, memory, monkeypatch):
     case = _case(kind)
     _assert_cut_of(_rank(case, TOP_METRICS, max_memory_mb=memory, depth=max(KS)),
                    _rank(case, TOP_METRICS, max_memory_mb=512))
+
+
+def test_few_large_labels_take_the_complete_ranking_by_the_default_rule(monkeypatch, caplog):
+    # Two labels of about 450 gallery items each (L = R, far over a twentieth of the gallery) and 40 small
+    # labels: the large ones' queries go to the complete ranking, cut at L, the small ones' to the pass
+    monkeypatch.setattr(Budget, "TOP_DEPTH_SHARE", DEFAULT_DEPTH_SHARE)
+    rng = np.random.default_rng(2)
+    gl = np.r_[np.zeros(450, int), np.ones(450, int), rng.integers(2, 42, 600)]
+    ql = np.r_[np.zeros(30, int), np.ones(30, int), rng.integers(2, 42, 140)]
+    g, q = rng.normal(size=(gl.size, 6)), rng.normal(size=(ql.size, 6))
+    with caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
+        top = rank(q, g, ql, gl, None, None, TOP_METRICS, depth=10)
+    counts = _route_counts(_top_logs(caplog)[0])
+    assert counts["deep"] == 60 and counts["served"] == 140
+    _assert_cut_of(top, rank(q, g, ql, gl, None, None, TOP_METRICS), 10)
 
 
 def test_a_gallery_read_when_needed_takes_tall_runs_in_blocks(monkeypatch):
