@@ -252,6 +252,8 @@ class _Run:
         dest = np.arange(line.size) - np.repeat(np.cumsum(kept) - kept, kept)
         self.vals[lines[line], dest], self.cols[lines[line], dest] = vals[line, at], cols[line, at]
         self.fill[lines] = kept
+        # rows left holding many cells (ties within 2 tol of their L-th) wait until they double
+        self.prune_at[lines] = np.maximum(self.prune_at[lines], 2 * kept)
 
     def _grow(self, need: int, full: np.ndarray) -> None:
         """More room for every row when the budget allows it; else rows ``full`` overflow (they leave)."""
