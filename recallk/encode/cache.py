@@ -14,7 +14,8 @@ temporary experiment (``dvc exp run --queue`` / ``--temp`` run in a copy of the 
 Ray worker on the machine, as the Hugging Face and torch hub caches are:
 ``$XDG_CACHE_HOME/recallk`` when ``XDG_CACHE_HOME`` is an absolute path, else
 ``~/.cache/recallk``. Concurrent writers are safe: WAL journal, one ``BEGIN IMMEDIATE``
-transaction per batch, and a 600 s busy timeout. Deleting it is always safe: it only costs
+transaction per batch, a 600 s busy timeout, and the file's set-up retried while another
+process creates it. Deleting it is always safe: it only costs
 re-encoding.
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -30,6 +32,26 @@ import numpy as np
 from recallk.errors import InputError, sqlite_advice
 
 _CHUNK = 500  # keys per SELECT, well under SQLite's variable limit
+#: How long a connection waits for another writer (SQLite's busy timeout, and the set-up's retries).
+_BUSY_SECONDS = 600
+
+
+def _set_up(db: sqlite3.Connection) -> None:
+    """WAL journal and the table, retried while another process holds the lock: two processes creating the
+    file at once can get "database is locked" at once, without SQLite's busy timeout (switching the journal
+    mode, or a read lock upgraded to a write lock, is refused immediately to avoid a deadlock)."""
+    deadline, pause = time.monotonic() + _BUSY_SECONDS, 0.01
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE IF NOT EXISTS embedding (fingerprint TEXT NOT NULL, sha256 TEXT NOT NULL, "
+                       "dim INTEGER NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (fingerprint, sha256))")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(pause)
+            pause = min(2 * pause, 0.5)
 
 
 def default_dir() -> Path:
@@ -56,10 +78,8 @@ class EmbeddingCache:
         self.fingerprint = fingerprint
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=600, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("CREATE TABLE IF NOT EXISTS embedding (fingerprint TEXT NOT NULL, sha256 TEXT NOT NULL, "
-                             "dim INTEGER NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (fingerprint, sha256))")
+            self._db = sqlite3.connect(self.path, timeout=_BUSY_SECONDS, isolation_level=None)
+            _set_up(self._db)
         except (OSError, sqlite3.Error) as exc:
             raise InputError(f"cannot open the embedding cache {str(self.path)!r} ({exc}); delete it or set "
                             "RECALLK_CACHE_DIR to a writable folder.") from None
