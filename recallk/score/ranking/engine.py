@@ -63,9 +63,9 @@ from recallk.score.ranking.exact import _exact_tiles
 from recallk.score.ranking.fast import _fast_tiles
 from recallk.score.ranking.positives import _positives, positive_counts
 from recallk.score.ranking.problem import Problem
-from recallk.score.ranking.schedule import (Select, _n_workers, _query_chunks, consecutive_runs,
-                                            rows_to_csr)
-from recallk.score.ranking.top import tile_width, top_ranks
+from recallk.score.ranking.schedule import (Select, _query_chunks, consecutive_runs,
+                                            rows_to_csr, spans)
+from recallk.score.ranking.top import deepest, top_ranks
 
 __all__ = ["Ranking", "consecutive_runs", "rank_positives"]  # consecutive_runs: from schedule, as before
 
@@ -259,13 +259,12 @@ def _top_ranking(p: Problem, budget: Budget, depth: int, cap: int | None) -> tup
     n_pos, n_ret = positive_counts(p, budget), m - p.n_excluded()
     limit = np.minimum(np.maximum(n_pos, depth), n_ret)  # L per query
     tiles = budget.tiles(p.q.nbytes + p.gp.nbytes, 0)
-    per_core = tiles.bytes / _n_workers()
-    served = (n_pos > 0) & (limit <= tiles.top_depth(per_core, tile_width(p, tiles, _n_workers()), m))
+    served = (n_pos > 0) & (limit <= deepest(p, tiles))
     top = top_ranks(p, tiles, limit, np.flatnonzero(served))
     first, opposite, ok = top.first, top.opposite, served & ~top.overflow
     rows = np.flatnonzero(ok)
     sizes = np.diff(top.offsets)[rows]
-    pieces = [(rows, sizes, top.ranks[_spans(top.offsets[rows], sizes)])]  # (rows, sizes, their ranks)
+    pieces = [(rows, sizes, top.ranks[spans(top.offsets[rows], sizes)])]  # (rows, sizes, their ranks)
     deep = np.flatnonzero((n_pos > 0) & ~ok)
     jobs, n_tiles = top.jobs, top.tiles
     if deep.size:  # the complete ranking, cut at each query's L
@@ -291,11 +290,6 @@ def _top_ranking(p: Problem, budget: Budget, depth: int, cap: int | None) -> tup
            f"({np.count_nonzero(top.overflow)} overflowed), " \
            f"{beyond.size} first ranks beyond L{' (capped)' if cap is not None else ''}"
     return Ranking(n_pos, n_ret, offsets, ranks, opposite, True, cap, limit, first), jobs, n_tiles, note
-
-
-def _spans(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """The positions ``starts[i] + range(sizes[i])`` for every i, one after another."""
-    return np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(sizes.sum())
 
 
 class _Part(NamedTuple):

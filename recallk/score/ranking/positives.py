@@ -33,15 +33,10 @@ def _positives(p: Problem, budget: Budget, first_only: bool = False):
     the opposite tie rule): memory in queries, not in (query, positive) pairs.
     """
     n = p.q.shape[0]
-    key = p.lo * (p.gp.shape[0] + 1) + p.hi  # absent labels share lo with the next label, never hi
-    by_label = np.argsort(key, kind="stable")
-    by_label = by_label[p.lo[by_label] < p.hi[by_label]]  # queries whose label has gallery items
     parts = []
     n_pos, top_tie = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    for rows in _label_runs(p, by_label, budget):
-        a, b = p.lo[rows[0]], p.hi[rows[-1]]
-        columns = np.arange(a, b)
-        keep = (columns >= p.lo[rows][:, None]) & (columns < p.hi[rows][:, None]) & ~p.excluded(rows, a, b)
+    for rows, a, keep in _label_slices(p, budget):
+        b = a + keep.shape[1]
         n_pos[rows] = keep.sum(axis=1)
         if first_only:
             parts.append(_best_positives(p, rows, a, keep, n_pos, top_tie))
@@ -64,13 +59,21 @@ def positive_counts(p: Problem, budget: Budget) -> np.ndarray:
     n_pos = (p.hi - p.lo).astype(np.int64)
     if not p.groups:  # only the own images
         return n_pos - ((p.self_col >= p.lo) & (p.self_col < p.hi))
-    by_label = np.argsort(p.lo * (p.gp.shape[0] + 1) + p.hi, kind="stable")
+    for rows, _, keep in _label_slices(p, budget):
+        n_pos[rows] = keep.sum(axis=1)
+    return n_pos
+
+
+def _label_slices(p: Problem, budget: Budget):
+    """Per run of :func:`_label_runs` (queries sorted by label, those whose label has gallery items): the
+    rows, the run's first sorted column ``a``, and which cells of columns ``[a, a + width)`` are each row's
+    positives it may retrieve."""
+    key = p.lo * (p.gp.shape[0] + 1) + p.hi  # absent labels share lo with the next label, never hi
+    by_label = np.argsort(key, kind="stable")
     for rows in _label_runs(p, by_label[p.lo[by_label] < p.hi[by_label]], budget):
         a, b = p.lo[rows[0]], p.hi[rows[-1]]
         columns = np.arange(a, b)
-        n_pos[rows] = ((columns >= p.lo[rows][:, None]) & (columns < p.hi[rows][:, None])
-                       & ~p.excluded(rows, a, b)).sum(axis=1)
-    return n_pos
+        yield rows, a, (columns >= p.lo[rows][:, None]) & (columns < p.hi[rows][:, None]) & ~p.excluded(rows, a, b)
 
 
 def _best_positives(p: Problem, rows: np.ndarray, a: int, keep: np.ndarray, n_pos: np.ndarray,

@@ -122,10 +122,15 @@ def rows_to_csr(n: int, parts: list[tuple]) -> tuple[np.ndarray, list[np.ndarray
     np.cumsum(counts, out=offsets[1:])
     outs = [np.empty(offsets[-1], dtype=a.dtype) for a in parts[0][2:]] if parts else []
     for rows, sizes, *arrays in parts:
-        dest = np.repeat(offsets[rows] - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(np.sum(sizes)))
+        dest = spans(offsets[rows], sizes)
         for out, a in zip(outs, arrays):
             out[dest] = a
     return offsets, outs
+
+
+def spans(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The positions ``starts[i] + range(sizes[i])`` for every i, one after another."""
+    return np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(np.sum(sizes)))
 
 
 def _query_chunks(p: Problem, budget: Budget) -> list[np.ndarray]:

@@ -115,6 +115,13 @@ def top_ranks(p: Problem, budget: Budget, depth: np.ndarray, queries: np.ndarray
     return TopRanks(offsets, ranks, first, opposite, found, overflow, len(jobs), len(jobs) * tiles_per_job)
 
 
+def deepest(p: Problem, budget: Budget) -> int:
+    """The deepest L :func:`top_ranks` serves under the tiles' ``budget`` (:meth:`Budget.top_depth`, with this
+    pass's tile width and each core's share)."""
+    workers = _n_workers()
+    return budget.top_depth(budget.bytes / workers, tile_width(p, budget, workers), p.gp.shape[0])
+
+
 def tile_width(p: Problem, budget: Budget, workers: int) -> int:
     """Gallery columns of one tile of the top pass: at most 2,048, and (as the fast tiles') their float32 unit
     rows and the run's within :attr:`Budget.VECTOR_SHARE` of each core's share (:meth:`Budget.fast_tile_side`:
