@@ -12,7 +12,7 @@ Each base gets planted copies, one per transform class: ``rescale`` (x0.5 to x1.
 ``jpeg`` (quality 30 to 95), ``crop`` (5% to 10% of the area cut from the borders), ``colour``
 (brightness, contrast and saturation within 10%, a gamma within 0.9 to 1.1, an RGB offset of up to
 8 levels), and ``flip`` (a mirror image, reported apart: pHash is not mirror-invariant). Every image
-goes through the pipeline's decoder (``recallk.images.decode``) and :func:`recallk.data.near_duplicates.phash`.
+goes through the pipeline's decoder (``recallk.images.decode``) and :func:`recallk.data.phash.phash`.
 
 Printed per ``max_distance``: the recall of the planted (base, copy) pairs by class, the false pair
 rate (pairs of images of different families within the distance, over all such pairs; also for photos,
@@ -42,7 +42,7 @@ import numpy as np  # noqa: E402
 from PIL import Image, ImageEnhance, ImageOps  # noqa: E402
 from sklearn.datasets import load_sample_images  # noqa: E402
 
-from recallk.data import near_duplicates as nd  # noqa: E402
+from recallk.data import phash  # noqa: E402
 from recallk.images import decode  # noqa: E402
 from stages.params import SCHEMA  # noqa: E402
 
@@ -117,7 +117,7 @@ def copies(img: Image.Image, rng: np.random.Generator, digit: bool) -> dict[str,
 
 
 def hash_bytes(data: bytes) -> int:
-    return int(nd.phash(decode(data)), 16)
+    return int(phash.phash(decode(data)), 16)
 
 
 def build(args: argparse.Namespace) -> dict:
@@ -145,7 +145,7 @@ def build(args: argparse.Namespace) -> dict:
 def evaluate(data: dict) -> None:
     codes, family, kind, source = data["codes"], data["family"], data["kind"], data["source"]
     n = codes.size
-    dist = nd.popcount((codes[:, None] ^ codes[None, :]).ravel()).reshape(n, n)
+    dist = phash.popcount((codes[:, None] ^ codes[None, :]).ravel()).reshape(n, n)
     upper = np.triu(np.ones((n, n), dtype=bool), 1)
     other = upper & (family[:, None] != family[None, :])
     base_of = {f: i for i, (f, k) in enumerate(zip(family, kind)) if k == "base"}
@@ -192,18 +192,18 @@ def synthetic(n: int, seed: int) -> None:
     print(f"\nbanded search on {n:,} synthetic hashes (uniform random, {planted} planted pairs within {DEFAULT} bits)")
     for d in sorted({4, 8, DEFAULT}):
         start = time.perf_counter()
-        i, j, _ = nd.near_pairs(codes, d)
+        i, j, _ = phash.near_pairs(codes, d)
         took = time.perf_counter() - start
         found = set(zip(i.tolist(), j.tolist()))
         hit = np.mean([(k, n - planted + k) in found for k in range(planted) if bin(int(flips[k])).count("1") <= d])
-        print(f"  max_distance {d:>2}: {nd.plan(n, d)} bands, {i.size:,} pairs, {took:.2f} s; planted pairs found "
+        print(f"  max_distance {d:>2}: {phash.plan(n, d)} bands, {i.size:,} pairs, {took:.2f} s; planted pairs found "
               f"{hit:.3f}")
     sub = np.concatenate([codes[:10000], codes[-10000:]]) if n > 20000 else codes  # the planted pairs included
     start = time.perf_counter()
-    want = nd.near_pairs_brute(sub, DEFAULT)
+    want = phash.near_pairs_brute(sub, DEFAULT)
     brute = time.perf_counter() - start
     start = time.perf_counter()
-    got = nd.near_pairs(sub, DEFAULT)
+    got = phash.near_pairs(sub, DEFAULT)
     banded = time.perf_counter() - start
     same = all(np.array_equal(a, b) for a, b in zip(got, want))
     print(f"  {sub.size:,}-hash subset at {DEFAULT}: banded {banded:.2f} s, brute force {brute:.2f} s, "

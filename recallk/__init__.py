@@ -16,7 +16,14 @@ metrics, tables), :mod:`recallk.checks` (every input rule) and :mod:`recallk.err
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what IDEs and type checkers see; at run time each name is imported on first use (below)
+    from recallk.errors import InputError
+    from recallk.evaluation import encode_all, evaluate
+    from recallk.report.block import format_report
+    from recallk.score.metrics import METRICS, first_positive_ranks, recall_at_k, retrieval_metrics, retrieval_summary
+    from recallk.score.ranking import Ranking, rank_positives
 
 #: Public name -> the module that defines it.
 _API = {
@@ -25,9 +32,9 @@ _API = {
     "retrieval_summary": "recallk.score.metrics",
     "first_positive_ranks": "recallk.score.metrics",
     "METRICS": "recallk.score.metrics",
-    "evaluate": "recallk.api",
-    "encode_all": "recallk.api",
-    "format_report": "recallk.score.report",
+    "evaluate": "recallk.evaluation",
+    "encode_all": "recallk.evaluation",
+    "format_report": "recallk.report.block",
     "rank_positives": "recallk.score.ranking",
     "Ranking": "recallk.score.ranking",
     "InputError": "recallk.errors",

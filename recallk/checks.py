@@ -11,13 +11,12 @@ Validate once, at the edge: the public functions call these, the engine trusts t
 
 from __future__ import annotations
 
-import difflib
 import math
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from recallk.errors import InputError
+from recallk.errors import InputError, did_you_mean, quote
 
 #: Largest K: ranks are int64, and a K beyond every gallery means the whole gallery anyway.
 MAX_K = 2**62
@@ -30,27 +29,6 @@ BACKENDS = ("numpy", "faiss")
 #: Catalog columns that cannot be exclusion columns: the label decides the positives and the
 #: query's own image (image_id) is always excluded.
 RESERVED_COLUMNS = ("label", "image_id")
-
-
-def did_you_mean(word: Any, choices: Sequence[str]) -> str:
-    """``" Did you mean `x`?"`` for a close match among ``choices``, else ``""``."""
-    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
-    return f" Did you mean `{close[0]}`?" if close else ""
-
-
-#: Longest quoted value in a message: a 10 MB cell or param is cut, not printed whole.
-QUOTE_LIMIT = 200
-
-
-def clip(text: str, limit: int = QUOTE_LIMIT) -> str:
-    """``text`` cut to its first ``limit`` characters, saying how long it was."""
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters in all)"
-
-
-def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:
-    """``repr(value)`` for a message, at most ``limit`` characters of it (:func:`clip`); every param value
-    and CSV cell a message quotes goes through this."""
-    return clip(repr(value), limit)
 
 
 def is_int(v: Any) -> bool:
@@ -299,7 +277,7 @@ def integer_ids(*ids: Any) -> bool:
     return all(isinstance(a, np.ndarray) and a.ndim == 1 for a in ids) and {a.dtype.kind for a in ids} in ({"i"}, {"u"})
 
 
-def _distinct(ids: Sequence[Any]) -> bool:
+def distinct_ids(ids: Sequence[Any]) -> bool:
     """No two of ``ids`` share a text."""
     if integer_ids(ids):
         ordered = np.sort(ids)
@@ -324,7 +302,7 @@ def check_inputs(query_emb, gallery_emb, query_labels, gallery_labels, query_ids
                          ("query_ids", query_ids, q.shape[0]), ("gallery_ids", gallery_ids, g.shape[0])):
         if arr is not None:
             check_values(arr, name, n)
-    if gallery_ids is not None and not _distinct(gallery_ids):
+    if gallery_ids is not None and not distinct_ids(gallery_ids):
         raise InputError("`gallery_ids` must be unique (compared as text); a repeated id makes the self-match "
                          "ambiguous.")
     return q, g

@@ -8,7 +8,33 @@ exit 2; any other exception is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import difflib
 import errno
+from typing import Any, Sequence
+
+
+# ------------------------------------------------------------------ text helpers of every message
+
+
+def did_you_mean(word: Any, choices: Sequence[str]) -> str:
+    """``" Did you mean `x`?"`` for a close match among ``choices``, else ``""``."""
+    close = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    return f" Did you mean `{close[0]}`?" if close else ""
+
+
+#: Longest quoted value in a message: a 10 MB cell or param is cut, not printed whole.
+QUOTE_LIMIT = 200
+
+
+def clip(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """``text`` cut to its first ``limit`` characters, saying how long it was."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters in all)"
+
+
+def quote(value: Any, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(value)`` for a message, at most ``limit`` characters of it (:func:`clip`); every param value
+    and CSV cell a message quotes goes through this."""
+    return clip(repr(value), limit)
 
 
 class InputError(ValueError):

@@ -25,8 +25,8 @@ import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml import YAMLError as RuamelYAMLError
 
-from recallk.checks import (BACKENDS, METRIC_NAMES, choice_problem, clip, columns_problem, did_you_mean, is_int,
-                            ks_problem, metrics_problem, positive_number_problem, quote)
+from recallk.checks import BACKENDS, METRIC_NAMES, choice_problem, columns_problem, is_int, ks_problem, metrics_problem, positive_number_problem
+from recallk.errors import clip, did_you_mean, quote
 from recallk.errors import InputError
 
 

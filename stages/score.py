@@ -1,6 +1,6 @@
 """Stage ``score``: the metric suite of the val queries against the gallery.
 
-argv -> the ``score`` section of params.yaml -> :func:`recallk.score.suite.score_split`
+argv -> the ``score`` section of params.yaml -> :func:`recallk.report.suite.score_split`
 -> the metrics JSON, the per-class table, the recall@K curve, the per-query table and its
 compact copy kept in git for ``recallk compare`` (all or none), then the report block on
 stdout. ``--show`` prints the report of an existing metrics file.
@@ -19,11 +19,12 @@ from PIL import Image
 from recallk import images
 from recallk.data.contract import has_files
 from recallk.errors import InputError
-from recallk.score import html
+from recallk.report import html
 from recallk.score.metrics import metric_keys
-from recallk.score.report import PAIR_COUNTS, format_report, provenance, split_metrics
-from recallk.score.suite import score_split
-from recallk.score.tables import compact_per_query, neutralise_formulas
+from recallk.report.block import PAIR_COUNTS, format_report, split_metrics
+from recallk.report.provenance import provenance
+from recallk.report.suite import score_split
+from recallk.report.tables import compact_per_query, neutralise_formulas
 from stages.params import load_section
 from stages.runner import json_file, parse_stage_args, read_input_csv, remove_outputs, run_stage, write_all
 from stages.score_inputs import load_inputs
@@ -46,8 +47,8 @@ TABLES = ("per_class", "curve", "per_query", "compact", "neighbors", "confusions
 
 def csv_file(frame: pd.DataFrame, evaluated_id: str) -> Callable[[Path], None]:
     """A report table's writer: text that a spreadsheet would run as a formula is quoted
-    (:func:`recallk.score.tables.neutralise_formulas`), and a last column ``evaluated`` holds the id
-    of what was evaluated (:func:`recallk.score.report.evaluation_id`, ``id`` in metrics/evaluated.json)."""
+    (:func:`recallk.report.tables.neutralise_formulas`), and a last column ``evaluated`` holds the id
+    of what was evaluated (:func:`recallk.report.provenance.evaluation_id`, ``id`` in metrics/evaluated.json)."""
     safe = neutralise_formulas(frame).assign(evaluated=evaluated_id)
     return lambda tmp: safe.to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")
 

@@ -21,7 +21,7 @@ REENCODE = "re-run encode (`dvc repro -f encode`)"
 
 @dataclass(frozen=True)
 class ScoreInputs:
-    """What :func:`recallk.score.suite.score_split` needs, aligned by image_id."""
+    """What :func:`recallk.report.suite.score_split` needs, aligned by image_id."""
 
     emb: np.ndarray          # (n_images, d) as stored
     row: pd.Series           # image_id -> row of emb

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from recallk.data.near_duplicates import PAIR_COLUMNS
+from recallk.data.phash import PAIR_COLUMNS
 from recallk.data.prepare import prepare_all
 from recallk.data.splitting import SPLITS
 from stages.params import load_section

@@ -1,4 +1,4 @@
-"""recallk.api: evaluate() encodes paths or PIL images like the pipeline and scores them with recall_at_k."""
+"""recallk.evaluation: evaluate() encodes paths or PIL images like the pipeline and scores them with recall_at_k."""
 
 from __future__ import annotations
 

@@ -43,14 +43,27 @@ def _is_ours(name: str) -> bool:
     return name.split(".")[0] in PACKAGES
 
 
+def _run_time_nodes(tree: ast.AST):
+    """Every node of ``tree`` but those under ``if TYPE_CHECKING:``, which never run (their imports are for
+    type checkers and IDEs)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+
+
 def _direct_imports(module: str) -> set[str]:
-    """Our modules imported (at any nesting level, so lazy imports count) by ``module``, with the
-    packages above each one, whose ``__init__.py`` runs first."""
+    """Our modules imported (at any nesting level, so lazy imports count; not under ``if TYPE_CHECKING:``)
+    by ``module``, with the packages above each one, whose ``__init__.py`` runs first."""
     path = _module_path(module)
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     found: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _run_time_nodes(tree):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if _is_ours(a.name))
         elif isinstance(node, ast.ImportFrom):
@@ -120,3 +133,12 @@ def test_closure_walker_sees_from_package_imports_and_parent_packages() -> None:
             "recallk", "recallk.data"} <= closure
     assert "recallk.score.metrics" not in closure and "recallk.encode.registry" not in closure
 
+
+
+def test_closure_walker_skips_type_checking_imports(tmp_path, monkeypatch) -> None:
+    """``recallk/__init__.py`` names the whole API under ``if TYPE_CHECKING:`` for IDEs; those imports never
+    run, so they must not put the score code into the split stage's deps (and an ``else`` branch still runs)."""
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\nelse:\n    import b\nimport c\n")
+    imported = {a.name for n in _run_time_nodes(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert imported == {"b", "c"}
+    assert "recallk.score.metrics" not in _direct_imports("recallk")

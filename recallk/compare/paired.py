@@ -17,8 +17,8 @@ import pandas as pd
 
 from recallk.compare import stats
 from recallk.errors import InputError
-from recallk.score.tables import TASK_COLUMNS as _TASK
-from recallk.score.tables import headline_key
+from recallk.report.tables import TASK_COLUMNS as _TASK
+from recallk.report.tables import headline_key
 
 #: Columns that define the retrieval task of a query: they must agree between A and B.
 TASK_COLUMNS = tuple(c for c in _TASK if c != "image_id")

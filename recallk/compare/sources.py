@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from recallk.errors import InputError
-from recallk.score.tables import restore_formulas
+from recallk.report.tables import restore_formulas
 
 #: The compact per-query table, committed with the metrics.
 TABLE = "metrics/per_query.csv"

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from recallk.checks import clip, quote
+from recallk.errors import clip, quote
 from recallk.data.contract import is_safe_relative
-from recallk.data.near_duplicates import phash
+from recallk.data.phash import phash
 from recallk.errors import InputError
 from recallk.images import DECODE_ERRORS, decode, describe_error
 from recallk.progress import Progress
@@ -264,7 +264,7 @@ def probe_file(root: Path, rel: object, resolved_root: Path | None = None,
                ) -> tuple[str | None, int | None, int | None, str | None, str | None, str | None]:
     """Return ``(sha256, width, height, phash, problem, real_path)`` for one image path relative to ``root``.
 
-    ``phash`` is :func:`recallk.data.near_duplicates.phash` of the decoded (upright RGB) image.
+    ``phash`` is :func:`recallk.data.phash.phash` of the decoded (upright RGB) image.
 
     ``real_path`` is the file's absolute path with ``.``, ``//`` and symlinks resolved, the
     identity the contract's path-once rule compares (``a/./0.png``, ``a//0.png`` and a

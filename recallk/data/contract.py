@@ -19,7 +19,7 @@ from pathlib import PurePosixPath
 import pandas as pd
 import pandera.pandas as pa
 
-from recallk.checks import quote
+from recallk.errors import quote
 from recallk.errors import InputError
 
 SPLITS = ("train", "val", "gallery")

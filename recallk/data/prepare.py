@@ -7,7 +7,7 @@ is ``image_id, split, query, gallery``; the skipped table ``path, reason``; both
 :func:`recallk.data.catalog.location` does (relative to the working directory when inside it).
 
 Near-duplicates (``split.near_duplicates``): every pair of images whose pHash (the catalog's
-``phash``) differ in at most ``max_distance`` of 64 bits (:mod:`recallk.data.near_duplicates`), with
+``phash``) differ in at most ``max_distance`` of 64 bits (:mod:`recallk.data.phash`), with
 ``policy`` ``report`` (listed and counted), ``group`` (each cluster kept in one split) or ``error``
 (a pair across the train/eval border, or a query with a near copy in the gallery, stops the stage).
 
@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from recallk.checks import quote
+from recallk.errors import quote
 from recallk.data import catalog, contract, splitting
-from recallk.data import near_duplicates as nd
+from recallk.data import phash
 from recallk.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def prepare_all(*, data_root: str, csv: str | None, on_bad_image: str, strategy:
     pairs = _near_pairs(frame, nd_params["max_distance"]) if files else None
     groups = None
     if files and nd_params["policy"] == "group" and strategy != "given":
-        groups = _cluster_keys(frame, pairs)
+        groups = cluster_keys(frame, pairs)
     frame["split"] = splitting.assign_splits(frame, strategy=strategy, protocol=protocol,
                                              fractions=fractions, seed=seed, groups=groups)
     source = f"{root / csv}" if csv else f"{root}/"
@@ -95,7 +95,7 @@ def prepare_all(*, data_root: str, csv: str | None, on_bad_image: str, strategy:
                       source=source, csv_lines=csv is not None)
     table = None
     if files:
-        table = nd.pair_table(frame["image_id"], frame["label"], frame["split"], *pairs)
+        table = phash.pair_table(frame["image_id"], frame["label"], frame["split"], *pairs)
 
     frame = frame.sort_values("image_id", kind="stable").reset_index(drop=True)
     query, gallery = splitting.roles(frame["split"], protocol)
@@ -147,15 +147,15 @@ def _near_pairs(frame: pd.DataFrame, max_distance: int) -> tuple[np.ndarray, np.
     """Row positions ``(i, j)`` and distance of every near-duplicate pair (rows without a hash take no part:
     the contract reports their files)."""
     hashed = np.flatnonzero(frame["phash"].notna().to_numpy())
-    i, j, dist = nd.near_pairs(nd.to_codes(frame["phash"].iloc[hashed]), max_distance)
+    i, j, dist = phash.near_pairs(phash.to_codes(frame["phash"].iloc[hashed]), max_distance)
     return hashed[i], hashed[j], dist
 
 
-def _cluster_keys(frame: pd.DataFrame, pairs: tuple[np.ndarray, np.ndarray, np.ndarray]) -> pd.Series:
+def cluster_keys(frame: pd.DataFrame, pairs: tuple[np.ndarray, np.ndarray, np.ndarray]) -> pd.Series:
     """``policy: group``: each row's unit key, the smallest content key of its near-duplicate cluster (a row
     in no pair keeps its own, so the assignment only changes where clusters are)."""
-    own = splitting._unit_keys(frame).to_numpy()
-    component = nd.clusters(len(frame), pairs[0], pairs[1])
+    own = splitting.unit_keys(frame).to_numpy()
+    component = phash.clusters(len(frame), pairs[0], pairs[1])
     keys = pd.Series(own).groupby(component).transform("min")
     multi = pd.Series(component).duplicated(keep=False).to_numpy()
     if multi.any():
@@ -181,8 +181,8 @@ def _check_pairs(table: pd.DataFrame, query: dict, gallery: dict, params: dict[s
                  protocol: str) -> dict[str, Any]:
     """The counts of the pairs, logged; the ``error`` policy (and ``group`` under ``given``, which cannot
     move an image) stops on a leaking pair."""
-    counts = nd.counts(table, query, gallery)
-    leaks = table[nd.leaking(table, query, gallery)]
+    counts = phash.counts(table, query, gallery)
+    leaks = table[phash.leaking(table, query, gallery)]
     d, policy = params["max_distance"], params["policy"]
     if len(leaks) and (policy == "error" or (policy == "group" and strategy == "given")):
         why = ("`split.strategy: given` fixes every split, so `policy: group` cannot keep them together: put each "

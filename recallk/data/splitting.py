@@ -33,7 +33,7 @@ def _round(x: float) -> int:
     return math.floor(x + 0.5)
 
 
-def _unit_keys(frame: pd.DataFrame) -> pd.Series:
+def unit_keys(frame: pd.DataFrame) -> pd.Series:
     """The content key of each row: its sha256, or its image_id when the file was unreadable."""
     ids = "id:" + frame["image_id"].astype(str)
     return frame["sha256"].where(frame["sha256"].notna(), ids).astype(str)
@@ -132,7 +132,7 @@ def assign_splits(frame: pd.DataFrame, *, strategy: str, protocol: str,
     train, val, gallery = (float(fractions[k]) for k in SPLITS)
     if protocol == "leave_one_out":
         val, gallery = 0.0, val + gallery
-    units = _unit_keys(frame) if groups is None else groups.astype(str)
+    units = unit_keys(frame) if groups is None else groups.astype(str)
     labels = frame["label"].fillna("").astype(str)
     result = pd.Series("gallery", index=frame.index, dtype=object)
     if strategy == "class_disjoint":  # whole labels to train; each eval label's files to val / gallery

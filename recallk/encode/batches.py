@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from recallk.checks import clip, quote, unusable_rows
+from recallk.checks import unusable_rows
+from recallk.errors import clip, quote
 from recallk.encode.base import Backbone
 from recallk.encode.cache import EmbeddingCache
 from recallk.errors import InputError
@@ -54,7 +55,7 @@ def read_checked(path: str, sha256: str, min_side: int | None = None, shown: str
 MAX_DECODED_BYTES = 1 << 30
 
 
-def _chunks(sizes: Sequence[int], batch_size: int, max_bytes: int) -> list[tuple[int, int, int]]:
+def byte_bounded_chunks(sizes: Sequence[int], batch_size: int, max_bytes: int) -> list[tuple[int, int, int]]:
     """``(start, stop, bytes)`` of consecutive batches of at most ``batch_size`` images and ``max_bytes``
     bytes each (a single larger image is a batch of its own)."""
     out, start, held = [], 0, 0
@@ -80,7 +81,7 @@ def decoded_batches(paths: Sequence[str], shas: Sequence[str], *, batch_size: in
     each image's embedding does not depend on its batch.
     """
     sizes = list(sizes) if sizes is not None else [0] * len(paths)
-    chunks = deque(_chunks(sizes, batch_size, max(1, max_bytes // (prefetch + 1))))
+    chunks = deque(byte_bounded_chunks(sizes, batch_size, max(1, max_bytes // (prefetch + 1))))
     pending: deque[tuple[int, int, list[Future]]] = deque()
     with ThreadPoolExecutor(max_workers=num_workers) as pool:
         while chunks or pending:
@@ -94,7 +95,7 @@ def decoded_batches(paths: Sequence[str], shas: Sequence[str], *, batch_size: in
             yield start, [f.result() for f in futures]
 
 
-def _run_backbone(backbone: Backbone, images: list[Image.Image], dim: int | None) -> np.ndarray:
+def run_backbone(backbone: Backbone, images: list[Image.Image], dim: int | None) -> np.ndarray:
     try:
         out = backbone.encode(images)
     except (KeyboardInterrupt, MemoryError):
@@ -136,7 +137,7 @@ def local_source(backbone: Backbone, *, batch_size: int, num_workers: int,
         for start, images in decoded_batches(paths, todo, batch_size=batch_size, num_workers=num_workers,
                                              min_side=backbone.input_size,
                                              sizes=[(sizes or {}).get(sha, 0) for sha in todo]):
-            emb = _run_backbone(backbone, images, dim)
+            emb = run_backbone(backbone, images, dim)
             dim = emb.shape[1]
             yield todo[start:start + len(images)], emb
     return source

@@ -5,7 +5,7 @@ are tested on any machine; :func:`machine` reads the facts from torch and :func:
 global switches. What the rules decide goes into the backbone's fingerprint (:func:`runtime_options`),
 so the embedding cache never mixes vectors made under different conditions:
 
-- on CPU each image runs alone on one intra-op thread (see :mod:`recallk.encode.torch_common`), so a
+- on CPU each image runs alone on one intra-op thread (see :mod:`recallk.encode.backbones.torch_common`), so a
   vector depends neither on the batch nor on the core count: the batch size stays out of the key and a
   CPU cache is shared across ``encode.batch_size`` values;
 - on CUDA, kernels pick algorithms by batch shape and results differ from CPU at about 1e-6, so the key

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from recallk.checks import clip
+from recallk.errors import clip
 from recallk.data.contract import has_files
 from recallk.encode import precomputed
 from recallk.encode.base import file_sha256

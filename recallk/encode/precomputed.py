@@ -25,7 +25,8 @@ from typing import IO, Sequence
 
 import numpy as np
 
-from recallk.checks import clip, quote, unusable_rows
+from recallk.checks import unusable_rows
+from recallk.errors import clip, quote
 from recallk.encode.base import NO_FILE, is_no_file
 from recallk.errors import InputError
 

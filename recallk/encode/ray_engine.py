@@ -25,7 +25,7 @@ import numpy as np
 
 from recallk.cluster import connect
 from recallk.encode.base import Backbone
-from recallk.encode.batches import BatchSource, _run_backbone, read_checked
+from recallk.encode.batches import BatchSource, run_backbone, read_checked
 from recallk.encode.registry import get_backbone
 from recallk.errors import InputError
 
@@ -81,7 +81,7 @@ class BatchEncoder:
                 raise InputError(self.error)
             images = [read_checked(str(path), str(sha), self.backbone.input_size, str(shown))
                       for path, sha, shown in zip(batch["path"], batch["sha256"], batch["shown"])]
-            emb = np.ascontiguousarray(_run_backbone(self.backbone, images, self.dim), dtype="<f4")
+            emb = np.ascontiguousarray(run_backbone(self.backbone, images, self.dim), dtype="<f4")
         except InputError as exc:
             return {"sha256": np.array([""]), "embedding": np.array([b""], dtype=object),
                     "error": np.array([str(exc)])}

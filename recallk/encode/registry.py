@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from recallk.checks import clip, did_you_mean, quote
+from recallk.errors import clip, did_you_mean, quote
 from recallk.encode.base import NO_FILE, Backbone, fingerprint, is_no_file
 from recallk.errors import InputError
 
@@ -90,7 +90,7 @@ def pixels(resolution: int = 16) -> Backbone:
 @register("efficientnet_lite0", torch=True)
 def efficientnet_lite0(runtime: Any = None, **options: Any) -> Backbone:
     """ImageNet-pretrained EfficientNet-Lite0, 1280-d pooled features (the torch extra, imported lazily)."""
-    from recallk.encode import efficientnet  # the torch extra: MissingExtraError without it
+    from recallk.encode.backbones import efficientnet  # the torch extra: MissingExtraError without it
 
     return efficientnet.build(runtime=runtime, **options)
 
@@ -100,7 +100,7 @@ def efficientnet_lite0(runtime: Any = None, **options: Any) -> Backbone:
 @register_family("timm", torch=True)
 def timm_model(model: str, runtime: Any = None, **options: Any) -> Backbone:
     """A timm model's pooled features (``timm:<model>``; the timm extra)."""
-    from recallk.encode import timm_backbone
+    from recallk.encode.backbones import timm as timm_backbone
 
     return timm_backbone.build(model, runtime=runtime, **options)
 
@@ -108,7 +108,7 @@ def timm_model(model: str, runtime: Any = None, **options: Any) -> Backbone:
 @register_family("open_clip", torch=True)
 def open_clip_model(model: str, runtime: Any = None, **options: Any) -> Backbone:
     """An OpenCLIP model's image embedding (``open_clip:<model>``; the open-clip extra)."""
-    from recallk.encode import open_clip_backbone
+    from recallk.encode.backbones import open_clip as open_clip_backbone
 
     return open_clip_backbone.build(model, runtime=runtime, **options)
 
@@ -116,7 +116,7 @@ def open_clip_model(model: str, runtime: Any = None, **options: Any) -> Backbone
 @register_family("torchvision", torch=True)
 def torchvision_model(model: str, runtime: Any = None, **options: Any) -> Backbone:
     """A torchvision classification model's pooled features (``torchvision:<model>``; the torch extra)."""
-    from recallk.encode import torchvision_backbone
+    from recallk.encode.backbones import torchvision as torchvision_backbone
 
     return torchvision_backbone.build(model, runtime=runtime, **options)
 
@@ -124,7 +124,7 @@ def torchvision_model(model: str, runtime: Any = None, **options: Any) -> Backbo
 @register_family("hf", torch=True)
 def hf_model(folder: str, runtime: Any = None, **options: Any) -> Backbone:
     """A transformers vision model saved in a local directory (``hf:<dir>``; the hf extra)."""
-    from recallk.encode import hf_backbone
+    from recallk.encode.backbones import hf as hf_backbone
 
     return hf_backbone.build(folder, runtime=runtime, **options)
 

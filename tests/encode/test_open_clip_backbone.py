@@ -12,7 +12,7 @@ import open_clip.pretrained
 import pytest
 import torch
 
-import recallk.encode
+import recallk.encode.backbones
 from recallk.encode.registry import get_backbone
 from recallk.errors import InputError, MissingExtraError
 from torch_helpers import ATOL, broken, photos, reference, save_state_dict
@@ -144,7 +144,7 @@ def test_folder_and_tag_together_are_refused(tmp_path):
 
 def test_missing_open_clip_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "open_clip", None)  # `import open_clip` now raises ImportError
-    monkeypatch.delitem(sys.modules, "recallk.encode.open_clip_backbone", raising=False)
-    monkeypatch.delattr(recallk.encode, "open_clip_backbone", raising=False)
+    monkeypatch.delitem(sys.modules, "recallk.encode.backbones.open_clip", raising=False)
+    monkeypatch.delattr(recallk.encode.backbones, "open_clip", raising=False)
     with pytest.raises(MissingExtraError, match=r"needs the open-clip extra: pip install .*-e '\.\[open-clip\]'"):
         get_backbone(f"open_clip:{TINY}")

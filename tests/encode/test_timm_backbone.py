@@ -13,7 +13,7 @@ import timm.data
 import torch
 from timm.models import save_for_hf
 
-import recallk.encode
+import recallk.encode.backbones
 from recallk.encode.registry import get_backbone
 from recallk.errors import InputError, MissingExtraError
 from torch_helpers import ATOL, broken, photos, reference, save_state_dict
@@ -184,8 +184,8 @@ def test_bad_model_names(name, match):
 
 def test_missing_timm_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "timm", None)  # `import timm` now raises ImportError
-    monkeypatch.delitem(sys.modules, "recallk.encode.timm_backbone")
-    monkeypatch.delattr(recallk.encode, "timm_backbone")
+    monkeypatch.delitem(sys.modules, "recallk.encode.backbones.timm")
+    monkeypatch.delattr(recallk.encode.backbones, "timm")
     with pytest.raises(MissingExtraError, match=r"needs the timm extra: pip install .*-e '\.\[timm\]'"):
         get_backbone("timm:test_vit")
 

@@ -1,4 +1,4 @@
-"""The layer every torch backbone shares (recallk.encode.torch_common): weights sources, reading,
+"""The layer every torch backbone shares (recallk.encode.backbones.torch_common): weights sources, reading,
 strict loading, the per-image loop, the runtime fingerprint; and the params that name weights."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 from torchvision import transforms
 
-from recallk.encode import torch_common as tc
+from recallk.encode.backbones import torch_common as tc
 from recallk.encode.base import NO_FILE
 from recallk.errors import InputError
 from stages.params import validate_section

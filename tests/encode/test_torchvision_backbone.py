@@ -9,7 +9,7 @@ import torchvision
 from PIL import Image
 from torchvision.models.feature_extraction import create_feature_extractor
 
-from recallk.encode import torchvision_backbone as tvb
+from recallk.encode.backbones import torchvision as tvb
 from recallk.encode.registry import get_backbone
 from recallk.errors import InputError
 

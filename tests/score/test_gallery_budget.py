@@ -59,7 +59,7 @@ def test_rows_read_per_tile_never_change_a_number(kind, metrics, taller_runs, mo
     with monkeypatch.context() as mp:
         if taller_runs:  # nothing held; one thread: one run of every query, in blocks of 20 rows
             mp.setattr(Budget, "UNIT_SHARE", 0.0)
-            mp.setattr(fast_module, "_n_workers", lambda: 1)
+            mp.setattr(fast_module, "worker_count", lambda: 1)
         read = _rank(case, metrics, max_memory_mb=mb)
     monkeypatch.setattr(Budget, "UNIT_SHARE", 1e12)
     _assert_same_ranking(_rank(case, metrics, max_memory_mb=mb), read)

@@ -1,4 +1,4 @@
-"""recallk.score.neighbors.top_k against brute force: exact scores, the tie rule, self-match, exclusions."""
+"""recallk.score.ranking.neighbors.top_k against brute force: exact scores, the tie rule, self-match, exclusions."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from recallk.errors import InputError
 from recallk.score.metrics import first_positive_ranks
-from recallk.score.neighbors import top_k
+from recallk.score.ranking.neighbors import top_k
 from recallk.score.similarity import cosine_block, l2_normalize
 
 

@@ -93,8 +93,8 @@ def test_queries_that_surely_miss_stop_counting(leave_one_out, monkeypatch):
     ql = gl if leave_one_out else rng.integers(0, n_g // 50, len(q))
     ids = np.arange(len(g)) if leave_one_out else None
     scanned = []
-    scan = fast_module._scan
-    monkeypatch.setattr(fast_module, "_scan", lambda sims, *a: scanned.append(sims.size) or scan(sims, *a))
+    scan = fast_module.scan_block
+    monkeypatch.setattr(fast_module, "scan_block", lambda sims, *a: scanned.append(sims.size) or scan(sims, *a))
     kw = dict(query_ids=ids, gallery_ids=ids, max_memory_mb=1)  # small tiles: many chances to stop
     got = retrieval_summary(q, g, ql, gl, ks=(1, 5), metrics=["recall"], **kw)
     capped, scanned[:] = sum(scanned), []

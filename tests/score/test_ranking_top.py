@@ -80,11 +80,11 @@ def test_every_route_of_the_top_pass_gives_the_complete_rankings_numbers(route, 
     # Each route is forced on every case, and shown taken by the engine's log note:
     memory, depth, cap, ks = 512, max(KS), None, KS
     if route == "pruned":  # 3-column tiles: thresholds from pruned buffers, not from one first tile
-        monkeypatch.setattr(top_module, "_TILE_WIDTH", 3)
+        monkeypatch.setattr(top_module, "TILE_WIDTH", 3)
     elif route == "deep":  # no query shallow enough: the complete ranking, cut at each query's L
         monkeypatch.setattr(Budget, "TOP_DEPTH_SHARE", 0.0)
     elif route == "overflow":  # one thread, 2-column tiles, buffers of a few rows that may not grow: the
-        monkeypatch.setattr(top_module, "_TILE_WIDTH", 2)  # rows whose cells tie (zero rows, copies) overflow
+        monkeypatch.setattr(top_module, "TILE_WIDTH", 2)  # rows whose cells tie (zero rows, copies) overflow
         memory, depth, ks = 0.003, 2, (1, 2)
     else:  # first ranks beyond L are not re-ranked by the fast path: they read the cap
         depth, cap, ks = 2, 2, (1, 2)
@@ -136,7 +136,7 @@ def test_a_gallery_read_when_needed_takes_tall_runs_in_blocks(monkeypatch):
     # A gallery whose unit copy does not fit a quarter of the budget is normalised tile by tile (UnitRows); a
     # run then holds several blocks of rows (here 4-row blocks, 16-column tiles) for each tile read
     monkeypatch.setattr(Budget, "TOP_MAX_ROWS", 4)
-    monkeypatch.setattr(top_module, "_TILE_WIDTH", 16)
+    monkeypatch.setattr(top_module, "TILE_WIDTH", 16)
     rng = np.random.default_rng(1)
     q, g = rng.normal(size=(300, 8)), rng.normal(size=(3000, 8))
     ql, gl = rng.integers(0, 100, 300), rng.integers(0, 100, 3000)

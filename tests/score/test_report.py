@@ -1,4 +1,4 @@
-"""recallk.score.report: the report block printed by the score stage."""
+"""recallk.report.block: the report block printed by the score stage."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from recallk.score import tables
+from recallk.report import tables
 from recallk.score.resample import CELLS, bootstrap_means
 
 

@@ -9,9 +9,9 @@ import contextlib
 import numpy as np
 import pytest
 
-from recallk.checks import _distinct, same_values
+from recallk.checks import distinct_ids, same_values
 from recallk.score.metrics import METRICS, rank, summarize
-from recallk.score.ranking.problem import _codes, _own_rows, _same_ids
+from recallk.score.ranking.problem import code_columns, own_rows, ids_match
 from recallk.score.similarity import l2_normalize
 
 
@@ -38,7 +38,7 @@ def test_integer_codes_number_values_in_text_order(dtype, low, high):
     rng = np.random.default_rng([low + 100, high])
     for n, m in ((64, 64), (1, 300), (500, 1)):
         q, g = rng.integers(low, high, n).astype(dtype), rng.integers(low, high, m).astype(dtype)
-        got, expected = _codes(q, g), _text_codes(q, g)
+        got, expected = code_columns(q, g), _text_codes(q, g)
         for a, b in zip(got, expected):
             assert a.dtype == np.int64 and np.array_equal(a, b)
 
@@ -55,10 +55,10 @@ def test_integer_ids_are_looked_up_as_their_texts(q_dtype, g_dtype):
     for n, m in ((64, 64), (5, 200), (30, 1)):
         q_ids, g_ids = rng.permutation(n + 40)[:n].astype(q_dtype), rng.permutation(m + 40)[:m].astype(g_dtype)
         where = {str(g): j for j, g in enumerate(g_ids)}  # the definition: the gallery row of the same text
-        assert np.array_equal(_own_rows(q_ids, g_ids), [where.get(str(q), -1) for q in q_ids])
-        assert _same_ids(q_ids, q_ids.copy())
-        assert _same_ids(q_ids, g_ids) is ([str(i) for i in q_ids] == [str(i) for i in g_ids])
-        assert _distinct(g_ids) and not _distinct(np.r_[g_ids, g_ids[:1]])
+        assert np.array_equal(own_rows(q_ids, g_ids), [where.get(str(q), -1) for q in q_ids])
+        assert ids_match(q_ids, q_ids.copy())
+        assert ids_match(q_ids, g_ids) is ([str(i) for i in q_ids] == [str(i) for i in g_ids])
+        assert distinct_ids(g_ids) and not distinct_ids(np.r_[g_ids, g_ids[:1]])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int64])  # floats and integers

@@ -1,4 +1,4 @@
-"""recallk.score.suite: the score stage's computation gives the same numbers and tables whichever ranking
+"""recallk.report.suite: the score stage's computation gives the same numbers and tables whichever ranking
 pass its metrics pick (the top-L pass without full map, the complete ranking with it)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from recallk.score.ranking import Budget
-from recallk.score.suite import score_split
+from recallk.report.suite import score_split
 
 TOP = ["recall", "precision", "r_precision", "map@r", "mrr"]
 

@@ -1,4 +1,4 @@
-"""recallk.score.tables through the score stage: the per-query and per-class tables, the recall curve and
+"""recallk.report.tables through the score stage: the per-query and per-class tables, the recall curve and
 the bootstrap intervals.
 
 The stage runs as a subprocess (like ``dvc repro`` would run it) in copies of session projects that
@@ -17,7 +17,7 @@ import pytest
 from helpers import (CURVE, EMBEDDINGS, PER_CLASS, PER_QUERY, RANKING_OUTPUTS, SCORE_OUTPUTS, read_metrics, run_ok,
                      set_params)
 from score_oracle import KS, METRIC_KEYS, approx, eval_sets, fmean, oracle, read_per_query
-from recallk.score import suite, tables
+from recallk.report import suite, tables
 from recallk.score.metrics import first_positive_ranks, mean
 from recallk.score.similarity import cosine_block, l2_normalize
 

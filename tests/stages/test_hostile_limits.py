@@ -103,7 +103,7 @@ def test_decoded_batches_hold_a_bounded_number_of_bytes(monkeypatch):
     ([0] * 3, 2, 100, [(0, 2, 0), (2, 3, 0)]),                  # sizes unknown: images only
 ])
 def test_batches_are_cut_by_images_and_bytes(sizes, batch_size, max_bytes, want):
-    assert batches._chunks(sizes, batch_size, max_bytes) == want
+    assert batches.byte_bounded_chunks(sizes, batch_size, max_bytes) == want
 
 
 # ---------------------------------------------------------------- ids, headers, archives

@@ -18,7 +18,7 @@ import pytest
 
 from helpers import STAGES, new_project, run_module, run_ok, save_image, set_params
 from recallk.compare.sources import read_table
-from recallk.score.tables import neutralise_formulas, restore_formulas
+from recallk.report.tables import neutralise_formulas, restore_formulas
 
 REPORT_TABLES = ("metrics/per_class.csv", "metrics/confusions.csv", "metrics/per_query.csv",
                  "data/scores/per_query.csv", "data/scores/neighbors.csv")
@@ -132,7 +132,7 @@ def test_every_report_csv_names_what_was_evaluated(formula_run):
 
 
 def test_the_evaluation_id_follows_what_is_measured_not_how():
-    from recallk.score.report import evaluation_id
+    from recallk.report.provenance import evaluation_id
 
     split = {"data_root": "data/digits", "num_images": 10, "strategy": "per_class", "seed": 0}
     encode = {"backbone": "pixels", "fingerprint": "abc", "embedding_dim": 48}

@@ -20,7 +20,7 @@ from PIL import Image
 
 from helpers import ROOT, run_module, save_image, set_dotted
 from recallk import images
-from recallk.checks import quote
+from recallk.errors import quote
 from recallk.data import catalog, contract, prepare
 from recallk.errors import InputError
 from stages.params import load_section

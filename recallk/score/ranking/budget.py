@@ -39,7 +39,7 @@ class Budget:
     LABEL_BYTES_PER_CELL: ClassVar[int] = 24
     #: faiss backend, per searched cell: a float32 score and an int64 gallery index.
     SEARCH_BYTES_PER_CELL: ClassVar[int] = 12
-    #: Neighbours (recallk.score.neighbors), per block cell: the float32 product, its partitioned copy and
+    #: Neighbours (recallk.score.ranking.neighbors), per block cell: the float32 product, its partitioned copy and
     #: the candidate mask.
     NEIGHBOR_BYTES_PER_CELL: ClassVar[int] = 9
     #: Smallest block or tile, whatever the budget (48 KiB of scratch): below it Python overhead dominates.

@@ -3,8 +3,8 @@
 A query's positives sorted by (-similarity, gallery index) are its *thresholds*;
 each counts the cells strictly above it and, for ties, those tied below and above
 it in gallery index (tie sensitivity). The fast path hands its undecided cells
-(:mod:`recallk.score.ranking.scan`) to :class:`_Undecided`, which re-scores them
-and has them decided exactly (:meth:`_Counter.decide`).
+(:mod:`recallk.score.ranking.scan`) to :class:`Undecided`, which re-scores them
+and has them decided exactly (:meth:`RankCounter.decide`).
 """
 
 from __future__ import annotations
@@ -14,21 +14,21 @@ import threading
 import numpy as np
 
 from recallk.score.ranking.problem import Problem
-from recallk.score.ranking.scan import _exact_pairs, _round
+from recallk.score.ranking.scan import exact_pairs, round_outward
 
 #: Undecided cells a scan holds before it hands them on to be re-decided (about 60 B each, 4 MiB in all):
 #: bounds memory when most cells tie with the best positive (e.g. many all-zero query vectors).
 _WINDOW_CELLS = 2**16
 
 
-class _Counter:
+class RankCounter:
     """Per-threshold counts of retrievable non-positives beating it: strictly, and tied below/above in index."""
 
     def __init__(self, p: Problem, t_off: np.ndarray, t_val: np.ndarray, t_col: np.ndarray):
         self.p, self.off, self.val, self.col = p, t_off, t_val, t_col
         v64 = t_val.astype(np.float64)
-        self.hi = _round(v64 + p.tol, up=True)
-        self.lo = _round(v64 - p.tol, up=False)
+        self.hi = round_outward(v64 + p.tol, up=True)
+        self.lo = round_outward(v64 - p.tol, up=False)
         self.gt = np.zeros(t_val.size, dtype=np.int64)
         self.eq_lt = np.zeros(t_val.size, dtype=np.int64)
         self.eq_gt = np.zeros(t_val.size, dtype=np.int64)
@@ -82,7 +82,7 @@ class _Counter:
     def decide(self, queries: np.ndarray, cols: np.ndarray, n_thr: np.ndarray, exact: np.ndarray) -> None:
         """Count undecided (query, column) cells, with exact similarities ``exact``, against the query's
         first threshold(s), exactly; ties are counted by gallery index. Fast path only: its thresholds
-        come from :func:`_exact_pairs` too (:func:`_best_positives`), so exact ties are seen as ties."""
+        come from :func:`exact_pairs` too (:func:`_best_positives`), so exact ties are seen as ties."""
         p, first = self.p, self.off[queries]
         mine = self.val[first]
         index, tied = p.gindex[cols], exact == mine
@@ -96,12 +96,12 @@ class _Counter:
                 np.add.at(self.eq_gt, t, tied[use] & (index[use] > own))
 
 
-class _Undecided:
+class Undecided:
     """One thread's undecided cells: each tile's are re-scored at once (while its rows are in the cache),
-    then counted (:meth:`_Counter.decide`) once more than ``_WINDOW_CELLS`` have gathered, and at the
+    then counted (:meth:`RankCounter.decide`) once more than ``_WINDOW_CELLS`` have gathered, and at the
     end (:meth:`flush`): few calls, bounded memory (28 B per cell held)."""
 
-    def __init__(self, counter: _Counter) -> None:
+    def __init__(self, counter: RankCounter) -> None:
         self.counter, self.parts, self.size = counter, [], 0
 
     def sink(self, queries: np.ndarray, n_thr: np.ndarray, c0: int):
@@ -112,7 +112,7 @@ class _Undecided:
             piece = max(1, _WINDOW_CELLS)
             for s in range(0, wk.size, piece):  # a degenerate tile (every cell undecided) in pieces
                 q, c = queries[wk[s:s + piece]], wc[s:s + piece] + c0
-                self.parts.append((q, c, n_thr[wk[s:s + piece]], _exact_pairs(p.q, p.gp, q, c)))
+                self.parts.append((q, c, n_thr[wk[s:s + piece]], exact_pairs(p.q, p.gp, q, c)))
                 self.size += q.size
                 if self.size > _WINDOW_CELLS:
                     self.flush()

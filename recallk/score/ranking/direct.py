@@ -16,7 +16,7 @@ excluded cells masked, and every rank counted exactly with the engine's tie rule
   are counted with order keys.
 * Order keys: each cell's similarity and gallery index as one int64 that orders a row
   as the ranking does. The float32 similarity's bits map to an integer in the same
-  order (:func:`_value_keys`); times ``m``, plus ``m - 1 - gallery index``, a larger
+  order (:func:`value_keys`); times ``m``, plus ``m - 1 - gallery index``, a larger
   key ranks earlier and ties go to the smaller gallery index, and no two cells of a
   row share a key. With ``+ gallery index`` instead the larger index wins a tie: the
   opposite rule of tie sensitivity.
@@ -34,7 +34,7 @@ from recallk.score.similarity import cosine_block
 
 #: Below every real key: a cell the query may not retrieve (the complete ranking's sorted rows), and the
 #: best positive key of a row without positives.
-_BELOW = np.iinfo(np.int64).min
+BELOW = np.iinfo(np.int64).min
 
 
 def direct_ranks(p: Problem, complete: bool, cap: int | None) -> tuple[np.ndarray, ...]:
@@ -81,14 +81,14 @@ def _first_ranks(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray
     opposite = first.copy()
     tied = np.flatnonzero(np.add.reduce(equal, axis=1) > 1)
     m = sims.shape[1]
-    value = _value_keys(sims[tied])
+    value = value_keys(sims[tied])
     part = None if retrievable is None else retrievable[tied]
     opposite[tied] = _above_best(value + gindex, positive[tied], part)  # ties: larger index first
     first[tied] = _above_best(np.add(value, m - 1 - gindex, out=value), positive[tied], part)
     return first, opposite
 
 
-def _value_keys(sims: np.ndarray, m: int | None = None) -> np.ndarray:
+def value_keys(sims: np.ndarray, m: int | None = None) -> np.ndarray:
     """int64 keys, ``m`` apart (default: the number of columns; at most 2**29), in the order of the float32
     ``sims`` (equal values, 0.0 and -0.0 too, share a key): the bits of a negative float, read as an int32,
     grow as it falls, so all but the sign bit are flipped."""
@@ -100,7 +100,7 @@ def _value_keys(sims: np.ndarray, m: int | None = None) -> np.ndarray:
 
 def _above_best(key: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | None) -> np.ndarray:
     """Per row, the retrievable cells whose key beats every positive's: the first positive's rank."""
-    above = key > np.where(positive, key, _BELOW).max(axis=1)[:, None]
+    above = key > np.where(positive, key, BELOW).max(axis=1)[:, None]
     return (above if retrievable is None else above & retrievable).sum(axis=1)
 
 
@@ -109,11 +109,11 @@ def _every_rank(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray 
     """Every positive's rank, row by row in ascending order (CSR): each row's order keys, doubled with the
     positive flag in the low bit (no two keys of a row are equal, so the order holds), sorted in descending
     order; the positives' places are their ranks (cells the query may not retrieve sort last)."""
-    key = _value_keys(sims)
+    key = value_keys(sims)
     key += sims.shape[1] - 1 - gindex
     key *= 2
     key += positive
     if retrievable is not None:
-        key[~retrievable] = _BELOW
+        key[~retrievable] = BELOW
     key.sort(axis=1)
     return np.nonzero(key[:, ::-1] & 1)[1].astype(np.int64)

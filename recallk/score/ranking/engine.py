@@ -57,13 +57,13 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 
 from recallk.score.ranking.budget import Budget
-from recallk.score.ranking.counting import _Counter
+from recallk.score.ranking.counting import RankCounter
 from recallk.score.ranking.direct import direct_ranks
-from recallk.score.ranking.exact import _exact_tiles
-from recallk.score.ranking.fast import _fast_tiles
-from recallk.score.ranking.positives import _positives, positive_counts
+from recallk.score.ranking.exact import exact_tiles
+from recallk.score.ranking.fast import fast_tiles
+from recallk.score.ranking.positives import find_positives, positive_counts
 from recallk.score.ranking.problem import Problem
-from recallk.score.ranking.schedule import (Select, _query_chunks, consecutive_runs,
+from recallk.score.ranking.schedule import (Select, query_chunks, consecutive_runs,
                                             rows_to_csr, spans)
 from recallk.score.ranking.top import deepest, top_ranks
 
@@ -233,8 +233,8 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
 
 def _complete(p: Problem, budget: Budget, count_tiles: CountTiles | None = None) -> tuple:
     """Every positive's rank: ``(n_pos, offsets, ranks, opposite, jobs, tiles, chunks)``, in chunks of queries
-    whose positive lists fit the budget (:func:`~recallk.score.ranking.schedule._query_chunks`)."""
-    chunks = _query_chunks(p, budget)
+    whose positive lists fit the budget (:func:`~recallk.score.ranking.schedule.query_chunks`)."""
+    chunks = query_chunks(p, budget)
     if len(chunks) == 1:
         return (*_rank_part(p, p.q.nbytes, budget, True, None, count_tiles), 1)
     n = p.q.shape[0]  # every positive's lists, a chunk of queries at a time; their ranks follow one another
@@ -303,16 +303,16 @@ class _Part(NamedTuple):
     tiles: int
 
 
-def count_tiles_here(p: Problem, counter: _Counter, tiles: Budget, complete: bool, cap: int | None,
+def count_tiles_here(p: Problem, counter: RankCounter, tiles: Budget, complete: bool, cap: int | None,
                      select: Select = None) -> tuple[int, int]:
     """The tiles of one pass on this machine's cores: every positive's (``complete``) or the first's;
     ``select`` keeps a share of the jobs (a Ray task's)."""
-    return _exact_tiles(p, counter, tiles, select) if complete else _fast_tiles(p, counter, tiles, cap, select)
+    return exact_tiles(p, counter, tiles, select) if complete else fast_tiles(p, counter, tiles, cap, select)
 
 
 #: ``count_tiles(p, counter, tiles, complete, cap) -> (jobs, tiles)``: adds every tile's counts of one
 #: pass into ``counter`` (the positive lists of ``p``) under the tiles' budget; :func:`count_tiles_here`.
-CountTiles = Callable[[Problem, _Counter, Budget, bool, "int | None"], tuple[int, int]]
+CountTiles = Callable[[Problem, RankCounter, Budget, bool, "int | None"], tuple[int, int]]
 
 
 def _rank_part(p: Problem, query_bytes: int, budget: Budget, complete: bool, cap: int | None,
@@ -321,8 +321,8 @@ def _rank_part(p: Problem, query_bytes: int, budget: Budget, complete: bool, cap
     ``query_bytes``: the unit copy of every query, held by the caller."""
     n = p.q.shape[0]
     # complete: every positive; else the best one and the last one tied with it (opposite tie rule)
-    pos_off, pos_val, pos_col, n_pos, top_tie = _positives(p, budget, first_only=not complete)
-    counter = _Counter(p, pos_off, pos_val, pos_col)
+    pos_off, pos_val, pos_col, n_pos, top_tie = find_positives(p, budget, first_only=not complete)
+    counter = RankCounter(p, pos_off, pos_val, pos_col)
     # the budget covers everything this call holds: unit copies, positive lists, counters, then the tiles
     tiles = budget.tiles(query_bytes + p.gp.nbytes, pos_val.size)
     jobs, n_tiles = (count_tiles or count_tiles_here)(p, counter, tiles, complete, cap)

@@ -3,7 +3,7 @@
 Only each query's first threshold is needed: each thread multiplies its tiles
 (4 MiB of float32) with single-threaded BLAS, masks them and scans them at once,
 one compare for the cells surely above and one for the error window
-(:func:`~recallk.score.ranking.scan._scan`); the few undecided cells are re-scored
+(:func:`~recallk.score.ranking.scan.scan_block`); the few undecided cells are re-scored
 exactly. With ``cap`` (recall@K alone: ranks beyond the largest K change nothing)
 a query stops counting once ``cap`` cells surely beat its first positive.
 A leave-one-out tile is counted for its rows and its columns in one read.
@@ -14,11 +14,11 @@ from __future__ import annotations
 import numpy as np
 
 from recallk.score.ranking.budget import Budget
-from recallk.score.ranking.counting import _Counter, _Undecided
+from recallk.score.ranking.counting import RankCounter, Undecided
 from recallk.score.ranking.problem import Problem, UnitRows
-from recallk.score.ranking.scan import _scan
-from recallk.score.ranking.schedule import (Select, TileWorker, _each_core, _n_tiles, _n_workers, _tiles_per_job,
-                                            _tiling)
+from recallk.score.ranking.scan import scan_block
+from recallk.score.ranking.schedule import (Select, TileWorker, each_core, tile_count, worker_count, job_tiles,
+                                            tiling)
 
 #: Cells of one thread's tile (4 MiB of float32). Each thread multiplies its own tiles with
 #: single-threaded BLAS and scans each tile while it is still in the cache: as fast a product as big
@@ -27,10 +27,10 @@ _TILE_CELLS = 2**20
 #: A gallery normalised when read (not held) costs about as much per tile as the product of a 512-row
 #: tile: a query run then holds up to this many tiles' rows and reads each gallery tile once for all of
 #: them (as many runs for every thread).
-_READ_BLOCKS = 8
+READ_BLOCKS = 8
 
 
-def _fast_tiles(p: Problem, counter: _Counter, budget: Budget, cap: int | None = None,
+def fast_tiles(p: Problem, counter: RankCounter, budget: Budget, cap: int | None = None,
                 select: Select = None) -> tuple[int, int]:
     """First-positive counts (recall@K, MRR): each thread takes jobs from a shared list, multiplies
     each tile with single-threaded BLAS, masks it and scans it while it is in the cache.
@@ -45,18 +45,18 @@ def _fast_tiles(p: Problem, counter: _Counter, budget: Budget, cap: int | None =
     ``select`` keeps a share of the jobs (a Ray task's; the counts of every share add up).
     Returns the number of jobs and of tiles they cover.
     """
-    workers = _n_workers()
+    workers = worker_count()
     most = budget.fast_tile_side(workers, p.gp.shape[1])  # the rows' and columns' unit copies, read per tile
     cells = budget.fast_tile_cells(workers, _TILE_CELLS)
-    jobs, width = _tiling(p, cells, most)
+    jobs, width = tiling(p, cells, most)
     height = max(1, min(cells // width, most))  # one tile's rows
     if isinstance(p.gp, UnitRows) and not p.same_set:  # taller runs: each gallery tile normalised once for several
-        runs = workers * -(-p.q.shape[0] // (workers * height * _READ_BLOCKS))  # a multiple of the threads
-        jobs, width = _tiling(p, cells, most, run_rows=max(height, -(-p.q.shape[0] // runs)))
+        runs = workers * -(-p.q.shape[0] // (workers * height * READ_BLOCKS))  # a multiple of the threads
+        jobs, width = tiling(p, cells, most, run_rows=max(height, -(-p.q.shape[0] // runs)))
     jobs = jobs if select is None else select(jobs)
-    _each_core(jobs, lambda: FastWorker(p, counter, width, cap, height), _tiles_per_job(p, width),
+    each_core(jobs, lambda: FastWorker(p, counter, width, cap, height), job_tiles(p, width),
                "rank (first positive)")
-    return len(jobs), _n_tiles(p, jobs, width)
+    return len(jobs), tile_count(p, jobs, width)
 
 
 class FastWorker(TileWorker):
@@ -72,9 +72,9 @@ class FastWorker(TileWorker):
         Rows of one tile: a taller query run is multiplied in blocks of ``height`` rows (None: a run at once).
     """
 
-    def __init__(self, p: Problem, counter: _Counter, width: int, cap: int | None, height: int | None = None) -> None:
+    def __init__(self, p: Problem, counter: RankCounter, width: int, cap: int | None, height: int | None = None) -> None:
         super().__init__(p, counter, width)
-        self.cap, self.height, self.undecided = cap, height or p.q.shape[0] or 1, _Undecided(counter)
+        self.cap, self.height, self.undecided = cap, height or p.q.shape[0] or 1, Undecided(counter)
 
     def finish(self) -> None:
         """Decide the undecided cells still held."""
@@ -93,7 +93,7 @@ class FastWorker(TileWorker):
         p, (n_thr, lo, hi), c1 = self.p, window, c0 + columns.shape[0]
         tile = np.matmul(vectors, columns.T, out=self.scratch.get("tile", (queries.size, c1 - c0), np.float32))
         p.mask(tile, queries, c0, c1)
-        return _scan(tile, [(1, lo, hi, self.undecided.sink(queries, n_thr, c0))], self.scratch)[0]
+        return scan_block(tile, [(1, lo, hi, self.undecided.sink(queries, n_thr, c0))], self.scratch)[0]
 
     def query_run(self, rows: np.ndarray) -> None:
         """Query x gallery: a run of queries over every gallery tile, the stopped ones leaving; a run taller
@@ -135,7 +135,7 @@ class FastWorker(TileWorker):
             return
         tile = np.matmul(p.gp[r0:r1], p.gp[c0:c1].T, out=self.scratch.get("tile", (r1 - r0, c1 - c0), np.float32))
         p.mask(tile, rows, c0, c1)  # positives and exclusions are symmetric: the mirror's cells too
-        counts = _scan(tile, [(axis, lo, hi, self.undecided.sink(queries, n_thr, a))
+        counts = scan_block(tile, [(axis, lo, hi, self.undecided.sink(queries, n_thr, a))
                               for axis, (queries, _, (a, _), (n_thr, lo, hi)) in zip((1, 0), sides)], self.scratch)
         for (queries, _, _, (n_thr, _, _)), above in zip(sides, counts):
             counter.add_above(queries, n_thr, above)

@@ -12,14 +12,14 @@ import numpy as np
 
 from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.problem import Problem
-from recallk.score.ranking.scan import _exact_pairs, _round
+from recallk.score.ranking.scan import exact_pairs, round_outward
 from recallk.score.ranking.schedule import rows_to_csr
 
 #: Positive cells per product of several small labels' queries x their gallery slices.
 _POSITIVE_CELLS = 2**14
 
 
-def _positives(p: Problem, budget: Budget, first_only: bool = False):
+def find_positives(p: Problem, budget: Budget, first_only: bool = False):
     """Exact similarities of every query's positives, sorted by (-similarity, gallery index), as CSR
     (offsets, values, columns), plus each query's number of positives and of positives tied
     exactly with its best one, minus one.
@@ -55,7 +55,7 @@ def _positives(p: Problem, budget: Budget, first_only: bool = False):
 
 def positive_counts(p: Problem, budget: Budget) -> np.ndarray:
     """(n,) int64: the positives each query may retrieve (its label's gallery items, less its own image and
-    the excluded ones), counted by label runs as :func:`_positives` does, without products."""
+    the excluded ones), counted by label runs as :func:`find_positives` does, without products."""
     n_pos = (p.hi - p.lo).astype(np.int64)
     if not p.groups:  # only the own images
         return n_pos - ((p.self_col >= p.lo) & (p.self_col < p.hi))
@@ -78,18 +78,18 @@ def _label_slices(p: Problem, budget: Budget):
 
 def _best_positives(p: Problem, rows: np.ndarray, a: int, keep: np.ndarray, n_pos: np.ndarray,
                     top_tie: np.ndarray) -> tuple:
-    """:func:`_positives` with ``first_only`` for one run: each row's best positive among the ``keep``
+    """:func:`find_positives` with ``first_only`` for one run: each row's best positive among the ``keep``
     cells of columns from ``a``, and the last one tied with it; sets ``top_tie[rows]``.
 
     A float32 product finds them: only cells within ``2 tol`` of a row's float32 best can be
-    exactly best, and those few are re-scored by :func:`_exact_pairs`, the kernel that re-scores
+    exactly best, and those few are re-scored by :func:`exact_pairs`, the kernel that re-scores
     the fast path's undecided cells, so exact ties with them are seen as ties.
     """
     sims = p.q[rows] @ p.gp[a:a + keep.shape[1]].T
     top = np.where(keep, sims, -np.inf).max(axis=1)
-    near = keep & (sims >= _round(top.astype(np.float64) - 2 * p.tol, up=False)[:, None])
+    near = keep & (sims >= round_outward(top.astype(np.float64) - 2 * p.tol, up=False)[:, None])
     line, col = np.nonzero(near)  # by row, then column (gallery-index order within a label)
-    exact = _exact_pairs(p.q, p.gp, rows[line], col + a)
+    exact = exact_pairs(p.q, p.gp, rows[line], col + a)
     best = np.full(rows.size, -np.inf, dtype=np.float32)
     np.maximum.at(best, line, exact)
     at = exact == best[line]
@@ -106,7 +106,7 @@ def _best_positives(p: Problem, rows: np.ndarray, a: int, keep: np.ndarray, n_po
 
 
 def _label_runs(p: Problem, by_label: np.ndarray, budget: Budget):
-    """Runs of ``by_label`` (queries sorted by their label's gallery slice [lo, hi)) for :func:`_positives`:
+    """Runs of ``by_label`` (queries sorted by their label's gallery slice [lo, hi)) for :func:`find_positives`:
     consecutive labels together while run rows x slice width stays within ``_POSITIVE_CELLS``; a label
     wider than that alone, in chunks of rows under the budget (:meth:`Budget.label_rows`)."""
     if not by_label.size:

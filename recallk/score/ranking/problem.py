@@ -86,7 +86,7 @@ def take_rows(rows: np.ndarray | UnitRows, which: np.ndarray) -> np.ndarray | Un
     return rows.subset(which) if isinstance(rows, UnitRows) else rows[which]
 
 
-def _codes(*columns: Any, missing: bool = False) -> list[np.ndarray]:
+def code_columns(*columns: Any, missing: bool = False) -> list[np.ndarray]:
     """Joint integer codes of label-like columns compared as strings; with ``missing``, None/NaN/"" is -1.
 
     Codes number the distinct values in the order of their text. Integer columns (all signed or all
@@ -131,7 +131,7 @@ def _table_top(joint: np.ndarray) -> int | None:
 
 
 def _table_codes(joint: np.ndarray, top: int) -> np.ndarray:
-    """:func:`_codes` of non-negative integers at most ``top``: each value's place in the order of their text
+    """:func:`code_columns` of non-negative integers at most ``top``: each value's place in the order of their text
     (:func:`_text_places`) is marked in a table; a marked place's code is the number of marked places before
     it, so the distinct values are numbered in the order of their text."""
     table = _text_places(top)
@@ -156,7 +156,7 @@ def _text_places(top: int) -> np.ndarray:
     return _text_places_upto(1 << max(4, top.bit_length()))
 
 
-def _own_rows(query_ids: Sequence[Any], gallery_ids: Sequence[Any]) -> np.ndarray:
+def own_rows(query_ids: Sequence[Any], gallery_ids: Sequence[Any]) -> np.ndarray:
     """Each query's gallery row with its id, compared as text like the labels (gallery ids are unique), or -1;
     integer arrays (:func:`~recallk.checks.integer_ids`) are looked up sorted, without a text per id."""
     if integer_ids(query_ids, gallery_ids):
@@ -168,7 +168,7 @@ def _own_rows(query_ids: Sequence[Any], gallery_ids: Sequence[Any]) -> np.ndarra
     return np.array([where.get(str(qid), -1) for qid in query_ids], dtype=np.int64)
 
 
-def _same_ids(query_ids: Sequence[Any], gallery_ids: Sequence[Any]) -> bool:
+def ids_match(query_ids: Sequence[Any], gallery_ids: Sequence[Any]) -> bool:
     """The same ids, row for row, compared as text (integer arrays as numbers: the same answer)."""
     if integer_ids(query_ids, gallery_ids):
         return query_ids.shape == gallery_ids.shape and bool(np.array_equal(query_ids, gallery_ids))
@@ -246,7 +246,7 @@ class Problem:
         InputError
             ``same_set=True`` without equal ids on both sides or with embeddings of other shapes.
         """
-        q_codes, g_codes = _codes(query_labels, gallery_labels)
+        q_codes, g_codes = code_columns(query_labels, gallery_labels)
         order = g_codes.argsort(kind="stable")
         n, m, d = len(query_emb), len(gallery_emb), np.shape(gallery_emb)[1]
         hold_q = unit_bytes is None or 4 * d * n <= unit_bytes
@@ -259,18 +259,18 @@ class Problem:
         if query_ids is not None and gallery_ids is not None:
             column = np.empty(m, dtype=np.int64)
             column[order] = np.arange(m)
-            own = _own_rows(query_ids, gallery_ids)
+            own = own_rows(query_ids, gallery_ids)
             self_col = np.where(own >= 0, column[np.maximum(own, 0)], -1)
         groups = []
         for q_group, g_group in exclude:
-            qc, gc = _codes(q_group, g_group, missing=True)
+            qc, gc = code_columns(q_group, g_group, missing=True)
             gcs = gc[order]
             by_code = np.argsort(gcs, kind="stable")
             bounds = np.searchsorted(gcs[by_code], np.arange(int(max(qc.max(initial=-1), gc.max(initial=-1))) + 2))
             cols = [np.sort(by_code[bounds[c]:bounds[c + 1]]) for c in range(len(bounds) - 1)]
             groups.append((qc, cols, gcs))
         same_ids = (query_ids is None) == (gallery_ids is None) \
-            and (query_ids is None or _same_ids(query_ids, gallery_ids))
+            and (query_ids is None or ids_match(query_ids, gallery_ids))
         if same_set is None:  # detect it: the same rows, labels, ids and exclusion values
             same_set = same_ids and (query_emb is gallery_emb or same_values(query_emb, gallery_emb)) \
                 and np.array_equal(np.asarray(query_labels).astype(str), np.asarray(gallery_labels).astype(str)) \

@@ -23,7 +23,7 @@ from recallk.cluster import connect
 from recallk.errors import InputError
 from recallk.progress import Progress
 from recallk.score.ranking.budget import Budget
-from recallk.score.ranking.counting import _Counter
+from recallk.score.ranking.counting import RankCounter
 from recallk.score.ranking.engine import count_tiles_here
 from recallk.score.ranking.problem import Problem
 from recallk.score.ranking.schedule import threads
@@ -54,7 +54,7 @@ def count_share(p: Problem, gallery: np.ndarray, positives: tuple[np.ndarray, np
         This share's counts per threshold (int64), and the jobs and tiles it did.
     """
     p = replace(p, gp=gallery)
-    counter = _Counter(p, *positives)
+    counter = RankCounter(p, *positives)
 
     def select(jobs: list) -> list:
         return jobs[share::shares]
@@ -91,7 +91,7 @@ class RayTiles:
         self._gallery: tuple[Any, Any] | None = None  # (the gallery array, its object ref): put once
         self.passes = self.jobs = 0  # what the passes so far did (for the log and the tests)
 
-    def __call__(self, p: Problem, counter: _Counter, tiles: Budget, complete: bool,
+    def __call__(self, p: Problem, counter: RankCounter, tiles: Budget, complete: bool,
                  cap: int | None) -> tuple[int, int]:
         ray = connect(self.address, "score.engine: ray")
         most = max((node["Resources"].get("CPU", 0) for node in ray.nodes() if node.get("Alive")), default=0)

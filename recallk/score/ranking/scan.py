@@ -2,9 +2,9 @@
 
 A float32 score differs from the exact one by at most ``tol`` (Higham's gamma_d
 bound), so a cell is surely above a threshold when its float32 score is above
-the threshold's window ``[lo, hi]`` (:func:`_round` makes the window's ends safe
+the threshold's window ``[lo, hi]`` (:func:`round_outward` makes the window's ends safe
 in float32), and undecided inside it; undecided cells are re-scored exactly by
-:func:`_exact_pairs`. Exact tiles (:func:`_exact_product`) are the float64
+:func:`exact_pairs`. Exact tiles (:func:`exact_product`) are the float64
 product rounded once, as :func:`recallk.score.similarity.cosine_block`.
 """
 
@@ -24,7 +24,7 @@ _CHUNK_CELLS = 2**19
 _FEW_LINES = 4
 
 
-def _scan(sims: np.ndarray, sides: Sequence[tuple], scratch: _Buffers) -> list[np.ndarray]:
+def scan_block(sims: np.ndarray, sides: Sequence[tuple], scratch: Buffers) -> list[np.ndarray]:
     """Count the cells of ``sims`` surely above each line's window, and hand on the undecided ones.
 
     ``sides``: (axis, lo, hi, sink) per side counted, axis 1 for the rows (``lo``/``hi``
@@ -62,8 +62,8 @@ def _scan(sims: np.ndarray, sides: Sequence[tuple], scratch: _Buffers) -> list[n
     return out
 
 
-def _count_lines(block: np.ndarray, low: np.ndarray, high: np.ndarray, axis: int, scratch: _Buffers):
-    """For :func:`_scan`: per line of ``block`` (rows for axis 1, columns for axis 0) the cells above
+def _count_lines(block: np.ndarray, low: np.ndarray, high: np.ndarray, axis: int, scratch: Buffers):
+    """For :func:`scan_block`: per line of ``block`` (rows for axis 1, columns for axis 0) the cells above
     ``high``, and the cells in [low, high] as (line, index along the line) pairs."""
     h, w = block.shape
     low, high = (low[:, None], high[:, None]) if axis == 1 else (low, high)
@@ -76,7 +76,7 @@ def _count_lines(block: np.ndarray, low: np.ndarray, high: np.ndarray, axis: int
     return (counts, r, c) if axis == 1 else (counts, c, r)
 
 
-def word_mask(scratch: _Buffers, name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+def word_mask(scratch: Buffers, name: str, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     """A reused boolean scratch of whole 8-byte words (its tail past ``shape`` False), and its (h, w) view to
     compare into, for :func:`sparse_cells`."""
     h, w = shape
@@ -104,7 +104,7 @@ def _byte_sums(mask: np.ndarray, axis: int) -> np.ndarray:
     return total
 
 
-def _exact_pairs(q: np.ndarray, g: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+def exact_pairs(q: np.ndarray, g: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """Exact similarities of the (row, col) pairs: float64 sums of float32 products, rounded to float32."""
     out = np.empty(rows.size, dtype=np.float32)
     a, b = np.empty((min(rows.size, _EXACT_CHUNK), q.shape[1])), np.empty((min(rows.size, _EXACT_CHUNK), q.shape[1]))
@@ -116,14 +116,14 @@ def _exact_pairs(q: np.ndarray, g: np.ndarray, rows: np.ndarray, cols: np.ndarra
     return out
 
 
-def _round(x: np.ndarray, up: bool) -> np.ndarray:
+def round_outward(x: np.ndarray, up: bool) -> np.ndarray:
     """float64 -> float32 rounded outward, so float32 compares are safe."""
     y = x.astype(np.float32)
     bad = (y < x) if up else (y > x)
     return np.where(bad, np.nextafter(y, np.float32(np.inf if up else -np.inf)), y)
 
 
-class _Buffers:
+class Buffers:
     """Reused scratch arrays: fresh 100 MB arrays per block would page-fault on every first touch."""
 
     def __init__(self) -> None:
@@ -137,7 +137,7 @@ class _Buffers:
         return buf[:size].reshape(shape)
 
 
-def _exact_product(a: np.ndarray, b: np.ndarray, buffers: _Buffers) -> tuple[np.ndarray, np.ndarray]:
+def exact_product(a: np.ndarray, b: np.ndarray, buffers: Buffers) -> tuple[np.ndarray, np.ndarray]:
     """Exact float32 similarities of float64 rows ``a`` x ``b`` (:func:`cosine_block`: float64 product,
     rounded once), and the float64 product they were rounded from (both in ``buffers``)."""
     shape = (a.shape[0], b.shape[0])

@@ -1,7 +1,7 @@
 """Who does what: queries in chunks, tiles in jobs, jobs on every core.
 
 Each core takes jobs from one shared list and multiplies each tile with
-single-threaded BLAS (:func:`_each_core`). Query x gallery: a job is a run of
+single-threaded BLAS (:func:`each_core`). Query x gallery: a job is a run of
 query rows sorted by label, over every gallery tile. Leave-one-out (the gallery
 *is* the query set): a job is one square tile on or above the diagonal, which
 serves its rows and its columns.
@@ -21,12 +21,12 @@ import numpy as np
 
 from recallk.progress import Progress
 from recallk.score.ranking.budget import Budget
-from recallk.score.ranking.counting import _Counter
+from recallk.score.ranking.counting import RankCounter
 from recallk.score.ranking.problem import Problem
-from recallk.score.ranking.scan import _Buffers
+from recallk.score.ranking.scan import Buffers
 
 #: Fast tiles' gallery width (query x gallery); leave-one-out tiles are square.
-_TILE_WIDTH = 2048
+TILE_WIDTH = 2048
 #: Products of at most this many multiply-adds run on one BLAS thread anyway (OpenBLAS threads a gemm only
 #: above 65,536 x 4): no threadpoolctl call for them.
 _ONE_THREAD_MACS = 2**18
@@ -42,21 +42,21 @@ _blas_libraries = None  # threadpoolctl's controllers of the BLAS libraries load
 
 
 class TileWorker:
-    """One thread's jobs in :func:`_each_core`: :meth:`run` hands each to :meth:`query_run` or :meth:`symmetric_tile`.
+    """One thread's jobs in :func:`each_core`: :meth:`run` hands each to :meth:`query_run` or :meth:`symmetric_tile`.
 
     Parameters
     ----------
     p : Problem
-        The problem; ``p.same_set`` tells which kind of job :func:`_tiling` made.
-    counter : _Counter
+        The problem; ``p.same_set`` tells which kind of job :func:`tiling` made.
+    counter : RankCounter
         The counts, shared by every thread (it locks its updates).
     width : int
         Gallery width of a query run's tiles, or the side of a leave-one-out tile.
     """
 
-    def __init__(self, p: Problem, counter: _Counter, width: int) -> None:
-        self.p, self.counter, self.width, self.scratch = p, counter, width, _Buffers()
-        self.ticked, self.on_tiles = 0, None  # tiles reported during the current job; :func:`_each_core`'s sink
+    def __init__(self, p: Problem, counter: RankCounter, width: int) -> None:
+        self.p, self.counter, self.width, self.scratch = p, counter, width, Buffers()
+        self.ticked, self.on_tiles = 0, None  # tiles reported during the current job; :func:`each_core`'s sink
 
     def tiles_done(self, n: int = 1) -> None:
         """Report ``n`` tiles of the current job done (progress within a long query run)."""
@@ -133,14 +133,14 @@ def spans(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     return np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(np.sum(sizes)))
 
 
-def _query_chunks(p: Problem, budget: Budget) -> list[np.ndarray]:
+def query_chunks(p: Problem, budget: Budget) -> list[np.ndarray]:
     """Consecutive runs of queries whose positive lists and counters fit :meth:`Budget.chunk_positives`
     each; one run when all of them fit."""
     return [np.arange(a, b) for a, b in consecutive_runs(p.hi - p.lo, budget.chunk_positives())]  # at most hi - lo
 
 
-def _tiling(p: Problem, cells: int, most: int | None = None, run_rows: int | None = None) -> tuple[list, int]:
-    """Jobs of about ``cells`` cells per tile for :func:`_each_core`, and their tiles' side (leave-one-out:
+def tiling(p: Problem, cells: int, most: int | None = None, run_rows: int | None = None) -> tuple[list, int]:
+    """Jobs of about ``cells`` cells per tile for :func:`each_core`, and their tiles' side (leave-one-out:
     square tiles (r0, c0) on and above the diagonal) or gallery width (query x gallery: runs of query
     rows sorted by label, so that a tile's masked positives are a few runs, each over every gallery
     tile, of ``run_rows`` rows if given, else one tile's); no side, width or run longer than ``most``."""
@@ -149,14 +149,14 @@ def _tiling(p: Problem, cells: int, most: int | None = None, run_rows: int | Non
     if p.same_set:
         side = max(1, min(m, math.isqrt(cells), most))
         return [(r0, c0) for r0 in range(0, m, side) for c0 in range(r0, m, side)], side
-    width = max(1, min(m, _TILE_WIDTH, cells, most))
+    width = max(1, min(m, TILE_WIDTH, cells, most))
     height = max(1, min(run_rows or cells // width, most))
     q_order = np.argsort(p.lo, kind="stable")
     return [q_order[r0:r0 + height] for r0 in range(0, n, height)], width
 
 
-def _tiles_per_job(p: Problem, width: int) -> int:
-    """Tiles one job of :func:`_tiling` covers: one (leave-one-out), else every gallery tile."""
+def job_tiles(p: Problem, width: int) -> int:
+    """Tiles one job of :func:`tiling` covers: one (leave-one-out), else every gallery tile."""
     return 1 if p.same_set else -(-p.gp.shape[0] // width)
 
 
@@ -164,12 +164,12 @@ def _tiles_per_job(p: Problem, width: int) -> int:
 Select = Callable[[list], list] | None
 
 
-def _n_tiles(p: Problem, jobs: list, width: int) -> int:
-    """Tiles that jobs of :func:`_tiling` cover: one each (leave-one-out), else every gallery tile each."""
-    return len(jobs) * _tiles_per_job(p, width)
+def tile_count(p: Problem, jobs: list, width: int) -> int:
+    """Tiles that jobs of :func:`tiling` cover: one each (leave-one-out), else every gallery tile each."""
+    return len(jobs) * job_tiles(p, width)
 
 
-def _each_core(jobs: list, new_worker: Callable[[], TileWorker], tiles_per_job: int = 1, desc: str = "rank") -> None:
+def each_core(jobs: list, new_worker: Callable[[], TileWorker], tiles_per_job: int = 1, desc: str = "rank") -> None:
     """Do ``jobs`` on every core: each thread makes its worker with ``new_worker()``, calls its ``run(job)``
     for jobs taken in turn from the shared list, then its ``finish()``. BLAS runs single-threaded meanwhile:
     one product per core, with no BLAS threads spinning beside the numpy work.
@@ -198,7 +198,7 @@ def _each_core(jobs: list, new_worker: Callable[[], TileWorker], tiles_per_job: 
             worker.run(job)
             advance(tiles_per_job - worker.ticked)  # the tiles a job skipped (stopped queries) or did not report
 
-    threads = max(1, min(_n_workers(), len(jobs)))
+    threads = max(1, min(worker_count(), len(jobs)))
     with bar, single_threaded_blas(), ThreadPoolExecutor(max_workers=threads) as pool:
         for future in [pool.submit(work) for _ in range(threads)]:
             future.result()
@@ -256,7 +256,7 @@ def threads(n: int) -> Iterator[None]:
         _THREADS = before
 
 
-def _n_workers() -> int:
+def worker_count() -> int:
     """Threads for the tiles: every core this process may run on (or :func:`threads`' count)."""
     if _THREADS is not None:
         return _THREADS

@@ -17,9 +17,9 @@ opposite tie rule, with the float32 product of the fast path:
   kept cells outgrow their room is pruned to its new threshold.
 * **Order.** Each row's candidates are sorted by float32 score; two candidates closer than
   ``2 tol`` may be out of order, so those (and only those) are re-scored exactly
-  (:func:`~recallk.score.ranking.scan._exact_pairs`). A candidate not re-scored is more
+  (:func:`~recallk.score.ranking.scan.exact_pairs`). A candidate not re-scored is more
   than ``2 tol`` from every other, so its float32 score orders it against exact ones
-  too. Ranked by order keys (:func:`~recallk.score.ranking.direct._value_keys`: value,
+  too. Ranked by order keys (:func:`~recallk.score.ranking.direct.value_keys`: value,
   then gallery index), the first L candidates are the query's first L items, exactly.
 * **What falls back.** A row whose candidates cannot fit its share of the budget (e.g. an
   all-zero query, whose every cell ties) is marked; :mod:`~recallk.score.ranking.engine`
@@ -36,11 +36,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from recallk.score.ranking.budget import Budget
-from recallk.score.ranking.direct import _BELOW, _value_keys
-from recallk.score.ranking.fast import _READ_BLOCKS
+from recallk.score.ranking.direct import BELOW, value_keys
+from recallk.score.ranking.fast import READ_BLOCKS
 from recallk.score.ranking.problem import Problem, UnitRows
-from recallk.score.ranking.scan import _Buffers, _exact_pairs, _round, sparse_cells, word_mask
-from recallk.score.ranking.schedule import _TILE_WIDTH, TileWorker, _each_core, _n_workers, rows_to_csr
+from recallk.score.ranking.scan import Buffers, exact_pairs, round_outward, sparse_cells, word_mask
+from recallk.score.ranking.schedule import TILE_WIDTH, TileWorker, each_core, worker_count, rows_to_csr
 
 #: Below every similarity (cosines lie in [-1 - tol, 1 + tol]): a row's threshold before it has one, which
 #: still drops the excluded cells (-inf).
@@ -88,10 +88,10 @@ def top_ranks(p: Problem, budget: Budget, depth: np.ndarray, queries: np.ndarray
     TopRanks
     """
     n, m = p.q.shape[0], p.gp.shape[0]
-    workers = _n_workers()
+    workers = worker_count()
     width = tile_width(p, budget, workers)
     per_core = budget.bytes / workers
-    tall = _READ_BLOCKS if isinstance(p.gp, UnitRows) else 1
+    tall = READ_BLOCKS if isinstance(p.gp, UnitRows) else 1
     most = min(Budget.TOP_MAX_ROWS * tall, budget.fast_tile_side(workers, p.gp.shape[1]))  # the run's rows' copy
     jobs = _runs(queries, depth, budget, per_core, width, most, workers)
     made: list[TopWorker] = []
@@ -104,7 +104,7 @@ def top_ranks(p: Problem, budget: Budget, depth: np.ndarray, queries: np.ndarray
         return worker
 
     tiles_per_job = -(-m // width)
-    _each_core(jobs, new_worker, tiles_per_job, "rank (top of each ranking)")
+    each_core(jobs, new_worker, tiles_per_job, "rank (top of each ranking)")
     first, opposite = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
     found, overflow = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)
     parts = [part for worker in made for part in worker.results]
@@ -118,7 +118,7 @@ def top_ranks(p: Problem, budget: Budget, depth: np.ndarray, queries: np.ndarray
 def deepest(p: Problem, budget: Budget) -> int:
     """The deepest L :func:`top_ranks` serves under the tiles' ``budget`` (:meth:`Budget.top_depth`, with this
     pass's tile width and each core's share)."""
-    workers = _n_workers()
+    workers = worker_count()
     return budget.top_depth(budget.bytes / workers, tile_width(p, budget, workers), p.gp.shape[0])
 
 
@@ -126,14 +126,14 @@ def tile_width(p: Problem, budget: Budget, workers: int) -> int:
     """Gallery columns of one tile of the top pass: at most 2,048, and (as the fast tiles') their float32 unit
     rows and the run's within :attr:`Budget.VECTOR_SHARE` of each core's share (:meth:`Budget.fast_tile_side`:
     a gallery normalised when read is read tile by tile)."""
-    return max(1, min(p.gp.shape[0], _TILE_WIDTH, budget.fast_tile_side(workers, p.gp.shape[1])))
+    return max(1, min(p.gp.shape[0], TILE_WIDTH, budget.fast_tile_side(workers, p.gp.shape[1])))
 
 
 def _runs(queries: np.ndarray, depth: np.ndarray, budget: Budget, per_core: float, width: int, most: int,
           workers: int) -> list[np.ndarray]:
     """The jobs of :func:`top_ranks`: runs of ``queries`` sorted by depth (so a run's buffers, sized by its
     deepest query, fit its rows), each as many rows as :meth:`Budget.top_rows` allows, at most ``most`` (a
-    gallery normalised when read: up to ``_READ_BLOCKS`` blocks of rows, each gallery tile normalised once for
+    gallery normalised when read: up to ``READ_BLOCKS`` blocks of rows, each gallery tile normalised once for
     all); at least two runs per core."""
     order = queries[np.argsort(depth[queries], kind="stable")]
     jobs, start = [], 0
@@ -208,7 +208,7 @@ class _Run:
         self.overflow = np.zeros(r, dtype=bool)
         self.prune_at = 2 * depth + _PRUNE_SLACK  # a row holding more is pruned after the tile
 
-    def take(self, tile: np.ndarray, c0: int, r0: int, scratch: _Buffers) -> None:
+    def take(self, tile: np.ndarray, c0: int, r0: int, scratch: Buffers) -> None:
         """Keep the cells of ``tile`` (the run's rows from ``r0`` x columns from ``c0``, excluded cells -inf)
         at or above each row's threshold."""
         h, w = tile.shape
@@ -245,7 +245,7 @@ class _Run:
 
     def _raise(self, lines: np.ndarray, kth: np.ndarray) -> None:
         """Raise the thresholds of ``lines`` to their L-th largest float32 score ``kth`` minus ``2 tol``."""
-        floor = _round(kth.astype(np.float64) - self.slack, up=False)
+        floor = round_outward(kth.astype(np.float64) - self.slack, up=False)
         self.theta[lines] = np.maximum(self.theta[lines], np.where(np.isfinite(floor), floor, _FLOOR))
 
     def _prune(self, lines: np.ndarray) -> None:
@@ -297,23 +297,23 @@ class _Run:
             close &= valid
         line, at = np.nonzero(close)
         if line.size:
-            vals[line, at] = _exact_pairs(vectors, p.gp, line, cols[line, at])
+            vals[line, at] = exact_pairs(vectors, p.gp, line, cols[line, at])
         m = p.gp.shape[0]
-        value = _value_keys(np.where(valid, vals, np.float32(0)), m)
+        value = value_keys(np.where(valid, vals, np.float32(0)), m)
         index = p.gindex[cols]
         positive = valid & (cols >= p.lo[self.rows][:, None]) & (cols < p.hi[self.rows][:, None])
         key = (value + (m - 1 - index)) * 2 + positive
-        key[~valid] = _BELOW
+        key[~valid] = BELOW
         key.sort(axis=1)
-        flag = (key[:, ::-1] & 1).astype(bool)  # highest key (first rank) first; _BELOW's low bit is 0
+        flag = (key[:, ::-1] & 1).astype(bool)  # highest key (first rank) first; BELOW's low bit is 0
         top = flag & (np.arange(used)[None, :] < self.depth[:, None])
         line, rank = np.nonzero(top)
         n_ranks = np.bincount(line, minlength=r)
         found = n_ranks > 0
         first = np.where(found, top.argmax(axis=1) if used else 0, -1)
         # opposite rule: ties go to the larger gallery index; the cells whose key beats every positive's
-        other = np.where(valid, value + index, _BELOW)
-        best = np.where(positive, other, _BELOW).max(axis=1, initial=_BELOW)
+        other = np.where(valid, value + index, BELOW)
+        best = np.where(positive, other, BELOW).max(axis=1, initial=BELOW)
         # exact when the best positive is a candidate; else L or more, as is any count from a lesser positive
         opposite = np.where(positive.any(axis=1), (other > best[:, None]).sum(axis=1), -1)
         return self.rows, n_ranks, rank.astype(np.int64), first, opposite, found, self.overflow.copy()

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 from PIL import Image
 
-from recallk.score.report import PAIR_COUNTS, WITHOUT_SUFFIX
+from recallk.report.block import PAIR_COUNTS, WITHOUT_SUFFIX
 
 #: Counts shown besides the four of every run: the split stage's pairs and the embedding check's queries.
 NEAR_DUPLICATE_KEYS = (*PAIR_COUNTS, "num_near_duplicate_queries")

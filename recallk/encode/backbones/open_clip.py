@@ -12,7 +12,7 @@
   normalisation gives a plausible but wrong recall.
 
 The model comes from ``open_clip.create_model_and_transforms(..., load_weights=False)`` (nothing
-is downloaded) and the checkpoint loads strictly (:func:`recallk.encode.torch_common.strict_load`).
+is downloaded) and the checkpoint loads strictly (:func:`recallk.encode.backbones.torch_common.strict_load`).
 The embedding is ``model.encode_image`` of the eval transform's tensor (not normalised).
 """
 
@@ -23,7 +23,7 @@ import json
 import logging
 from typing import Any, Iterator
 
-from recallk.checks import clip, did_you_mean
+from recallk.errors import clip, did_you_mean
 from recallk.encode.base import Backbone, fingerprint
 from recallk.errors import InputError, MissingExtraError
 
@@ -33,7 +33,7 @@ try:
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'open_clip:<model>'", "open-clip", "open_clip_torch", exc) from None
 from recallk.encode.device import Request
-from recallk.encode.torch_common import (LOCAL_DIR, WeightsSource, image_encoder, load_state_dict_file, place,
+from recallk.encode.backbones.torch_common import (LOCAL_DIR, WeightsSource, image_encoder, load_state_dict_file, place,
                                          resize_side, resolve_weights, runtime_fingerprint, strict_load)
 
 FAMILY = "open_clip"

@@ -24,7 +24,7 @@ try:
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'efficientnet_lite0'", "torch", "torch, efficientnet_pytorch", exc) from None
 from recallk.encode.device import Request
-from recallk.encode.torch_common import CPU, image_encoder, per_image, place, runtime_fingerprint, weights_sha256
+from recallk.encode.backbones.torch_common import CPU, image_encoder, per_image, place, runtime_fingerprint, weights_sha256
 
 NAME = "efficientnet_lite0"
 #: Bump whenever a code change could change the embeddings.
@@ -104,7 +104,7 @@ def pooled_features(model: EfficientNet, x: torch.Tensor, workers: int | None = 
     """Globally average-pooled features before dropout and the classifier.
 
     Each image runs alone on one intra-op thread, images in parallel on ``workers``
-    threads (:func:`recallk.encode.torch_common.per_image`), so an embedding never
+    threads (:func:`recallk.encode.backbones.torch_common.per_image`), so an embedding never
     depends on its batch or on the machine's core count.
 
     Parameters

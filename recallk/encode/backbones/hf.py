@@ -36,7 +36,7 @@ try:
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'hf:...'", "torch", "torch, transformers", exc) from None
 
-from recallk.encode import torch_common
+from recallk.encode.backbones import torch_common
 from recallk.encode.base import Backbone, is_no_file
 from recallk.encode.device import Request
 

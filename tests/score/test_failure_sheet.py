@@ -9,7 +9,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from recallk.score import gallery
+from recallk.report import failure_sheet
 from helpers import run_module
 
 
@@ -23,7 +23,7 @@ def test_worst_queries(rows, want):
     frame = pd.DataFrame({"image_id": list(rows), "label": "x",
                           "ap@r": [v[0] for v in rows.values()],
                           "first_positive_rank": pd.array([v[1] for v in rows.values()], dtype="Int64")})
-    assert gallery.worst_queries(frame, 3)["image_id"].tolist() == want
+    assert failure_sheet.worst_queries(frame, 3)["image_id"].tolist() == want
 
 
 def _solid(colour):
@@ -33,13 +33,13 @@ def _solid(colour):
 def test_tiles_are_framed_by_what_they_are_and_drawing_is_deterministic():
     rows = [{"query": ("q1", "cat"), "retrieved": [("g1", "cat", 0.9, True), ("g2", "dog", 0.8, False)],
              "first": ("g1", 1, 0.9)}]
-    sheet = gallery.draw(rows, _solid((200, 200, 200)))
-    step = gallery.THUMB + 2 * gallery.FRAME + gallery.GAP
-    top = gallery.GAP + 1  # inside each tile's frame, above the thumbnail
-    frames = [sheet.getpixel((gallery.GAP + x * step + 1, top)) for x in range(4)]
-    assert frames == [gallery.COLOURS[k] for k in ("query", "hit", "miss", "first")]
-    assert sheet.size == (4 * step + gallery.GAP, step + gallery.CAPTION + gallery.GAP)
-    again = gallery.draw(rows, _solid((200, 200, 200)))
+    sheet = failure_sheet.draw(rows, _solid((200, 200, 200)))
+    step = failure_sheet.THUMB + 2 * failure_sheet.FRAME + failure_sheet.GAP
+    top = failure_sheet.GAP + 1  # inside each tile's frame, above the thumbnail
+    frames = [sheet.getpixel((failure_sheet.GAP + x * step + 1, top)) for x in range(4)]
+    assert frames == [failure_sheet.COLOURS[k] for k in ("query", "hit", "miss", "first")]
+    assert sheet.size == (4 * step + failure_sheet.GAP, step + failure_sheet.CAPTION + failure_sheet.GAP)
+    again = failure_sheet.draw(rows, _solid((200, 200, 200)))
     assert again.tobytes() == sheet.tobytes()
 
 
@@ -55,8 +55,8 @@ def _stage(project, **failures):
 
 def test_the_score_stage_draws_the_worst_queries_byte_identically(project):
     image, first = _stage(project, queries=3, k=4)
-    step = gallery.THUMB + 2 * gallery.FRAME + gallery.GAP
-    assert image.size == (6 * step + gallery.GAP, 3 * (step + gallery.CAPTION) + gallery.GAP)  # 3 rows of 1+4+1
+    step = failure_sheet.THUMB + 2 * failure_sheet.FRAME + failure_sheet.GAP
+    assert image.size == (6 * step + failure_sheet.GAP, 3 * (step + failure_sheet.CAPTION) + failure_sheet.GAP)  # 3 rows of 1+4+1
     proc = run_module("stages.score", cwd=project)
     assert proc.returncode == 0
     assert hashlib.sha256((project / "plots/failures.png").read_bytes()).digest() == hashlib.sha256(first).digest()

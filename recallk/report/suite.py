@@ -16,11 +16,11 @@ from PIL import Image
 
 from recallk.checks import check_exclude_columns, is_missing
 from recallk.errors import InputError
-from recallk.score import gallery as failure_gallery
-from recallk.score import near_duplicates as embedding_copies
-from recallk.score import tables
+from recallk.report import failure_sheet
+from recallk.score import embedding_copies
+from recallk.report import tables
 from recallk.score.metrics import metric_keys, rank, summarize, top_depth
-from recallk.score.neighbors import top_k
+from recallk.score.ranking.neighbors import top_k
 from recallk.score.resample import content_order
 from recallk.score.similarity import cosine_block, l2_normalize
 from recallk.score.whitening import pca_whitening
@@ -55,7 +55,7 @@ def score_split(emb: np.ndarray, row: pd.Series, catalog: pd.DataFrame, *, queri
         The ``score`` params (see the README). ``near_duplicates.min_cosine`` (None: off) flags the
         queries with another image at that cosine or above among their top max(ks) items (on the
         embeddings as stored, before any whitening) and adds every metric over the other queries
-        (:mod:`recallk.score.near_duplicates`).
+        (:mod:`recallk.score.embedding_copies`).
     engine, ray
         ``score.engine``: ``ray`` ranks on Ray tasks (``score.ray``: ``address``, ``num_cpus``), with the
         same result as ``local``; the neighbour tables and the bootstrap stay on this machine.
@@ -133,11 +133,11 @@ def score_split(emb: np.ndarray, row: pd.Series, catalog: pd.DataFrame, *, queri
 def _failure_sheet(per_query: pd.DataFrame, neighbors: pd.DataFrame, failures: dict[str, int], q_emb: np.ndarray,
                    g_emb: np.ndarray, queries: np.ndarray, gallery: np.ndarray, g_labels: np.ndarray,
                    exclude: list, load: Callable[[str], Image.Image]) -> Image.Image:
-    """The failure gallery (:mod:`recallk.score.gallery`) of the ``failures["queries"]`` worst queries."""
+    """The failure gallery (:mod:`recallk.report.failure_sheet`) of the ``failures["queries"]`` worst queries."""
     row_of = {qid: i for i, qid in enumerate(queries)}
     g_unit, g_labels = l2_normalize(g_emb), np.asarray(g_labels, dtype=str)
     rows = []
-    for _, query in failure_gallery.worst_queries(per_query, failures["queries"]).iterrows():
+    for _, query in failure_sheet.worst_queries(per_query, failures["queries"]).iterrows():
         qid, i = query["image_id"], row_of[query["image_id"]]
         mine = neighbors[neighbors["image_id"] == qid].head(failures["k"])
         # the first positive, by the ranking's rule: exact cosine, ties by gallery index
@@ -153,4 +153,4 @@ def _failure_sheet(per_query: pd.DataFrame, neighbors: pd.DataFrame, failures: d
                      "retrieved": list(zip(mine["gallery_id"], mine["gallery_label"], mine["score"],
                                            mine["is_positive"])),
                      "first": (gallery[best], int(query["first_positive_rank"]), float(sims[best]))})
-    return failure_gallery.draw(rows, load)
+    return failure_sheet.draw(rows, load)

@@ -10,7 +10,7 @@ output is the pooled feature vector before the classifier, and its weights come 
 * nothing set: timm's own pretrained source for the model (``pretrained_cfg["hf_hub_id"]``),
   read from the local Hugging Face cache only; nothing is downloaded at run time.
 
-Either way the state dict loads strictly (:func:`recallk.encode.torch_common.strict_load`); only
+Either way the state dict loads strictly (:func:`recallk.encode.backbones.torch_common.strict_load`); only
 the classifier keys that ``num_classes=0`` removes (``pretrained_cfg["classifier"]``) are dropped.
 Preprocessing is timm's own: ``timm.data.resolve_model_data_config(model)`` and
 ``timm.data.create_transform(**config, is_training=False)``.
@@ -23,7 +23,7 @@ import logging
 import os
 from pathlib import Path
 
-from recallk.checks import clip, did_you_mean
+from recallk.errors import clip, did_you_mean
 from recallk.encode.base import Backbone, fingerprint
 from recallk.errors import InputError, MissingExtraError
 
@@ -36,7 +36,7 @@ try:
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'timm:<model>'", "timm", "timm, huggingface-hub", exc) from None
 from recallk.encode.device import Request
-from recallk.encode.torch_common import (LOCAL_DIR, WeightsSource, image_encoder, load_state_dict_file, place,
+from recallk.encode.backbones.torch_common import (LOCAL_DIR, WeightsSource, image_encoder, load_state_dict_file, place,
                                          resize_side, resolve_weights, runtime_fingerprint, strict_load)
 
 log = logging.getLogger(__name__)

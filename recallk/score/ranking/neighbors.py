@@ -22,8 +22,8 @@ import numpy as np
 from recallk.checks import check_exclude_pairs, check_inputs, check_memory, is_int
 from recallk.errors import InputError
 from recallk.score.ranking.budget import Budget
-from recallk.score.ranking.problem import _codes
-from recallk.score.ranking.scan import _exact_pairs
+from recallk.score.ranking.problem import code_columns
+from recallk.score.ranking.scan import exact_pairs
 from recallk.score.similarity import float32_dot_error_bound, l2_normalize
 
 def top_k(query_emb: Any, gallery_emb: Any, k: int, query_ids: Sequence[Any] | None = None,
@@ -63,7 +63,7 @@ def top_k(query_emb: Any, gallery_emb: Any, k: int, query_ids: Sequence[Any] | N
     if query_ids is not None:
         where = {str(i): j for j, i in enumerate(gallery_ids)}
         own = np.array([where.get(str(i), -1) for i in query_ids], dtype=np.int64)
-    codes = [_codes(qv, gv, missing=True) for qv, gv in pairs]
+    codes = [code_columns(qv, gv, missing=True) for qv, gv in pairs]
     tol = float32_dot_error_bound(qu.shape[1])
     cols = np.full((n, k), -1, dtype=np.int64)
     scores = np.full((n, k), np.nan, dtype=np.float32)
@@ -91,7 +91,7 @@ def _block_top(qu: np.ndarray, gu: np.ndarray, rows: np.ndarray, sims: np.ndarra
     line, col = np.nonzero(sims >= _round_down(low)[:, None])
     keep = np.isfinite(sims[line, col])
     line, col = line[keep], col[keep]
-    exact = _exact_pairs(qu, gu, rows[line], col)
+    exact = exact_pairs(qu, gu, rows[line], col)
     order = np.lexsort((col, -exact, line))  # by row, then -similarity, then gallery index
     line, col, exact = line[order], col[order], exact[order]
     starts = np.searchsorted(line, np.arange(rows.size))

@@ -2,7 +2,7 @@
 
 After encode, a query whose retrievable gallery items include another image (another image_id)
 at cosine >= ``min_cosine`` is *flagged*: the backbone sees a near copy of it, whatever the pixels
-or the split stage's pHash said. From each query's exact top items (:func:`recallk.score.neighbors.top_k`:
+or the split stage's pHash said. From each query's exact top items (:func:`recallk.score.ranking.neighbors.top_k`:
 the self-match and ``exclude_same`` items are never among them), the pairs above the threshold are
 listed, and every metric is also reported over the unflagged queries alone
 (``<key>_without_near_duplicates``), so the effect of the copies on the number is visible.
@@ -25,7 +25,7 @@ COLUMNS = ["image_id", "label", "rank", "gallery_id", "gallery_label", "cosine"]
 def flagged_pairs(cols: np.ndarray, scores: np.ndarray, queries: np.ndarray, q_labels: np.ndarray,
                   gallery: np.ndarray, g_labels: np.ndarray, min_cosine: float) -> pd.DataFrame:
     """The (query, gallery item) pairs among each query's top items with cosine >= ``min_cosine``, in query
-    order, then rank (``cols``/``scores``: :func:`~recallk.score.neighbors.top_k`'s output)."""
+    order, then rank (``cols``/``scores``: :func:`~recallk.score.ranking.neighbors.top_k`'s output)."""
     hit = (cols >= 0) & (np.nan_to_num(scores, nan=-np.inf) >= np.float32(min_cosine))
     line, rank = np.nonzero(hit)
     g = cols[line, rank]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from recallk.checks import did_you_mean
+from recallk.errors import did_you_mean
 from recallk.errors import InputError, MissingExtraError
 
 try:
@@ -29,7 +29,7 @@ try:
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'torchvision:...'", "torch", "torch, torchvision", exc) from None
 
-from recallk.encode import torch_common
+from recallk.encode.backbones import torch_common
 from recallk.encode.base import Backbone, is_no_file
 from recallk.encode.device import Request
 
@@ -142,7 +142,7 @@ def build(model: str, *, weights: str | None = None, preset: str | None = None, 
         A classification model of ``torchvision.models.list_models(module=torchvision.models)``.
     weights : str
         ``encode.torchvision.weights``: a state dict file of the whole classification model, loaded
-        strictly (:func:`recallk.encode.torch_common.strict_load`).
+        strictly (:func:`recallk.encode.backbones.torch_common.strict_load`).
     preset : str, optional
         A weights enum member whose ``transforms()`` is the preprocessing; else the explicit params.
     resize, crop, mean, std, interpolation

@@ -162,7 +162,7 @@ def per_query(image_ids: Sequence[str], labels: Sequence[str], ranking: Ranking,
 
 def neighbors(query_ids: Sequence[str], query_labels: Sequence[str], gallery_ids: Sequence[str],
               gallery_labels: Sequence[str], cols: np.ndarray, scores: np.ndarray) -> pd.DataFrame:
-    """What each query retrieved (:func:`recallk.score.neighbors.top_k`), one row per (query, rank):
+    """What each query retrieved (:func:`recallk.score.ranking.neighbors.top_k`), one row per (query, rank):
     ``image_id, label, rank`` (1-based), ``gallery_id, gallery_label, score`` (the exact cosine) and
     ``is_positive``; sorted by image_id then rank."""
     used = cols >= 0

@@ -1,0 +1,54 @@
+"""What was evaluated: the provenance lines of the report and the id every report table carries."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+
+def provenance(split: dict[str, Any] | None, encode: dict[str, Any] | None, score: dict[str, Any]) -> dict[str, str]:
+    """What was evaluated, one line each: the backbone and its fingerprint, the data, the split and
+    the score settings; ``split`` / ``encode`` are those stages' ``provenance.json`` (None: unknown)."""
+    out: dict[str, str] = {}
+    if encode:
+        out["backbone"] = f"{encode['backbone']} (fingerprint {encode['fingerprint']}, dim {encode['embedding_dim']})"
+    if split:
+        manifest = f", manifest {split['manifest']}" if split.get("manifest") else ""
+        out["data"] = (f"{split['data_root']}{manifest}: {split['num_images']} images, {split['num_labels']} labels, "
+                       f"{split['num_skipped_images']} skipped")
+        out["split"] = f"{split['strategy']}, {split['protocol']}, seed {split['seed']}"
+        nd = split.get("near_duplicates")
+        if split.get("images") == "none":
+            out["near-dups"] = "unavailable (embeddings-only catalog: no image files to compare)"
+        elif nd:
+            out["near-dups"] = (f"pHash within {nd['max_distance']} of 64 bits, policy {nd['policy']}: "
+                                f"{nd['pairs']} pair(s) (data/prepared/near_duplicates.csv)")
+    min_cosine = (score.get("near_duplicates") or {}).get("min_cosine")
+    if min_cosine is not None:
+        backbone = f"{encode['backbone']} embeddings" if encode else "the embeddings"
+        out["near-copies"] = (f"queries with another image at cosine >= {min_cosine:g} in {backbone} "
+                              "(data/scores/near_duplicates.csv)")
+    boot = score["bootstrap"]
+    intervals = (f"{boot['resamples']} bootstrap resamples by {boot['unit']}, {boot['confidence']:.0%}"
+                 if boot["resamples"] else "off")
+    out["scoring"] = (f"exclude_same {list(score['exclude_same'])}, whiten {score['whiten']}, "
+                      f"backend {score['backend']}, intervals {intervals}")
+    out["id"] = evaluation_id(split, encode, score)
+    return out
+
+
+#: Score params that decide what the tables measure (the others decide how it is computed, the
+#: intervals or the failure gallery, and never change a table's numbers): the score part of :func:`evaluation_id`.
+WHAT = ("ks", "metrics", "exclude_same", "whiten", "near_duplicates")
+
+
+def evaluation_id(split: dict[str, Any] | None, encode: dict[str, Any] | None, score: dict[str, Any]) -> str:
+    """A short id (12 hex digits) of what was evaluated: sha256 over the split and encode stages'
+    provenance (data, split, backbone fingerprint) and the score params that decide what is measured
+    (:data:`WHAT`; not ``backend``, ``max_memory_mb``, ``bootstrap`` or ``failures``). Every report CSV carries it in its last column ``evaluated`` and
+    ``metrics/evaluated.json`` under ``id``, so a table found on its own says what it measured."""
+    blob = json.dumps({"split": split, "encode": encode,
+                       "score": {k: score.get(k) for k in WHAT}},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]
