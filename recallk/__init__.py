@@ -40,7 +40,9 @@ _API = {
     "InputError": "recallk.errors",
 }
 
-__all__ = sorted(_API)
+__all__ = ["METRICS", "InputError", "Ranking", "encode_all", "evaluate", "first_positive_ranks", "format_report",
+           "rank_positives", "recall_at_k", "retrieval_metrics", "retrieval_summary"]
+assert __all__ == sorted(_API), "recallk.__all__ and _API name the same API"
 
 
 def __getattr__(name: str) -> Any:
