@@ -20,3 +20,19 @@ def setting(default: Any, rule: Rule | None = None, doc: str = "") -> Any:
     if isinstance(default, list):
         default = tuple(default)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def from_mapping(cls: type, values: dict[str, Any]) -> Any:
+    """A settings object of ``cls`` from a params mapping already checked (``stages/params.py``): sub-sections
+    become their settings classes and lists become tuples; a key the mapping lacks keeps its default."""
+    kwargs: dict[str, Any] = {}
+    hints = {f.name: f for f in dataclasses.fields(cls)}
+    for name, value in values.items():
+        f = hints[name]
+        sub = f.default_factory if f.default_factory is not dataclasses.MISSING else None
+        if isinstance(sub, type) and dataclasses.is_dataclass(sub) and isinstance(value, dict):
+            value = from_mapping(sub, value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[name] = value
+    return cls(**kwargs)
