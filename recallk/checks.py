@@ -1,18 +1,19 @@
 """Every input rule of the library, each in one place.
 
-Two forms per rule: ``*_problem(value) -> str | None`` says what is wrong (the
-params.yaml schema in ``stages/params.py`` prefixes it with the param's dotted
-name), and ``check_*(value)`` raises :class:`~recallk.errors.InputError` prefixed
-with the argument's name, in the style of scikit-learn:
-"`ks` must be positive integers. Got [0, 5] instead."
+Two forms per rule: ``*_problem(value) -> str | None`` says what is wrong (a settings field's rule,
+:mod:`recallk.settings`: the params check prefixes it with the param's dotted name), and
+``check_*(value)`` raises :class:`~recallk.errors.InputError` prefixed with the argument's name, in
+the style of scikit-learn: "`ks` must be positive integers. Got [0, 5] instead." The rules of one
+params section only live beside its settings class (``recallk/settings/<section>.py``).
 
 Validate once, at the edge: the public functions call these, the engine trusts them.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -64,6 +65,71 @@ def choice_problem(v: Any, options: Sequence[str]) -> str | None:
     if not isinstance(v, str) or v not in options:
         return f"must be one of {', '.join(options)}. Got {quote(v)} instead.{did_you_mean(v, options)}"
     return None
+
+
+def integer_problem(v: Any, lo: int | None = None, hi: int | None = None) -> str | None:
+    """An integer (not a bool), at least ``lo`` and at most ``hi`` when they are given."""
+    if not is_int(v) or (lo is not None and v < lo) or (hi is not None and v > hi):
+        rng = f" between {lo} and {hi}" if hi is not None else (f" >= {lo}" if lo is not None else "")
+        return f"must be an integer{rng}. Got {quote(v)} instead."
+    return None
+
+
+def fraction_problem(v: Any) -> str | None:
+    """A number (not a bool) from 0 to 1, both included."""
+    if not (is_int(v) or isinstance(v, float)) or not (0.0 <= v <= 1.0) or math.isnan(v):
+        return f"must be a number between 0 and 1. Got {quote(v)} instead."
+    return None
+
+
+def path_problem(v: Any, optional: bool = False) -> str | None:
+    """A path: a string that is not blank (``None`` too when ``optional``)."""
+    if v is None and optional:
+        return None
+    if not isinstance(v, str) or not v.strip():
+        return f"must be a non-empty path string{' or null' if optional else ''}. Got {quote(v)} instead."
+    return None
+
+
+def name_problem(v: Any, optional: bool = False) -> str | None:
+    """A name: a non-empty string (``None`` too when ``optional``; the message stays the same)."""
+    if v is None and optional:
+        return None
+    if not isinstance(v, str) or not v:
+        return f"must be a non-empty string. Got {quote(v)} instead."
+    return None
+
+
+def bool_problem(v: Any) -> str | None:
+    """``true`` or ``false`` (a YAML string such as ``"yes"`` is neither)."""
+    return None if isinstance(v, bool) else f"must be true or false. Got {quote(v)} instead."
+
+
+def optional(rule: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+    """``rule``, or ``None`` (null): the message of a value ``rule`` refuses says "or null"."""
+    def optional_problem(v: Any) -> str | None:
+        problem = None if v is None else rule(v)
+        return problem and problem.replace(". Got", " or null. Got", 1)
+
+    return optional_problem
+
+
+def choice(*options: str) -> Callable[[Any], str | None]:
+    """The rule "one of ``options``" (:func:`choice_problem`)."""
+    return functools.partial(choice_problem, options=options)
+
+
+def integer(lo: int | None = None, hi: int | None = None) -> Callable[[Any], str | None]:
+    """The rule "an integer from ``lo`` to ``hi``" (:func:`integer_problem`)."""
+    return functools.partial(integer_problem, lo=lo, hi=hi)
+
+
+def ray_address_problem(v: Any) -> str | None:
+    """A Ray cluster address (a non-blank string), or ``None``: ``$RAY_ADDRESS``, else a local cluster."""
+    if v is None or (isinstance(v, str) and v.strip()):
+        return None
+    return (f"must be a Ray cluster address such as \"ray://head:10001\" or \"auto\", or null (RAY_ADDRESS, else a "
+            f"local cluster). Got {quote(v)} instead.")
 
 
 def check_memory(max_memory_mb: Any) -> float:

@@ -1,6 +1,7 @@
 """Stage ``encode``: embed every catalog image once with the chosen backbone.
 
-argv -> the ``encode`` section of params.yaml -> :func:`recallk.encode.embed.embed`
+argv -> the ``encode`` section of params.yaml (:class:`~recallk.settings.encode.EncodeSettings`)
+-> :func:`recallk.encode.embed.embed`
 -> float32 embeddings (``.npy``, one row per catalog row, in catalog order), the aligned
 image ids (``.npy`` of strings) and what made them (``provenance.json``: backbone and
 fingerprint), all or none.
@@ -14,7 +15,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from recallk.encode.embed import embed
-from stages.params import load_section
+from recallk.settings.encode import EncodeSettings
+from stages.params import load_settings
 from stages.runner import json_file, parse_stage_args, read_catalog, remove_outputs, run_stage, write_all
 
 PATHS = {"catalog": "data/prepared/catalog.csv", "embeddings": "data/embeddings/embeddings.npy",
@@ -32,9 +34,9 @@ def npy(array: np.ndarray) -> Callable[[Path], None]:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_stage_args(argv, "Embed every catalog image.", PATHS)
     remove_outputs([args.embeddings, args.ids, args.provenance])
-    params = load_section("encode", args.params)
+    settings = load_settings(EncodeSettings, args.params)
     catalog = read_catalog(args.catalog)
-    emb, provenance = embed(catalog, **params)
+    emb, provenance = embed(catalog, settings)
     ids = np.asarray(catalog["image_id"].tolist(), dtype=str)
     write_all([(args.embeddings, npy(emb)), (args.ids, npy(ids)), (args.provenance, json_file(provenance))])
 

@@ -25,7 +25,9 @@ from recallk.report.block import PAIR_COUNTS, format_report, split_metrics
 from recallk.report.provenance import provenance
 from recallk.report.suite import score_split
 from recallk.report.tables import compact_per_query, neutralise_formulas
-from stages.params import load_section
+from recallk.settings.base import as_params
+from recallk.settings.score import ScoreSettings
+from stages.params import load_settings
 from stages.runner import json_file, parse_stage_args, read_input_csv, remove_outputs, run_stage, write_all
 from stages.score_inputs import load_inputs
 
@@ -91,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                + [args.failures, args.report])
     if not args.show:
         remove_outputs(outputs)  # first: a failed run never leaves an old result looking current
-    params = load_section("score", args.params)
+    params = as_params(load_settings(ScoreSettings, args.params))  # today's score_split takes the values by name
     split_provenance = read_provenance(args.split_provenance)
     evaluated = provenance(split_provenance, read_provenance(args.encode_provenance), params)
     if args.show:

@@ -1,6 +1,7 @@
 """Stage ``split``: the image catalog and the split assignment, checked by the data contracts.
 
-argv -> the ``split`` section of params.yaml -> :func:`recallk.data.prepare.prepare_all`
+argv -> the ``split`` section of params.yaml (:class:`~recallk.settings.split.SplitSettings`)
+-> :func:`recallk.data.prepare.prepare_all`
 -> the catalog, the split, the skipped-images and the near-duplicate CSVs, and what they describe
 (``provenance.json``: data root, strategy, protocol, counts, the near-duplicate counts), all or none.
 """
@@ -15,7 +16,8 @@ import pandas as pd
 from recallk.data.phash import PAIR_COLUMNS
 from recallk.data.prepare import prepare_all
 from recallk.data.splitting import SPLITS
-from stages.params import load_section
+from recallk.settings.split import SplitSettings
+from stages.params import load_settings
 from stages.runner import json_file, parse_stage_args, remove_outputs, run_stage, write_all
 
 log = logging.getLogger("stages.split" if __name__ == "__main__" else __name__)
@@ -37,12 +39,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_stage_args(argv, "Build the image catalog and the split assignment.", PATHS)
     outputs = [args.catalog, args.split, args.skipped, args.near_duplicates, args.provenance]
     remove_outputs(outputs)
-    params = load_section("split", args.params)
-    out = prepare_all(**params)
+    settings = load_settings(SplitSettings, args.params)
+    out = prepare_all(settings)
     cat, split, skipped = out.catalog, out.split, out.skipped
     pairs = out.near_duplicates if out.files else pd.DataFrame(columns=PAIR_COLUMNS)
-    provenance = {"data_root": params["data_root"], "manifest": params["csv"], "strategy": params["strategy"],
-                  "protocol": params["protocol"], "seed": params["seed"], "num_images": len(cat),
+    provenance = {"data_root": settings.data_root, "manifest": settings.csv, "strategy": settings.strategy,
+                  "protocol": settings.protocol, "seed": settings.seed, "num_images": len(cat),
                   "num_labels": int(cat["label"].nunique()), "num_skipped_images": len(skipped),
                   "images": "files" if out.files else "none",
                   # null for an embeddings-only catalog: no file, so no exact or near-duplicate check

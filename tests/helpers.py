@@ -298,10 +298,12 @@ SPLIT_FRACTIONS = {"train": 0.5, "val": 0.25, "gallery": 0.25}
 def build(data_root: str = "data", csv: str | None = None, **overrides: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``recallk.data.prepare.prepare`` with per_class defaults (paths relative to the cwd): (catalog, split)."""
     from recallk.data import prepare
+    from recallk.settings.base import from_mapping
+    from recallk.settings.split import SplitSettings
 
     params = dict(data_root=data_root, csv=csv, on_bad_image="error", strategy="per_class",
-                  protocol="query_gallery", seed=0, fractions=SPLIT_FRACTIONS) | overrides
-    cat, spl, skipped = prepare.prepare(**params)
+                  protocol="query_gallery", seed=0, fractions=SPLIT_FRACTIONS, images="files") | overrides
+    cat, spl, skipped = prepare.prepare(from_mapping(SplitSettings, params))
     assert skipped.empty or params["on_bad_image"] == "skip"
     return cat, spl
 

@@ -13,6 +13,8 @@ from PIL import Image
 from helpers import SPLIT_FRACTIONS
 from recallk.data import prepare
 from recallk.images import decode
+from recallk.settings.base import from_mapping
+from recallk.settings.split import SplitSettings
 
 def smooth(seed: int, size: int = 64) -> Image.Image:
     """A seeded smooth colour image (a 6x6 random grid, bicubic): its pHash is stable under small edits."""
@@ -56,4 +58,4 @@ def run_prepare(root: Path, **overrides) -> prepare.Prepared:
     params = dict(data_root=str(root), csv=None, on_bad_image="error", strategy="per_class",
                   protocol="query_gallery", seed=0, fractions=SPLIT_FRACTIONS, images="auto",
                   near_duplicates={"policy": "report", "max_distance": 10}) | overrides
-    return prepare.prepare_all(**params)
+    return prepare.prepare_all(from_mapping(SplitSettings, params))

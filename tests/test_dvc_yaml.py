@@ -142,3 +142,12 @@ def test_closure_walker_skips_type_checking_imports(tmp_path, monkeypatch) -> No
     imported = {a.name for n in _run_time_nodes(tree) if isinstance(n, ast.Import) for a in n.names}
     assert imported == {"b", "c"}
     assert "recallk.score.metrics" not in _direct_imports("recallk")
+
+
+def test_each_stage_runs_its_own_settings_only() -> None:
+    """A stage imports the settings module of its own section (its defaults and rules: a dep) and no other
+    section's (stages/params.py reads those by name for their key names only), so an encode-only rule
+    change re-runs encode alone (tests/pipeline/test_pipeline.py proves it with dvc status)."""
+    for name in STAGES:
+        sections = {m for m in _closure(f"stages.{name}") if m.rsplit(".", 1)[-1] in STAGES and m.startswith("recallk.settings.")}
+        assert sections == {f"recallk.settings.{name}"}, name

@@ -30,10 +30,11 @@ from recallk.errors import quote
 from recallk.data import catalog, contract, splitting
 from recallk.data import phash
 from recallk.errors import InputError
+from recallk.settings.base import as_params
+from recallk.settings.split import NearDuplicateSettings, SplitSettings
 
 log = logging.getLogger(__name__)
 
-NEAR_DUPLICATES = {"policy": "report", "max_distance": 10}
 #: ``policy: group`` warns when one cluster holds more than this share of the images, and more than this
 #: many (chained pairs).
 LARGE_CLUSTER, LARGE_CLUSTER_IMAGES = 0.05, 10
@@ -58,38 +59,49 @@ class Prepared:
         return self.near_duplicates is not None
 
 
-def prepare(**params: Any) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """``(catalog, split, skipped)`` of :func:`prepare_all` (the same params)."""
-    out = prepare_all(**params)
+def prepare(settings: SplitSettings) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """``(catalog, split, skipped)`` of :func:`prepare_all`."""
+    out = prepare_all(settings)
     return out.catalog, out.split, out.skipped
 
 
-def prepare_all(*, data_root: str, csv: str | None, on_bad_image: str, strategy: str, protocol: str, seed: int,
-                fractions: dict[str, float], images: str = "files",
-                near_duplicates: dict[str, Any] | None = None) -> Prepared:
-    """The catalog, split, skipped-images and near-duplicate tables of a data root (the ``split`` params).
+def prepare_all(settings: SplitSettings) -> Prepared:
+    """The catalog, split, skipped-images and near-duplicate tables of a data root.
 
-    Each row set passed the image-table contract, and the catalog and split frames the contracts
-    of their files (checked again on read). Raises :class:`~recallk.errors.InputError` listing every
-    failing row (and, under ``near_duplicates.policy: error``, every leaking pair).
+    Parameters
+    ----------
+    settings : SplitSettings
+        The ``split`` section: ``data_root``, ``csv``, ``images``, ``on_bad_image``, ``strategy``,
+        ``protocol``, ``seed``, ``fractions`` and ``near_duplicates`` (:mod:`recallk.settings.split`).
+
+    Returns
+    -------
+    Prepared
+        Each row set passed the image-table contract, and the catalog and split frames the contracts
+        of their files (checked again on read).
+
+    Raises :class:`~recallk.errors.InputError` listing every failing row (and, under
+    ``near_duplicates.policy: error``, every leaking pair).
     """
-    nd_params = {**NEAR_DUPLICATES, **(near_duplicates or {})}
-    root = Path(data_root)
+    csv, images, strategy, protocol = settings.csv, settings.images, settings.strategy, settings.protocol
+    near = settings.near_duplicates
+    root = Path(settings.data_root)
     frame = catalog.read_source(root, csv, images)
     files = "path" in frame.columns
     skipped = pd.DataFrame({"path": pd.Series(dtype=object), "reason": pd.Series(dtype=object)})
     if files:
-        frame, skipped = _probe(root, frame, on_bad_image)
+        frame, skipped = _probe(root, frame, settings.on_bad_image)
     else:
         frame = catalog.without_files(frame)
         log.info("embeddings-only catalog: %d ids from %s, no image read (split.images: %s); exact and "
                  "near-duplicate checks are unavailable", len(frame), root / csv, images)
-    pairs = _near_pairs(frame, nd_params["max_distance"]) if files else None
+    pairs = _near_pairs(frame, near.max_distance) if files else None
     groups = None
-    if files and nd_params["policy"] == "group" and strategy != "given":
+    if files and near.policy == "group" and strategy != "given":
         groups = cluster_keys(frame, pairs)
     frame["split"] = splitting.assign_splits(frame, strategy=strategy, protocol=protocol,
-                                             fractions=fractions, seed=seed, groups=groups)
+                                             fractions=as_params(settings.fractions), seed=settings.seed,
+                                             groups=groups)
     source = f"{root / csv}" if csv else f"{root}/"
     contract.validate(frame, contract.image_table_schema(class_disjoint=strategy == "class_disjoint", files=files),
                       source=source, csv_lines=csv is not None)
@@ -107,7 +119,7 @@ def prepare_all(*, data_root: str, csv: str | None, on_bad_image: str, strategy:
     summary = None
     if table is not None:
         summary = _check_pairs(table, dict(zip(frame["image_id"], query)), dict(zip(frame["image_id"], gallery)),
-                               nd_params, strategy, protocol)
+                               near, strategy, protocol)
     orphans = splitting.queries_without_positive(frame["label"], query, gallery)
     if orphans.any():
         labels = sorted(frame.loc[orphans, "label"].unique())
@@ -177,13 +189,13 @@ def _describe(table: pd.DataFrame) -> str:
     return "\n  - " + "\n  - ".join(rows + more)
 
 
-def _check_pairs(table: pd.DataFrame, query: dict, gallery: dict, params: dict[str, Any], strategy: str,
+def _check_pairs(table: pd.DataFrame, query: dict, gallery: dict, near: NearDuplicateSettings, strategy: str,
                  protocol: str) -> dict[str, Any]:
     """The counts of the pairs, logged; the ``error`` policy (and ``group`` under ``given``, which cannot
     move an image) stops on a leaking pair."""
     counts = phash.counts(table, query, gallery)
     leaks = table[phash.leaking(table, query, gallery)]
-    d, policy = params["max_distance"], params["policy"]
+    d, policy = near.max_distance, near.policy
     if len(leaks) and (policy == "error" or (policy == "group" and strategy == "given")):
         why = ("`split.strategy: given` fixes every split, so `policy: group` cannot keep them together: put each "
                "pair in one split in the manifest's split column" if policy == "group" else

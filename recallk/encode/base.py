@@ -45,6 +45,22 @@ def fingerprint(name: str, version: str, **options: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class ModelSpec:
+    """What names a model backbone and what its fingerprint covers besides where it runs: its ``name``,
+    code ``version`` (bumped when the output may change), ``options`` (weights hashes, the resolved
+    preprocessing, ...) and the ``libraries`` (distribution names) whose installed versions count."""
+
+    name: str
+    version: str
+    options: dict[str, Any]
+    libraries: Sequence[str] = ()
+
+    def fingerprint(self, runtime: dict[str, Any]) -> str:
+        """:func:`fingerprint` of the model and its ``runtime`` fields (library versions, device)."""
+        return fingerprint(self.name, self.version, **self.options, runtime=runtime)
+
+
 #: The default of every encode param naming a file that DVC tracks (``encode.precomputed.path``,
 #: ``encode.timm.weights``, ...): a committed file standing for "no file", as DVC cannot track null.
 NO_FILE = "recallk/encode/no_file.txt"

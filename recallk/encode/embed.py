@@ -17,32 +17,27 @@ from recallk.encode.cache import EmbeddingCache, default_path
 from recallk.encode.device import Request
 from recallk.encode.registry import get_backbone, options_key
 from recallk.errors import InputError
+from recallk.settings.encode import EncodeSettings
 
 log = logging.getLogger(__name__)
 
 
-def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers: int, device: str = "auto",
-          dtype: str = "float32", reproducible: bool = True, engine: str = "local",
-          ray: dict[str, Any] | None = None, **backbone_options: Any) -> tuple[np.ndarray, dict[str, Any]]:
-    """Embeddings of the catalog's images in catalog order, for the ``encode`` params.
+def embed(catalog: pd.DataFrame, settings: EncodeSettings) -> tuple[np.ndarray, dict[str, Any]]:
+    """Embeddings of the catalog's images in catalog order, for the ``encode`` settings.
 
     Parameters
     ----------
     catalog : DataFrame
         ``image_id, path, sha256`` per image (the catalog file).
-    backbone : str
-        A registered backbone, ``precomputed`` or ``callable:package.module:function``.
-    batch_size, num_workers : int
-        Images per backbone call; threads decoding ahead of it (the local engine).
-    device, dtype, reproducible
-        Where and how torch backbones run (:mod:`recallk.encode.device`); other backbones ignore them.
-    engine : {"local", "ray"}
-        Where the cache misses are encoded: this process, or Ray Data actors
-        (:mod:`recallk.encode.ray_engine`) with ``ray``: ``address``, ``concurrency``, ``num_gpus``,
-        ``batch_size``. Both give the same bytes.
-    **backbone_options
-        ``{name: options}`` per backbone; the chosen backbone's options are passed to it (a family's,
-        ``encode.timm`` for ``timm:<model>``, to each of its models).
+    settings : EncodeSettings
+        The ``encode`` section (:mod:`recallk.settings.encode`): ``backbone`` (a registered backbone,
+        ``precomputed`` or ``callable:package.module:function``) and its options
+        (``settings.<backbone>``; a family's, ``timm`` for ``timm:<model>``, go to each of its models);
+        ``batch_size`` and ``num_workers`` (images per backbone call; threads decoding ahead of it);
+        ``device``, ``dtype``, ``reproducible`` (where and how torch backbones run,
+        :mod:`recallk.encode.device`; other backbones ignore them); ``engine``: where the cache misses
+        are encoded, this process or Ray Data actors (:mod:`recallk.encode.ray_engine`, with
+        ``settings.ray``). Both engines give the same bytes.
 
     Returns
     -------
@@ -52,28 +47,30 @@ def embed(catalog: pd.DataFrame, *, backbone: str, batch_size: int, num_workers:
         and what made them: ``backbone``, ``fingerprint`` (for ``precomputed``: the file and its
         sha256), ``embedding_dim``, ``num_images``.
     """
+    backbone = settings.backbone
     if backbone != precomputed.NAME and not has_files(catalog):
         raise InputError(f"the catalog lists ids without image files (an embeddings-only manifest: no path column, or "
                          f"`split.images: none`), so `encode.backbone: {clip(backbone)}` has nothing to encode; set "
                          "`encode.backbone: precomputed` and `encode.precomputed.path` to your embeddings (an .npz "
                          "with arrays ids and embeddings), or give the manifest a path column.")
     if backbone == precomputed.NAME:
-        opts = backbone_options[precomputed.NAME]
-        ids, emb = precomputed.read_precomputed(opts.get("path"), opts.get("ids"))
-        out = precomputed.align(ids, emb, catalog["image_id"].tolist(), source=str(opts.get("path")))
+        path, ids_path = settings.precomputed.path, settings.precomputed.ids
+        ids, emb = precomputed.read_precomputed(path, ids_path)
+        out = precomputed.align(ids, emb, catalog["image_id"].tolist(), source=str(path))
         log.info("loaded %d precomputed embeddings (dim %d)", len(out), out.shape[1])
-        return out, _provenance(backbone, f"{opts.get('path')} sha256 {file_sha256(opts.get('path'))[:16]}", out)
-    runtime = Request(device=device, dtype=dtype, reproducible=reproducible, batch_size=batch_size)
-    options = backbone_options.get(options_key(backbone))
+        return out, _provenance(backbone, f"{path} sha256 {file_sha256(path)[:16]}", out)
+    runtime = Request(device=settings.device, dtype=settings.dtype, reproducible=settings.reproducible,
+                      batch_size=settings.batch_size)
+    options = settings.backbone_options(options_key(backbone))
     model = get_backbone(backbone, options, runtime=runtime)
     source = None
-    if engine == "ray":
+    if settings.engine == "ray":
         from recallk.encode.ray_engine import ray_source
 
-        source = ray_source(model, backbone, options, runtime=runtime, **(ray or {}))
+        source = ray_source(model, backbone, options, settings.ray, runtime=runtime)
     with EmbeddingCache(default_path(), model.fingerprint) as cache:
-        out, n_encoded, n_cached = encode_catalog(catalog, model, batch_size=batch_size,
-                                                  num_workers=num_workers, cache=cache, source=source)
+        out, n_encoded, n_cached = encode_catalog(catalog, model, batch_size=settings.batch_size,
+                                                  num_workers=settings.num_workers, cache=cache, source=source)
     log.info("%s (fingerprint %s, dim %d): encoded %d images, served %d from the cache (%s)", model.name,
              model.fingerprint, out.shape[1], n_encoded, n_cached, cache.path)
     return out, _provenance(model.name, model.fingerprint, out)

@@ -28,6 +28,7 @@ from recallk.encode.base import Backbone
 from recallk.encode.batches import BatchSource, run_backbone, read_checked
 from recallk.encode.registry import get_backbone
 from recallk.errors import InputError
+from recallk.settings.encode import EncodeRaySettings
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +90,8 @@ class BatchEncoder:
                 "error": np.full(len(emb), "")}
 
 
-def ray_source(backbone: Backbone, name: str, options: dict[str, Any] | None, *, address: str | None,
-               concurrency: int, num_gpus: float, batch_size: int, max_restarts: int = MAX_RESTARTS,
-               runtime: Any = None) -> BatchSource:
+def ray_source(backbone: Backbone, name: str, options: dict[str, Any] | None, ray_settings: EncodeRaySettings, *,
+               max_restarts: int = MAX_RESTARTS, runtime: Any = None) -> BatchSource:
     """The Ray engine's :data:`~recallk.encode.batches.BatchSource`.
 
     Parameters
@@ -99,20 +99,19 @@ def ray_source(backbone: Backbone, name: str, options: dict[str, Any] | None, *,
     backbone : Backbone
         The driver's backbone (its fingerprint and dimension); each actor builds its own from
         ``name`` and ``options``.
-    address : str or None
-        The cluster (:func:`recallk.cluster.connect`); it is joined only when there is a miss to encode.
-    concurrency : int
-        Encoder actors (each builds the backbone once).
-    num_gpus : float
-        GPUs per actor (0: CPU only, one CPU each).
-    batch_size : int
-        Images per backbone call (and per Ray block).
+    ray_settings : EncodeRaySettings
+        ``encode.ray``: ``address``, the cluster (:func:`recallk.cluster.connect`), joined only when there
+        is a miss to encode; ``concurrency``, encoder actors (each builds the backbone once); ``num_gpus``,
+        GPUs per actor (0: CPU only, one CPU each); ``batch_size``, images per backbone call (and per Ray block).
     max_restarts : int
         Restarts of a dead actor, each retrying its batch, before the run stops (0: stop at the first).
     runtime : recallk.encode.device.Request, optional
         Device, dtype and flags of a torch backbone, as in the driver: a worker that resolves them to
         another device (a GPU actor, a CPU driver) computes another fingerprint and refuses to encode.
     """
+    address, concurrency = ray_settings.address, ray_settings.concurrency
+    num_gpus, batch_size = ray_settings.num_gpus, ray_settings.batch_size
+
     def source(todo: list[str], paths: list[str], dim: int | None) -> Iterator[tuple[Sequence[str], np.ndarray]]:
         ray = connect(address, "encode.engine: ray")
         gpus = ray.cluster_resources().get("GPU", 0)

@@ -6,3 +6,7 @@ Each section lives in its own module (:mod:`~recallk.settings.split`, :mod:`~rec
 :mod:`~recallk.settings.score`), so a DVC stage depends only on the settings it reads. This file imports
 nothing, for the same reason.
 """
+
+#: The sections of ``params.yaml``, in file order: each one's settings class, in ``recallk/settings/<section>.py``
+#: (by name: :func:`recallk.settings.base.section_class` imports one when it is asked for).
+SECTIONS = {"split": "SplitSettings", "encode": "EncodeSettings", "score": "ScoreSettings"}

@@ -1,9 +1,20 @@
-"""The field helper of every settings class: a default, a rule and the sentence ``docs/params.md`` shows."""
+"""The field helper of every settings class (a default, a rule and the sentence ``docs/params.md`` shows),
+and what is built from the fields: a params mapping checked against a class, the object made from it,
+and the object written back as params values.
+
+A settings class is a frozen dataclass whose fields are made by :func:`setting`; a field whose default is
+another settings class is a sub-section (``split.fractions``). A class may define ``problem(self)``: a
+rule across its fields (``split.fractions`` must sum to 1), run once every field passed its own rule.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+import importlib
+from typing import Any, Callable, Iterator
+
+from recallk.errors import clip, did_you_mean, quote
+from recallk.settings import SECTIONS
 
 #: A rule: the value -> what is wrong with it (a sentence the caller prefixes with the param's name), or None.
 Rule = Callable[[Any], "str | None"]
@@ -22,17 +33,102 @@ def setting(default: Any, rule: Rule | None = None, doc: str = "") -> Any:
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def section_class(section: str) -> type:
+    """The settings class of the params section ``section`` (one of :data:`recallk.settings.SECTIONS`),
+    its module imported by name: importing this module never imports every section's."""
+    return getattr(importlib.import_module(f"recallk.settings.{section}"), SECTIONS[section])
+
+
+def section_of(f: dataclasses.Field) -> type | None:
+    """The settings class of a sub-section field (its default), or None for a value field."""
+    sub = f.default_factory
+    return sub if isinstance(sub, type) and dataclasses.is_dataclass(sub) else None
+
+
+def plain(value: Any) -> Any:
+    """``value`` as params.yaml writes it: a settings object as a mapping, a tuple as a list."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [plain(v) for v in value]
+    return value
+
+
+def default_of(f: dataclasses.Field) -> Any:
+    """A value field's default as params.yaml writes it (:func:`plain`)."""
+    return plain(f.default)
+
+
+def as_params(settings: Any) -> dict[str, Any]:
+    """A settings object as the params mapping it stands for (the inverse of :func:`from_mapping`)."""
+    return plain(settings)
+
+
+def defaults(cls: type) -> dict[str, Any]:
+    """Every default of ``cls`` and its sub-sections, as params.yaml writes them."""
+    return as_params(cls())
+
+
+def fields(cls: type, prefix: str = "") -> Iterator[tuple[str, dataclasses.Field]]:
+    """``(dotted name, field)`` of every value field of ``cls``, sub-sections walked in field order."""
+    for f in dataclasses.fields(cls):
+        sub = section_of(f)
+        if sub is None:
+            yield f"{prefix}{f.name}", f
+        else:
+            yield from fields(sub, f"{prefix}{f.name}.")
+
+
 def from_mapping(cls: type, values: dict[str, Any]) -> Any:
-    """A settings object of ``cls`` from a params mapping already checked (``stages/params.py``): sub-sections
+    """A settings object of ``cls`` from a params mapping already checked (:func:`checked`): sub-sections
     become their settings classes and lists become tuples; a key the mapping lacks keeps its default."""
     kwargs: dict[str, Any] = {}
     hints = {f.name: f for f in dataclasses.fields(cls)}
     for name, value in values.items():
-        f = hints[name]
-        sub = f.default_factory if f.default_factory is not dataclasses.MISSING else None
-        if isinstance(sub, type) and dataclasses.is_dataclass(sub) and isinstance(value, dict):
+        sub = section_of(hints[name])
+        if sub is not None and isinstance(value, dict):
             value = from_mapping(sub, value)
         elif isinstance(value, list):
             value = tuple(value)
         kwargs[name] = value
     return cls(**kwargs)
+
+
+def checked(cls: type, given: Any, prefix: str, errors: list[str], check_values: bool = True) -> dict[str, Any]:
+    """``given`` (a params mapping, or None for all defaults) checked against ``cls``; every problem is
+    appended to ``errors`` as one sentence naming the dotted param (``prefix`` names ``cls``'s section).
+
+    Unknown keys are named with a "did you mean" and the known keys; with ``check_values`` each value
+    also meets its field's rule, and then the class's ``problem()`` (a rule across fields). Returns the
+    mapping with every default filled in (the values as given, defaults as params.yaml writes them)."""
+    if given is None:
+        given = {}
+    if not isinstance(given, dict):
+        errors.append(f"`{prefix}` must be a mapping of keys to values. Got {quote(given)} instead.")
+        given = {}
+    known = [f.name for f in dataclasses.fields(cls)]
+    for key in given:
+        if key not in known:
+            errors.append(f"`{prefix}.{clip(str(key))}` is not a known param; remove it or fix the name."
+                          f"{did_you_mean(key, known)} Known keys: {', '.join(known)}.")
+    out: dict[str, Any] = {}
+    fields_ok = True
+    for f in dataclasses.fields(cls):
+        name = f"{prefix}.{f.name}"
+        sub = section_of(f)
+        if sub is not None:
+            out[f.name] = checked(sub, given.get(f.name), name, errors, check_values)
+            continue
+        value = given.get(f.name, default_of(f))
+        rule = f.metadata.get("rule")
+        problem = rule(value) if check_values and rule is not None else None
+        if problem:
+            errors.append(f"`{name}` {problem}")
+            fields_ok = False
+        out[f.name] = value
+    whole = getattr(cls, "problem", None)
+    if check_values and fields_ok and whole is not None:
+        problem = from_mapping(cls, out).problem()
+        if problem:
+            errors.append(f"`{prefix}` {problem}")
+    return out

@@ -1,46 +1,77 @@
-"""The ``score`` section: :class:`ScoreSettings` and its sub-sections."""
+"""The ``score`` section: :class:`ScoreSettings`, its sub-sections and the rules only this section has
+(the interval level, the near-copy cosine)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from recallk.checks import (BACKENDS, choice, columns_problem, integer, is_int, ks_problem, metrics_problem,
+                            positive_number_problem, ray_address_problem)
+from recallk.errors import quote
 from recallk.settings.base import setting
 
 #: Every metric name, in report order (recall and precision expand to one key per K).
 METRIC_NAMES = ("recall", "precision", "r_precision", "map@r", "map", "mrr")
 
 
+def confidence_problem(v: Any) -> str | None:
+    """An interval level: a float strictly between 0 and 1."""
+    if not isinstance(v, float) or not 0.0 < v < 1.0:
+        return f"must be a number strictly between 0 and 1, such as 0.95. Got {quote(v)} instead."
+    return None
+
+
+def cosine_problem(v: Any) -> str | None:
+    """A cosine above 0 and at most 1, or None (off)."""
+    if v is None:
+        return None
+    if not (is_int(v) or isinstance(v, float)) or not 0.0 < v <= 1.0:
+        return f"must be a cosine above 0 and at most 1, such as 0.95, or null (off). Got {quote(v)} instead."
+    return None
+
+
 @dataclass(frozen=True)
 class RaySettings:
     """``score.ray``: where the ranking's tile jobs run with ``score.engine: ray``."""
 
-    address: str | None = setting(None)
-    num_cpus: int = setting(1)
+    address: str | None = setting(None, ray_address_problem,
+                                  "cluster address, as for `encode.ray.address`; `null`: `RAY_ADDRESS`, else a local "
+                                  "cluster")
+    num_cpus: int = setting(1, integer(1, 1024), "CPUs, and engine threads, per task")
 
 
 @dataclass(frozen=True)
 class BootstrapSettings:
     """``score.bootstrap``: the intervals (resampled by query or by label; 0 resamples: off)."""
 
-    resamples: int = setting(1000)
-    confidence: float = setting(0.95)
-    seed: int = setting(0)
-    unit: str = setting("query")
+    resamples: int = setting(1000, integer(0, 1_000_000),
+                             "bootstrap resamples of the queries for the intervals; `0` turns them off")
+    confidence: float = setting(0.95, confidence_problem,
+                                "interval level (percentile bootstrap), strictly between 0 and 1")
+    seed: int = setting(0, integer(0), "seed of the resampling (`numpy.random.default_rng`)")
+    unit: str = setting("query", choice("query", "label"),
+                        "what is resampled: `query`, or `label` (every label's queries together: honest when a "
+                        "label's queries are correlated, as under `leave_one_out`)")
 
 
 @dataclass(frozen=True)
 class FailureSettings:
     """``score.failures``: the failure contact sheet (the worst queries and their top ``k``)."""
 
-    queries: int = setting(8)
-    k: int = setting(5)
+    queries: int = setting(8, integer(0, 1000),
+                           "queries in the failure gallery `plots/failures.png`; `0` turns it off (a 1×1 placeholder)")
+    k: int = setting(5, integer(0, 100), "retrieved items shown per query")
 
 
 @dataclass(frozen=True)
 class EmbeddingCopySettings:
     """``score.near_duplicates``: the embedding near-copy check (None: off)."""
 
-    min_cosine: float | None = setting(None)
+    min_cosine: float | None = setting(None, cosine_problem,
+                                       "the embedding check: queries with another image at this cosine or above "
+                                       "among their top max(ks) items are flagged, and every metric is also reported "
+                                       "without them; `null` turns it off ([Leakage checks](leakage.md))")
 
 
 @dataclass(frozen=True)
@@ -48,14 +79,27 @@ class ScoreSettings:
     """The ``score`` section: what is measured (``ks``, ``metrics``, ``exclude_same``, ``whiten``) and how
     (memory bound, backend, engine), the intervals, the failure sheet and the near-copy check."""
 
-    ks: tuple[int, ...] = setting([1, 5, 10])
-    metrics: tuple[str, ...] = setting(list(METRIC_NAMES))
-    max_memory_mb: float = setting(512)
-    backend: str = setting("numpy")
-    engine: str = setting("local")
+    ks: tuple[int, ...] = setting([1, 5, 10], ks_problem,
+                                  "the K of `recall@K` and `precision@K`: distinct positive integers")
+    metrics: tuple[str, ...] = setting(list(METRIC_NAMES), metrics_problem,
+                                       "which of `recall`, `precision`, `r_precision`, `map@r`, `map`, `mrr`; "
+                                       "`recall` and `mrr` alone take a cheaper pass")
+    max_memory_mb: float = setting(512, positive_number_problem,
+                                   "bound on the engine's extra memory at any N×M (what it covers: "
+                                   "[docs/engine.md](engine.md#max_memory_mb))")
+    backend: str = setting("numpy", choice(*BACKENDS),
+                           "`numpy` (the engine) or `faiss` (`faiss.IndexFlatIP`, the `faiss` extra): identical "
+                           "metrics, a slower cross-check")
+    engine: str = setting("local", choice("local", "ray"),
+                          "`local`: this machine's cores; `ray`: the exact engine's tile jobs on Ray tasks, "
+                          "byte-identical to `local` ([docs/scale.md](scale.md))")
     ray: RaySettings = setting(RaySettings)
-    exclude_same: tuple[str, ...] = setting([])
-    whiten: str = setting("none")
+    exclude_same: tuple[str, ...] = setting([], columns_problem,
+                                            "catalog columns (e.g. `[camera]`): an item sharing the query's value is "
+                                            "neither retrieved nor a positive; empty values never match")
+    whiten: str = setting("none", choice("none", "pca"),
+                          "`pca`: PCA whitening fitted on the train split only (at least 2 images), applied to "
+                          "queries and gallery")
     bootstrap: BootstrapSettings = setting(BootstrapSettings)
     failures: FailureSettings = setting(FailureSettings)
     near_duplicates: EmbeddingCopySettings = setting(EmbeddingCopySettings)

@@ -15,7 +15,8 @@ from recallk.data import catalog, contract
 from recallk.encode import precomputed
 from recallk.encode.embed import embed
 from recallk.errors import InputError
-from stages.params import SCHEMA
+from recallk.settings.base import from_mapping
+from recallk.settings.encode import EncodeSettings
 
 
 def ids_manifest(root: Path, n: int = 60, labels: int = 6, extra: str = "") -> Path:
@@ -98,16 +99,17 @@ def test_encode_without_files_needs_the_precomputed_backbone(tmp_path):
                         "width": ["", ""], "height": ["", ""], "phash": ["", ""]})
     with pytest.raises(InputError, match=r"ids without image files .* `encode.backbone: pixels` has nothing to "
                                          r"encode; set `encode.backbone: precomputed`"):
-        embed(cat, backbone="pixels", batch_size=4, num_workers=1, pixels={"resolution": 4})
+        embed(cat, from_mapping(EncodeSettings, {"backbone": "pixels", "batch_size": 4, "num_workers": 1,
+                                                 "pixels": {"resolution": 4}}))
     np.savez(tmp_path / "e.npz", ids=np.array(["b", "a"]), embeddings=np.array([[1.0, 0], [0, 1.0]]))
-    emb, prov = embed(cat, backbone="precomputed", batch_size=4, num_workers=1,
-                      precomputed={"path": str(tmp_path / "e.npz"), "ids": None})
+    emb, prov = embed(cat, from_mapping(EncodeSettings, {"backbone": "precomputed", "batch_size": 4, "num_workers": 1,
+                                                         "precomputed": {"path": str(tmp_path / "e.npz"), "ids": None}}))
     np.testing.assert_array_equal(emb, [[0, 1], [1, 0]])
     assert prov["backbone"] == "precomputed"
 
 
 def test_the_precomputed_placeholder_means_none(tmp_path):
     assert (ROOT / precomputed.PLACEHOLDER).is_file()  # a committed file: a valid DVC dep
-    assert SCHEMA["encode"]["precomputed"]["path"].default == precomputed.PLACEHOLDER
+    assert EncodeSettings().precomputed.path == precomputed.PLACEHOLDER
     with pytest.raises(InputError, match=r"needs `encode.precomputed.path`.*the placeholder for none"):
         precomputed.read_precomputed(precomputed.PLACEHOLDER, None)

@@ -21,6 +21,7 @@ from recallk.encode.cache import EmbeddingCache
 from recallk.encode.ray_engine import ray_source
 from recallk.encode.registry import get_backbone
 from recallk.errors import InputError
+from recallk.settings.encode import EncodeRaySettings
 
 pytestmark = pytest.mark.ray
 
@@ -29,8 +30,8 @@ def ray_encode(cat: pd.DataFrame, name: str, options: dict | None, cache: Embedd
                concurrency: int = 2, batch_size: int = 4, max_restarts: int = 0):
     """encode_catalog with the Ray engine (the session's cluster): (embeddings, n_encoded, n_cached)."""
     backbone = get_backbone(name, options)
-    source = ray_source(backbone, name, options, address=None, concurrency=concurrency, num_gpus=0,
-                        batch_size=batch_size, max_restarts=max_restarts)
+    source = ray_source(backbone, name, options, EncodeRaySettings(concurrency=concurrency, batch_size=batch_size),
+                        max_restarts=max_restarts)
     return encode_catalog(cat, backbone, batch_size=batch_size, num_workers=1, cache=cache, source=source)
 
 

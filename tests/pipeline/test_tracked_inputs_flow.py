@@ -102,11 +102,13 @@ def test_replacing_the_ids_file_of_an_npy_reencodes(tmp_path):
 def test_the_placeholders_exist_and_match_the_library():
     from helpers import ROOT
     from recallk.encode import precomputed, registry
-    from stages import params
+    from recallk.settings.encode import EncodeSettings
 
-    assert params.IDS_PLACEHOLDER == precomputed.IDS_PLACEHOLDER
-    assert params.MODULE_PLACEHOLDER == registry.MODULE_PLACEHOLDER
-    for rel in (params.PRECOMPUTED_PLACEHOLDER, params.IDS_PLACEHOLDER, params.MODULE_PLACEHOLDER):
+    defaults = EncodeSettings()
+    assert defaults.precomputed.path == precomputed.PLACEHOLDER
+    assert defaults.precomputed.ids == precomputed.IDS_PLACEHOLDER
+    assert defaults.callable.module_file == registry.MODULE_PLACEHOLDER
+    for rel in (precomputed.PLACEHOLDER, precomputed.IDS_PLACEHOLDER, registry.MODULE_PLACEHOLDER):
         assert (ROOT / rel).is_file(), rel
     dvc_yaml = (ROOT / "dvc.yaml").read_text()
     assert "${encode.precomputed.ids}" in dvc_yaml and "${encode.callable.module_file}" in dvc_yaml

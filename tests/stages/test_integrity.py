@@ -23,15 +23,17 @@ from recallk import images
 from recallk.errors import quote
 from recallk.data import catalog, contract, prepare
 from recallk.errors import InputError
+from recallk.settings.base import from_mapping
+from recallk.settings.split import SplitSettings
 from stages.params import load_section
 
 #: prepare() params of these tests: every image is in val/gallery and, under leave_one_out, a query.
 DEFAULTS = dict(data_root="data", csv=None, on_bad_image="error", strategy="per_class", protocol="leave_one_out",
-                seed=0, fractions={"train": 0.0, "val": 0.5, "gallery": 0.5})
+                seed=0, fractions={"train": 0.0, "val": 0.5, "gallery": 0.5}, images="files")
 
 
 def build(**overrides):
-    return prepare.prepare(**(DEFAULTS | overrides))
+    return prepare.prepare(from_mapping(SplitSettings, DEFAULTS | overrides))
 
 
 def make_images(root: Path, labels: dict[str, int]) -> None:

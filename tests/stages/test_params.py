@@ -1,4 +1,4 @@
-"""params.yaml schema: defaults, types, ranges, unknown keys, all errors at once."""
+"""params.yaml checked against the settings classes: defaults, types, ranges, unknown keys, all errors at once."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import yaml
 
 from helpers import ROOT, set_dotted
 from recallk.errors import InputError
-from stages.params import SCHEMA, load_section, validate_section
+from recallk.settings.base import as_params, defaults, fields, from_mapping
+from stages.params import SECTIONS, load_section, load_settings, section_class, validate_section
 
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
 
@@ -19,9 +20,43 @@ def with_change(path: str, value):
 
 
 def test_committed_params_are_valid_and_complete():
-    for section in SCHEMA:
+    assert list(PARAMS) == list(SECTIONS)
+    for section in SECTIONS:
         values = validate_section(PARAMS, section)
         assert values == PARAMS[section]  # every key is spelled out in params.yaml
+
+
+@pytest.mark.parametrize("section", list(SECTIONS))
+def test_committed_params_are_the_defaults_key_for_key(section):
+    """params.yaml spells out every default of the settings classes, in their field order, and nothing else."""
+    cls = section_class(section)
+    assert defaults(cls) == PARAMS[section]
+
+    def dotted(node, prefix=""):
+        return [k for key, v in node.items()
+                for k in (dotted(v, f"{prefix}{key}.") if isinstance(v, dict) else [f"{prefix}{key}"])]
+
+    assert dotted(PARAMS[section]) == [name for name, _ in fields(cls)]
+
+
+@pytest.mark.parametrize("section", list(SECTIONS))
+def test_every_setting_has_a_rule_and_a_doc(section):
+    for name, f in fields(section_class(section)):
+        assert f.metadata["rule"] is not None, name
+        assert f.metadata["doc"], name
+        assert f.metadata["rule"](as_params(f.default)) is None, f"{section}.{name}: the default breaks its rule"
+
+
+def test_load_settings_gives_the_settings_object(tmp_path):
+    from recallk.settings.score import ScoreSettings
+    from recallk.settings.split import SplitSettings
+
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(with_change("score.ks", [3, 7])), encoding="utf-8")
+    settings = load_settings(ScoreSettings, path)
+    assert settings == ScoreSettings(ks=(3, 7)) and settings.depth == 7
+    assert settings.bootstrap.resamples == 1000 and as_params(settings) == load_section("score", path)
+    assert load_settings(SplitSettings, path) == SplitSettings() == from_mapping(SplitSettings, PARAMS["split"])
 
 
 def test_missing_keys_take_defaults():

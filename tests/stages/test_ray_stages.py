@@ -52,11 +52,12 @@ def test_resources_the_cluster_lacks_are_named(ray_cluster, tmp_path):
     from recallk.encode.batches import encode_catalog
     from recallk.encode.ray_engine import ray_source
     from recallk.encode.registry import get_backbone
+    from recallk.settings.encode import EncodeRaySettings
     from recallk.score.metrics import rank
 
     cat, backbone = image_catalog(tmp_path, range(2)), get_backbone("pixels", {"resolution": 2})
-    source = ray_source(backbone, "pixels", {"resolution": 2}, address=None, concurrency=1, num_gpus=1,
-                        batch_size=2)
+    source = ray_source(backbone, "pixels", {"resolution": 2},
+                        EncodeRaySettings(address=None, concurrency=1, num_gpus=1, batch_size=2))
     with pytest.raises(InputError, match=r"`encode.ray.num_gpus` is 1 per actor, but the Ray cluster has 0 GPUs"):
         encode_catalog(cat, backbone, batch_size=2, num_workers=1, source=source)
     emb = np.eye(4, dtype=np.float32)

@@ -37,13 +37,13 @@ except ImportError as exc:  # only these imports: any other ImportError is a bug
     raise MissingExtraError("backbone 'hf:...'", "torch", "torch, transformers", exc) from None
 
 from recallk.encode.backbones import torch_common
-from recallk.encode.base import Backbone, is_no_file
+from recallk.encode.base import Backbone, ModelSpec, is_no_file
 from recallk.encode.device import Request
+from recallk.settings.encode import POOLINGS
 
 PREFIX = "hf:"
 #: Bump whenever a code change could change the embeddings.
 VERSION = "1"
-POOLINGS = ("cls", "mean", "pooler")
 
 
 def check_dir(folder: str, tracked: str | None) -> Path:
@@ -160,5 +160,5 @@ def build(folder: str, *, dir: str | None = None, pooling: str = "cls", runtime:
 
     options = {"files_sha256": files_sha256(path), "processor": processor_config(processor), "pooling": pooling,
                "model_class": type(model).__name__}
-    return torch_common.torch_backbone(f"{PREFIX}{folder}", VERSION, model, transform, forward, options=options,
-                                       libraries=("transformers",), runtime=runtime)
+    spec = ModelSpec(f"{PREFIX}{folder}", VERSION, options, libraries=("transformers",))
+    return torch_common.torch_backbone(spec, model, transform, forward, runtime=runtime)

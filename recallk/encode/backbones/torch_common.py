@@ -31,7 +31,7 @@ import numpy as np
 from PIL import Image
 
 from recallk.encode import device
-from recallk.encode.base import Backbone, file_sha256, fingerprint, is_no_file
+from recallk.encode.base import Backbone, ModelSpec, file_sha256, is_no_file
 from recallk.errors import InputError, MissingExtraError
 
 try:
@@ -334,20 +334,19 @@ def output_dim(transform: Callable[[Image.Image], torch.Tensor], forward: Callab
     return int(image_encoder(transform, forward, 0, placement=placement)([Image.new("RGB", (256, 256), 128)]).shape[1])
 
 
-def torch_backbone(name: str, version: str, model: torch.nn.Module, transform: Callable[[Image.Image], torch.Tensor],
-                   forward: Callable[[torch.Tensor], torch.Tensor], *, options: dict[str, Any],
-                   libraries: Sequence[str], runtime: device.Request | None = None,
+def torch_backbone(spec: ModelSpec, model: torch.nn.Module, transform: Callable[[Image.Image], torch.Tensor],
+                   forward: Callable[[torch.Tensor], torch.Tensor], *, runtime: device.Request | None = None,
                    input_size: int | None = None) -> Backbone:
     """A :class:`~recallk.encode.base.Backbone` from a loaded model, its transform and its forward.
 
     ``model`` is placed (:func:`place`) by ``runtime``, the output size found by one forward
-    (:func:`output_dim`), and the fingerprint covers ``options`` (weights hashes, resolved preprocessing)
-    and :func:`runtime_fingerprint` of ``libraries`` and the placement.
+    (:func:`output_dim`), and the fingerprint covers ``spec`` and :func:`runtime_fingerprint` of
+    ``spec.libraries`` and the placement.
     """
     placement = place(model, runtime)
     dim = output_dim(transform, forward, placement)
-    fp = fingerprint(name, version, **options, runtime=runtime_fingerprint(*libraries, placement=placement))
-    return Backbone(name=name, dim=dim, encode=image_encoder(transform, forward, dim, placement=placement),
+    fp = spec.fingerprint(runtime_fingerprint(*spec.libraries, placement=placement))
+    return Backbone(name=spec.name, dim=dim, encode=image_encoder(transform, forward, dim, placement=placement),
                     fingerprint=fp, input_size=input_size)
 
 

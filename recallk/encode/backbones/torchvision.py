@@ -16,7 +16,7 @@ params. Only :mod:`recallk.encode.registry` imports this module, lazily.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 from recallk.errors import did_you_mean
 from recallk.errors import InputError, MissingExtraError
@@ -30,14 +30,15 @@ except ImportError as exc:  # only these imports: any other ImportError is a bug
     raise MissingExtraError("backbone 'torchvision:...'", "torch", "torch, torchvision", exc) from None
 
 from recallk.encode.backbones import torch_common
-from recallk.encode.base import Backbone, is_no_file
+from recallk.encode.base import Backbone, ModelSpec, is_no_file
 from recallk.encode.device import Request
+from recallk.settings.encode import INTERPOLATIONS as INTERPOLATION_NAMES
+from recallk.settings.encode import TorchvisionSettings
 
 PREFIX = "torchvision:"
 #: Bump whenever a code change could change the embeddings.
 VERSION = "1"
-INTERPOLATIONS = {"bilinear": InterpolationMode.BILINEAR, "bicubic": InterpolationMode.BICUBIC,
-                  "nearest": InterpolationMode.NEAREST}
+INTERPOLATIONS = {name: InterpolationMode(name) for name in INTERPOLATION_NAMES}
 #: The attributes torchvision's classification models keep their head in.
 HEADS = ("fc", "classifier", "heads", "head")
 EXPLICIT = ("resize", "crop", "mean", "std")
@@ -131,23 +132,19 @@ def _weights_file(model: str, weights: str | None, preset: str | None) -> str:
     return weights
 
 
-def build(model: str, *, weights: str | None = None, preset: str | None = None, resize: int | None = None,
-          crop: int | None = None, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
-          interpolation: str = "bilinear", runtime: Request | None = None) -> Backbone:
+def build(model: str, settings: TorchvisionSettings | None = None, runtime: Request | None = None) -> Backbone:
     """The ``torchvision:<model>`` :class:`~recallk.encode.base.Backbone`.
 
     Parameters
     ----------
     model : str
         A classification model of ``torchvision.models.list_models(module=torchvision.models)``.
-    weights : str
-        ``encode.torchvision.weights``: a state dict file of the whole classification model, loaded
-        strictly (:func:`recallk.encode.backbones.torch_common.strict_load`).
-    preset : str, optional
-        A weights enum member whose ``transforms()`` is the preprocessing; else the explicit params.
-    resize, crop, mean, std, interpolation
-        The explicit preprocessing: resize the shorter side to ``resize``, center-crop ``crop``, scale to
-        [0, 1], ``(x - mean) / std`` per channel. Refused together with ``preset`` (one source only).
+    settings : TorchvisionSettings, optional
+        ``encode.torchvision`` (default: its defaults): ``weights``, a state dict file of the whole classification model, loaded
+        strictly (:func:`recallk.encode.backbones.torch_common.strict_load`); ``preset``, a weights enum
+        member whose ``transforms()`` is the preprocessing, else the explicit ``resize``, ``crop``,
+        ``mean``, ``std``, ``interpolation``: resize the shorter side to ``resize``, center-crop ``crop``,
+        scale to [0, 1], ``(x - mean) / std`` per channel. Refused together with ``preset`` (one source only).
     runtime : recallk.encode.device.Request, optional
         ``encode.device``, ``encode.dtype``, ``encode.reproducible`` and the batch size; default CPU float32.
 
@@ -157,15 +154,18 @@ def build(model: str, *, weights: str | None = None, preset: str | None = None, 
         Its fingerprint covers the weights' sha256, the resolved preprocessing, the head removed, the
         device fields and the torch and torchvision versions.
     """
+    settings = settings or TorchvisionSettings()
+    preset, weights = settings.preset, settings.weights
     if preset is not None:
-        extra = [k for k, v in {"resize": resize, "crop": crop, "mean": mean, "std": std}.items() if v is not None]
+        extra = [k for k in EXPLICIT if getattr(settings, k) is not None]
         if extra:
             raise InputError(f"`encode.torchvision.preset: {preset}` sets the preprocessing, so "
                              f"{', '.join(f'`encode.torchvision.{k}`' for k in extra)} must be null: give either "
                              "a preset or explicit params, not both.")
         transform = preset_transform(preset)
     else:
-        transform = explicit_transform(resize, crop, mean, std, interpolation)
+        transform = explicit_transform(settings.resize, settings.crop, settings.mean, settings.std,
+                                       settings.interpolation)
     path = _weights_file(model, weights, preset)
     net = build_model(model)
     torch_common.strict_load(net, torch_common.load_state_dict_file(path),
@@ -173,6 +173,5 @@ def build(model: str, *, weights: str | None = None, preset: str | None = None, 
     head = strip_classifier(net)
     options = {"model": model, "preset": preset, "preprocess": transform_config(transform), "head_removed": head,
                "weights_sha256": torch_common.weights_sha256(path)}
-    return torch_common.torch_backbone(f"{PREFIX}{model}", VERSION, net, transform, net, options=options,
-                                       libraries=("torchvision",), runtime=runtime,
-                                       input_size=min(transform.resize_size))
+    spec = ModelSpec(f"{PREFIX}{model}", VERSION, options, libraries=("torchvision",))
+    return torch_common.torch_backbone(spec, net, transform, net, runtime=runtime, input_size=min(transform.resize_size))
