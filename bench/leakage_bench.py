@@ -44,9 +44,9 @@ from sklearn.datasets import load_sample_images  # noqa: E402
 
 from recallk.data import phash  # noqa: E402
 from recallk.images import decode  # noqa: E402
-from stages.params import SCHEMA  # noqa: E402
+from recallk.settings.split import NearDuplicateSettings  # noqa: E402
 
-DEFAULT = SCHEMA["split"]["near_duplicates"]["max_distance"].default
+DEFAULT = NearDuplicateSettings().max_distance
 DISTANCES = (4, 6, 8, 10, 12, 14)
 CLASSES = ("rescale", "jpeg", "crop", "colour", "flip")
 

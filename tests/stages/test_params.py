@@ -119,3 +119,25 @@ def test_bad_params_file(tmp_path, text, match):
 def test_missing_params_file(tmp_path):
     with pytest.raises(InputError, match="params.yaml not found"):
         load_section("score", tmp_path / "params.yaml")
+
+
+def test_docs_params_tables_are_the_generated_ones():
+    """docs/params.md's tables come from the settings classes (default and doc of each field): a stale row,
+    a missing param or an edited default shows here. Fix: `python -m recallk.settings.markdown`."""
+    from recallk.settings.markdown import render, table
+
+    text = (ROOT / "docs" / "params.md").read_text(encoding="utf-8")
+    assert render(text) == text, "docs/params.md's tables are stale: run `python -m recallk.settings.markdown`"
+    for section in SECTIONS:
+        assert table(section_class(section)) in text
+    stale = text.replace("| `seed` | `0` |", "| `seed` | `1` |", 1)
+    assert stale != text and render(stale) == text  # a hand edit inside a table is undone
+
+
+def test_docs_tables_show_each_default_as_params_yaml_writes_it():
+    from recallk.settings.markdown import table
+    from recallk.settings.score import ScoreSettings
+
+    rows = table(ScoreSettings).splitlines()
+    assert "| `ks` | `[1, 5, 10]` |" in rows[2] and any(r.startswith("| `near_duplicates.min_cosine` | `null` |")
+                                                       for r in rows)

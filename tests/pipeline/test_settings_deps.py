@@ -1,0 +1,45 @@
+"""Each stage's DVC deps hold only the settings it reads (dvc.yaml; tests/test_dvc_yaml.py checks them against the
+import closure): editing one section's settings module, its defaults or its rules, re-runs that section's stage
+alone. Real ``dvc status`` and ``dvc repro`` on a private copy of the reproduced base repo."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import EMBEDDINGS, STAGES, dvc, read_bytes, repro
+
+pytestmark = pytest.mark.pipeline
+
+
+def changed(repo: Path) -> dict[str, list]:
+    """``dvc status --json``: each stage whose deps changed, and how."""
+    return json.loads(dvc("status", "--json", cwd=repo).stdout or "{}")
+
+
+@pytest.mark.parametrize("section", STAGES)
+def test_a_sections_settings_module_is_a_dep_of_its_stage_alone(repo: Path, section: str) -> None:
+    assert changed(repo) == {}
+    module = repo / "recallk" / "settings" / f"{section}.py"
+    module.write_text(module.read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
+    status = changed(repo)
+    assert set(status) == {section}, status
+    assert status[section] == [{"changed deps": {f"recallk/settings/{section}.py": "modified"}}], status
+
+
+def test_an_encode_only_rule_change_reruns_encode_alone(repo: Path) -> None:
+    """A tighter `encode.batch_size` bound (still met by the committed 64): encode re-runs, writes the same
+    embeddings, so score is skipped; split never re-runs."""
+    module = repo / "recallk" / "settings" / "encode.py"
+    text = module.read_text(encoding="utf-8")
+    rule = 'batch_size: int = setting(64, integer(1, 65536), "images per call of the backbone")'
+    assert rule in text
+    module.write_text(text.replace(rule, rule.replace("65536", "4096")), encoding="utf-8")
+    assert set(changed(repo)) == {"encode"}
+    before = read_bytes(repo, [EMBEDDINGS])
+    ran, skipped, out = repro(repo)
+    assert ran == {"encode"}, out
+    assert skipped == {"split", "score"}, out
+    assert read_bytes(repo, [EMBEDDINGS]) == before
