@@ -8,11 +8,11 @@ The file is read as DVC reads it, and refused where a YAML 1.1 reader would read
 (:func:`stages.params_yaml.read_params`).
 
 A stage imports its own settings module, whose rules and defaults it runs: that module is one of
-its DVC deps (dvc.yaml). The other sections' modules are imported here by name
-(:func:`recallk.settings.base.section_class`) for their key names only, so that a typo anywhere in the file is caught by
-whichever stage runs first; their rules never run and their values never reach the stage, so they
-are no deps of it, just as their params sections are not (``params: [<own section>]``): an
-encode-only rule change re-runs encode alone.
+its DVC deps (dvc.yaml). The other sections' modules are imported by name
+(:func:`recallk.settings.base.section_class`) for their key names only, so that a typo anywhere in
+the file is caught by whichever stage runs first; their rules never run and their values never
+reach the stage, so they are no deps of it, just as their params sections are not (``params:
+[<own section>]``): an encode-only rule change re-runs encode alone.
 """
 
 from __future__ import annotations
@@ -60,5 +60,5 @@ def load_section(section: str, path: str | Path = "params.yaml") -> dict[str, An
 def load_settings(cls: type, path: str | Path = "params.yaml") -> Any:
     """The section of ``path`` that ``cls`` (one of :data:`SECTIONS`' classes) stands for, checked, as a
     ``cls`` object."""
-    section = next(name for name, class_name in SECTIONS.items() if class_name == cls.__name__)
+    section = {class_name: name for name, class_name in SECTIONS.items()}[cls.__name__]
     return from_mapping(cls, load_section(section, path))
