@@ -25,7 +25,8 @@ import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml import YAMLError as RuamelYAMLError
 
-from recallk.checks import BACKENDS, METRIC_NAMES, choice_problem, columns_problem, is_int, ks_problem, metrics_problem, positive_number_problem
+from recallk.checks import BACKENDS, choice_problem, columns_problem, is_int, ks_problem, positive_number_problem
+from recallk.score.registry import METRIC_NAMES, metrics_problem
 from recallk.errors import clip, did_you_mean, quote
 from recallk.errors import InputError
 

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from recallk.score.registry import METRIC_NAMES
 from recallk.settings.base import setting
-
-#: Every metric name, in report order (recall and precision expand to one key per K).
-METRIC_NAMES = ("recall", "precision", "r_precision", "map@r", "map", "mrr")
 
 
 @dataclass(frozen=True)
