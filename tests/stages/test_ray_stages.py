@@ -65,7 +65,8 @@ def test_resources_the_cluster_lacks_are_named(ray_cluster, tmp_path):
         encode_catalog(cat, backbone, batch_size=2, num_workers=1, source=source)
     emb = np.eye(4, dtype=np.float32)
     with pytest.raises(InputError, match=r"`score.ray.num_cpus` is 8, but the largest node of the Ray cluster has 2"):
-        rank(RetrievalData(emb, emb, [0, 0, 1, 1], [0, 0, 1, 1]), ScoreSettings(engine="ray", ray=RaySettings(num_cpus=8)))
+        rank(RetrievalData(emb, emb, [0, 0, 1, 1], [0, 0, 1, 1]),
+             ScoreSettings(engine="ray", ray=RaySettings(num_cpus=8)))
 
 
 @pytest.mark.ray

@@ -76,6 +76,9 @@ __all__ = ["Ranking", "consecutive_runs", "rank_data", "rank_positives"]  # cons
 
 log = logging.getLogger(__name__)
 
+#: The default pass of :func:`rank_positives`: every positive's rank.
+EVERY = Pass.every()
+
 
 @dataclass(frozen=True)
 class Ranking:
@@ -132,7 +135,7 @@ class Ranking:
 def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
                    gallery_labels: Sequence[Any], *, query_ids: Sequence[Any] | None = None,
                    gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
-                   same_set: bool | None = None, ranks: Pass = Pass.every(), max_memory_mb: float = 512,
+                   same_set: bool | None = None, ranks: Pass = EVERY, max_memory_mb: float = 512,
                    count_tiles: CountTiles | None = None) -> Ranking:
     """Exact ranks of every query's positives (or those ``ranks`` asks for): :func:`rank_data` of the
     :class:`~recallk.score.data.RetrievalData` of the arguments, checked.
