@@ -85,7 +85,7 @@ ARRAYS = ["query_emb", "gallery_emb", "query_labels", "gallery_labels"]
 @pytest.mark.parametrize("function, positional", [
     (recallk.recall_at_k, ARRAYS), (recallk.retrieval_metrics, ARRAYS), (recallk.retrieval_summary, ARRAYS),
     (recallk.first_positive_ranks, ARRAYS), (recallk.rank_positives, ARRAYS),
-    (Scorer.__call__, ["self", *ARRAYS]), (Scorer.summary, ["self", *ARRAYS]),
+    (Scorer.__call__, ["self", *ARRAYS]), (Scorer.summary, ["self", *ARRAYS]), (Scorer.rank, ["self", *ARRAYS]),
     (recallk.evaluate, ["query_images", "gallery_images", "query_labels", "gallery_labels"]),
 ])
 def test_every_public_function_has_the_one_signature_shape(function, positional):

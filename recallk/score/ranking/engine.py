@@ -86,9 +86,9 @@ class Ranking:
 
     ``ranks[offsets[i]:offsets[i + 1]]`` are query ``i``'s positive ranks in
     ascending order (0-based, among the ``n_retrievable[i]`` items it may retrieve).
-    With ``complete=False`` each query with positives has one entry, its first
-    positive's rank (``first_rank``); ``n_positives`` still counts all of them.
-    With ``cap``, first ranks (and ``first_rank_opposite``) of ``cap`` or more read ``cap``.
+    From the first-positive pass (``Pass.first()``, ``complete`` False) each query with positives has one
+    entry, its first positive's rank (``first_rank``); ``n_positives`` still counts all of them.
+    With a cap, first ranks (and ``first_rank_opposite``) of ``cap`` or more read ``cap``.
 
     Attributes
     ----------
