@@ -87,6 +87,6 @@ def test_a_new_metric_is_one_function_and_one_row(monkeypatch):
 
 def test_a_query_without_positives_is_left_out_of_every_registered_metric(monkeypatch):
     monkeypatch.setattr(registry, "TABLE", registry.TABLE + (Metric("first_rank", first_rank, Ranks.FIRST),))
-    got = retrieval_metrics([[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [0.0, 1.0]], ["a", "z"], ["a", "b"],
+    got = retrieval_metrics([[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.1], [0.0, 1.0]], ["a", "z"], ["a", "b"],
                             ks=[1], metrics=["first_rank"])
     assert got == {"first_rank": 1.0}  # "z" has no positive: not a rank of 0, but out of the mean
