@@ -2,7 +2,7 @@
 
 The public API::
 
-    from recallk import recall_at_k, retrieval_metrics, retrieval_summary, evaluate
+    from recallk import recall_at_k, retrieval_metrics, retrieval_summary, evaluate, Scorer
 
 Attributes are imported lazily (PEP 562), so importing a submodule such as
 ``recallk.score.metrics`` runs only this file and that submodule's own imports:
@@ -22,7 +22,9 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time each name is i
     from recallk.errors import InputError
     from recallk.evaluation import encode_all, evaluate
     from recallk.report.block import format_report
-    from recallk.score.metrics import METRICS, first_positive_ranks, recall_at_k, retrieval_metrics, retrieval_summary
+    from recallk.score.metrics import (METRICS, Scorer, first_positive_ranks, recall_at_k, retrieval_metrics,
+                                       retrieval_summary)
+    from recallk.score.passes import Pass
     from recallk.score.ranking import Ranking, rank_positives
 
 #: Public name -> the module that defines it.
@@ -32,16 +34,19 @@ _API = {
     "retrieval_summary": "recallk.score.metrics",
     "first_positive_ranks": "recallk.score.metrics",
     "METRICS": "recallk.score.metrics",
+    "Scorer": "recallk.score.metrics",
     "evaluate": "recallk.evaluation",
     "encode_all": "recallk.evaluation",
     "format_report": "recallk.report.block",
     "rank_positives": "recallk.score.ranking",
     "Ranking": "recallk.score.ranking",
+    "Pass": "recallk.score.passes",
     "InputError": "recallk.errors",
 }
 
-__all__ = ["InputError", "METRICS", "Ranking", "encode_all", "evaluate", "first_positive_ranks", "format_report",
-           "rank_positives", "recall_at_k", "retrieval_metrics", "retrieval_summary"]  # sorted(_API): tests/test_api.py
+__all__ = ["InputError", "METRICS", "Pass", "Ranking", "Scorer", "encode_all", "evaluate", "first_positive_ranks",
+           "format_report", "rank_positives", "recall_at_k", "retrieval_metrics",
+           "retrieval_summary"]  # sorted(_API): tests/test_api.py
 
 
 def __getattr__(name: str) -> Any:

@@ -21,10 +21,6 @@ from recallk.errors import InputError, did_you_mean, quote
 
 #: Largest K: ranks are int64, and a K beyond every gallery means the whole gallery anyway.
 MAX_K = 2**62
-#: Metric names of ``metrics=`` / ``score.metrics``; recall and precision expand to one key per K.
-METRIC_NAMES = ("recall", "precision", "r_precision", "map@r", "map", "mrr")
-#: Metrics that need only each query's first positive (a cheaper ranking pass).
-FIRST_ONLY = frozenset({"recall", "mrr"})
 #: Ranking backends of ``backend=`` / ``score.backend``.
 BACKENDS = ("numpy", "faiss")
 #: Catalog columns that cannot be exclusion columns: the label decides the positives and the
@@ -144,7 +140,7 @@ def check_backend(backend: Any) -> str:
     return backend
 
 
-# --------------------------------------------------------------------------------------------- ks, metrics
+# ---------------------------------------------------------------------- ks (the metric names: score.registry)
 
 
 def ks_problem(v: Any) -> str | None:
@@ -167,29 +163,6 @@ def check_ks(ks: Iterable[Any]) -> list[int]:
         given = ks
     _raise("ks", ks_problem(given))
     return [int(k) for k in given]
-
-
-def metrics_problem(v: Any) -> str | None:
-    """A non-empty list of distinct names from :data:`METRIC_NAMES`."""
-    if not isinstance(v, list) or not v or not all(isinstance(m, str) for m in v) or len(set(v)) != len(v):
-        return f"must be distinct names from {', '.join(METRIC_NAMES)}. Got {quote(v)} instead."
-    bad = [m for m in v if m not in METRIC_NAMES]
-    if bad:
-        return (f"must be distinct names from {', '.join(METRIC_NAMES)}. Got {quote(v)} instead."
-                f"{did_you_mean(bad[0], METRIC_NAMES)}")
-    return None
-
-
-def check_metrics(metrics: Iterable[Any] | None) -> list[str]:
-    """``metrics``: :func:`metrics_problem`, the rule of ``score.metrics``; ``None`` means all of them."""
-    if metrics is None:
-        return list(METRIC_NAMES)
-    try:
-        names = [metrics] if isinstance(metrics, str) else list(metrics)
-    except TypeError:  # a bare number
-        names = metrics
-    _raise("metrics", metrics_problem(names))
-    return names
 
 
 # --------------------------------------------------------------------------------------- exclusion columns

@@ -22,10 +22,13 @@ def encode_all(items: Sequence[Any], encoder_fn: Callable[[list[Image.Image]], A
     return np.concatenate(out) if out else np.empty((0, 0), dtype=np.float32)
 
 
-def evaluate(query_images: Sequence[Any], query_labels: Sequence[Any], gallery_images: Sequence[Any],
-             gallery_labels: Sequence[Any], encoder_fn: Callable[[list[Image.Image]], Any],
+def evaluate(query_images: Sequence[Any], gallery_images: Sequence[Any], query_labels: Sequence[Any],
+             gallery_labels: Sequence[Any], *, encoder_fn: Callable[[list[Image.Image]], Any],
              ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
     """Encode both sets with ``encoder_fn`` and return :func:`recall_at_k`.
+
+    The signature shape of :func:`~recallk.score.metrics.recall_at_k`: the data positional in the same order
+    (query items, gallery items, query labels, gallery labels), the rest keyword-only.
 
     Parameters
     ----------
@@ -57,5 +60,5 @@ def evaluate(query_images: Sequence[Any], query_labels: Sequence[Any], gallery_i
     def ids(items: Sequence[Any]) -> list[str]:
         return [f"<PIL image {id(x)}>" if isinstance(x, Image.Image) else os.path.abspath(x) for x in items]
 
-    return recall_at_k(q_emb, g_emb, np.asarray(query_labels), np.asarray(gallery_labels), ks,
-                       query_ids=ids(query_images), gallery_ids=ids(gallery_images))
+    return recall_at_k(q_emb, g_emb, np.asarray(query_labels), np.asarray(gallery_labels),
+                       query_ids=ids(query_images), gallery_ids=ids(gallery_images), ks=ks)

@@ -20,11 +20,11 @@ from recallk import images
 from recallk.data.contract import has_files
 from recallk.errors import InputError
 from recallk.report import html
-from recallk.score.metrics import metric_keys
 from recallk.report.block import PAIR_COUNTS, format_report, split_metrics
 from recallk.report.provenance import provenance
 from recallk.report.suite import score_split
 from recallk.report.tables import compact_per_query, neutralise_formulas
+from recallk.score.registry import metric_keys
 from recallk.settings.base import as_params
 from recallk.settings.score import ScoreSettings
 from stages.params import load_settings
@@ -93,25 +93,23 @@ def main(argv: Sequence[str] | None = None) -> None:
                + [args.failures, args.report])
     if not args.show:
         remove_outputs(outputs)  # first: a failed run never leaves an old result looking current
-    params = as_params(load_settings(ScoreSettings, args.params))  # today's score_split takes the values by name
+    settings = load_settings(ScoreSettings, args.params)
     split_provenance = read_provenance(args.split_provenance)
-    evaluated = provenance(split_provenance, read_provenance(args.encode_provenance), params)
+    evaluated = provenance(split_provenance, read_provenance(args.encode_provenance), as_params(settings))
     if args.show:
         return show(args.metrics, args.intervals, evaluated)
-    inputs = load_inputs(args.catalog, args.split, args.embeddings, args.ids, train=params["whiten"] == "pca")
+    inputs = load_inputs(args.catalog, args.split, args.embeddings, args.ids, train=settings.whiten == "pca")
     paths = inputs.catalog["path"]
     # an embeddings-only catalog has no image to draw: the failure gallery stays a placeholder
     load = (lambda image_id: images.load(paths[image_id])) if has_files(inputs.catalog) else None
-    metrics, tables = score_split(inputs.emb, inputs.row, inputs.catalog, queries=inputs.queries,
-                                  gallery=inputs.gallery, train=inputs.train, same_set=inputs.same_set,
-                                  load=load, **params)
+    metrics, tables = score_split(inputs.sets, inputs.catalog, settings, load=load)
     pair_counts = (split_provenance or {}).get("near_duplicates") or {}  # the split stage's pHash pairs
     metrics.update({k: pair_counts[k] for k in PAIR_COUNTS if k in pair_counts})
     if Path(args.skipped).is_file():  # written by split; absent only when scoring by hand
         metrics["num_skipped_images"] = len(read_input_csv(args.skipped, required=["path", "reason"]))
     tables["compact"] = compact_per_query(tables["per_query"])  # every metric per query, kept in git
     sheet = tables.get("failures")
-    page = html.page(metrics, metric_keys(params["metrics"], params["ks"]), evaluated, tables["curve_band"],
+    page = html.page(metrics, metric_keys(settings.metrics, settings.ks), evaluated, tables["curve_band"],
                      tables["per_class"], sheet)
     headline, detail = split_metrics(metrics)
     write_all([(args.metrics, json_file(headline)), (args.intervals, json_file(detail)),

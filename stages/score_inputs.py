@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from recallk.errors import InputError
+from recallk.report.suite import SplitSets
 from stages.runner import read_catalog, read_split
 
 REENCODE = "re-run encode (`dvc repro -f encode`)"
@@ -23,13 +24,8 @@ REENCODE = "re-run encode (`dvc repro -f encode`)"
 class ScoreInputs:
     """What :func:`recallk.report.suite.score_split` needs, aligned by image_id."""
 
-    emb: np.ndarray          # (n_images, d) as stored
-    row: pd.Series           # image_id -> row of emb
+    sets: SplitSets          # image_ids by role (split order) and their embeddings, as stored
     catalog: pd.DataFrame    # indexed by image_id: label and extra columns
-    queries: np.ndarray      # image_ids, split order
-    gallery: np.ndarray
-    train: np.ndarray        # train image_ids (read only for whitening)
-    same_set: bool           # leave_one_out: the queries are the gallery, row for row
 
 
 def load_inputs(catalog_csv: str, split_csv: str, embeddings_npy: str, ids_npy: str,
@@ -78,7 +74,7 @@ def load_inputs(catalog_csv: str, split_csv: str, embeddings_npy: str, ids_npy: 
     chosen = np.concatenate([queries, gallery] + ([train_ids] if train else []))
     check_finite(emb, row[chosen].to_numpy(), chosen, embeddings_npy)
     same_set = bool(used["query"].eq(used["gallery"]).all())  # leave_one_out: every eval image plays both roles
-    return ScoreInputs(emb, row, catalog, queries, gallery, train_ids, same_set)
+    return ScoreInputs(SplitSets(emb, row, queries, gallery, train_ids, same_set), catalog)
 
 
 def check_finite(emb: np.ndarray, rows: np.ndarray, image_ids: np.ndarray, embeddings_npy: str) -> None:

@@ -25,6 +25,10 @@ from recallk.score.ranking import engine as ranking
 from recallk.score.ranking import fast as fast_module
 from recallk.score.ranking import scan as scan_module
 from recallk.score.similarity import cosine_block, l2_normalize
+from recallk.score.data import RetrievalData
+from recallk.score.passes import Pass
+from recallk.score.registry import FIRST_ONLY
+from recallk.settings.score import ScoreSettings
 from ranking_strategies import gaussian_problems, integer_problems  # noqa: E402  (re-exported for the tests)
 
 KS = (1, 2, 3, 5, 10, 40)
@@ -213,9 +217,13 @@ def _oracle(case, ks=KS):
                   case["query_ids"], case["gallery_ids"], case["exclude"])
 
 
-def _rank(case, metrics=METRICS, **kw):
-    return rank(case["query_emb"], case["gallery_emb"], case["query_labels"], case["gallery_labels"],
-                case["query_ids"], case["gallery_ids"], metrics, case["exclude"], **kw)
+def _rank(case, metrics=METRICS, ranks=None, same_set=None, **settings_fields):
+    """rank() of a case dict, with ``metrics`` and any other ScoreSettings field; ``ranks`` (a Pass) default:
+    the uncut ranking the metrics read (the first positive's for recall/mrr alone, else every rank)."""
+    if ranks is None:
+        ranks = Pass.first() if set(metrics) <= FIRST_ONLY else Pass.every()
+    return rank(RetrievalData(**case, same_set=same_set), ScoreSettings(metrics=tuple(metrics), **settings_fields),
+                ranks)
 
 
 def _summary(case, ks=KS, metrics=None, **kw):

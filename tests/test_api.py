@@ -32,9 +32,9 @@ def test_evaluate_equals_recall_at_k(tmp_path):
     labels = [i % 3 for i in range(12)]
     qp, ql, gp, gl = paths[:5], labels[:5], paths[3:], labels[3:]  # paths 3 and 4 overlap
     emb = {p: e for p, e in zip(paths, flat_pixels([Image.open(p).convert("RGB") for p in paths]))}
-    expected = recall_at_k(np.array([emb[p] for p in qp]), np.array([emb[p] for p in gp]), ql, gl, KS,
-                           query_ids=qp, gallery_ids=gp)
-    assert evaluate(qp, ql, gp, gl, flat_pixels, ks=KS) == expected
+    expected = recall_at_k(np.array([emb[p] for p in qp]), np.array([emb[p] for p in gp]), ql, gl,
+                           query_ids=qp, gallery_ids=gp, ks=KS)
+    assert evaluate(qp, gp, ql, gl, encoder_fn=flat_pixels, ks=KS) == expected
 
 
 def test_evaluate_self_match_by_path(tmp_path):
@@ -43,23 +43,24 @@ def test_evaluate_self_match_by_path(tmp_path):
     blue = _solid(tmp_path / "blue.png", (10, 10, 200))
     gallery, gl = [red, near, blue], ["x", "y", "x"]
     # red's own file is skipped: nearest is "near" (label y) -> miss at 1, blue found at 2
-    assert evaluate([red], ["x"], gallery, gl, mean_colour, ks=[1, 2]) == {"recall@1": 0.0, "recall@2": 1.0}
+    assert evaluate([red], gallery, ["x"], gl, encoder_fn=mean_colour, ks=[1, 2]) == {"recall@1": 0.0, "recall@2": 1.0}
     # a different spelling of the same path is still the same image
     rel = os.path.relpath(red)
-    assert evaluate([rel], ["x"], gallery, gl, mean_colour, ks=[1]) == {"recall@1": 0.0}
+    assert evaluate([rel], gallery, ["x"], gl, encoder_fn=mean_colour, ks=[1]) == {"recall@1": 0.0}
     # the same PIL object in both lists is the same image, like a path (tests/score/test_api_training_loop.py)
     imgs = [Image.open(p) for p in gallery]
-    assert evaluate(imgs[:1], ["x"], imgs, gl, mean_colour, ks=[1, 2]) == {"recall@1": 0.0, "recall@2": 1.0}
+    assert evaluate(imgs[:1], imgs, ["x"], gl, encoder_fn=mean_colour, ks=[1, 2]) == {"recall@1": 0.0, "recall@2": 1.0}
     # an equal copy is another object: the query's twin in the gallery counts as a hit
-    assert evaluate([Image.open(red)], ["x"], imgs, gl, mean_colour, ks=[1, 2]) == {"recall@1": 1.0, "recall@2": 1.0}
+    assert evaluate([Image.open(red)], imgs, ["x"], gl, encoder_fn=mean_colour, ks=[1, 2]) == \
+        {"recall@1": 1.0, "recall@2": 1.0}
 
 
 def test_evaluate_accepts_pil_images(tmp_path):
     paths = [str(save_image(tmp_path / f"{i}.png", seed=i)) for i in range(8)]
     labels = [i % 2 for i in range(8)]
     pil = [Image.open(p).convert("RGB") for p in paths]
-    assert evaluate(pil[:3], labels[:3], pil[3:], labels[3:], mean_colour, ks=[1, 3]) == \
-        evaluate(paths[:3], labels[:3], paths[3:], labels[3:], mean_colour, ks=[1, 3])
+    assert evaluate(pil[:3], pil[3:], labels[:3], labels[3:], encoder_fn=mean_colour, ks=[1, 3]) == \
+        evaluate(paths[:3], paths[3:], labels[:3], labels[3:], encoder_fn=mean_colour, ks=[1, 3])
 
 
 def test_evaluate_applies_exif_orientation(tmp_path):
@@ -74,7 +75,7 @@ def test_evaluate_applies_exif_orientation(tmp_path):
         seen.extend(im.size for im in images)
         return mean_colour(images)
 
-    evaluate([str(rotated)], ["a"], [str(rotated), str(upright)], ["a", "a"], encoder, ks=[1])
+    evaluate([str(rotated)], [str(rotated), str(upright)], ["a"], ["a", "a"], encoder_fn=encoder, ks=[1])
     assert seen == [(10, 20)] * 3
 
 
@@ -82,7 +83,7 @@ def test_evaluate_rejects_bad_ks_before_encoding(tmp_path):
     calls = []
     p = str(save_image(tmp_path / "a.png"))
     with pytest.raises(ValueError, match="positive integers"):
-        evaluate([p], ["a"], [p], ["a"], lambda ims: calls.append(ims) or mean_colour(ims), ks=[0])
+        evaluate([p], [p], ["a"], ["a"], encoder_fn=lambda ims: calls.append(ims) or mean_colour(ims), ks=[0])
     assert calls == []
 
 

@@ -1,1 +1,5 @@
-"""Scoring: similarity, the exact ranking engine, metrics, tables, whitening and the report."""
+"""The metric library: one checked :class:`~recallk.score.data.RetrievalData`, the exact ranking engine
+(:mod:`~recallk.score.ranking`, its pass a :class:`~recallk.score.passes.Pass`), the metric registry
+(:mod:`~recallk.score.registry`), per-query values and means (:mod:`~recallk.score.values`), the public
+functions and :class:`~recallk.score.metrics.Scorer`, similarity, whitening, resampling and the embedding
+near-copy check. The rendering of the stage's outputs lives in :mod:`recallk.report`."""

@@ -16,16 +16,18 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from recallk.score.metrics import mean
+from recallk.score.data import RetrievalData
+from recallk.score.values import mean
 
 SUFFIX = "_without_near_duplicates"
 COLUMNS = ["image_id", "label", "rank", "gallery_id", "gallery_label", "cosine"]
 
 
-def flagged_pairs(cols: np.ndarray, scores: np.ndarray, queries: np.ndarray, q_labels: np.ndarray,
-                  gallery: np.ndarray, g_labels: np.ndarray, min_cosine: float) -> pd.DataFrame:
+def flagged_pairs(cols: np.ndarray, scores: np.ndarray, data: RetrievalData, min_cosine: float) -> pd.DataFrame:
     """The (query, gallery item) pairs among each query's top items with cosine >= ``min_cosine``, in query
-    order, then rank (``cols``/``scores``: :func:`~recallk.score.ranking.neighbors.top_k`'s output)."""
+    order, then rank (``cols``/``scores``: :func:`~recallk.score.ranking.neighbors.top_k`'s output for
+    ``data``, whose ids and labels the pairs name)."""
+    queries, q_labels, gallery, g_labels = data.query_ids, data.query_labels, data.gallery_ids, data.gallery_labels
     hit = (cols >= 0) & (np.nan_to_num(scores, nan=-np.inf) >= np.float32(min_cosine))
     line, rank = np.nonzero(hit)
     g = cols[line, rank]

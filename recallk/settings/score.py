@@ -6,13 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from recallk.checks import (BACKENDS, choice, columns_problem, integer, is_int, ks_problem, metrics_problem,
+from recallk.checks import (BACKENDS, choice, columns_problem, integer, is_int, ks_problem,
                             positive_number_problem, ray_address_problem)
 from recallk.errors import quote
+from recallk.score.registry import METRIC_NAMES, metrics_problem
 from recallk.settings.base import setting
-
-#: Every metric name, in report order (recall and precision expand to one key per K).
-METRIC_NAMES = ("recall", "precision", "r_precision", "map@r", "map", "mrr")
 
 
 def confidence_problem(v: Any) -> str | None:

@@ -39,11 +39,14 @@ def test_every_query_excluded_gives_nan_and_a_warning(kwargs):
 
 
 def test_the_stage_still_refuses_every_query_excluded():
+    from recallk.score.data import RetrievalData
     from recallk.score.metrics import rank, summarize
+    from recallk.settings.score import ScoreSettings
 
-    ranking = rank(Q, G, ["x", "y"], ["a", "b", "c"], metrics=["recall"])
+    settings = ScoreSettings(ks=(1,), metrics=("recall",))
+    ranking = rank(RetrievalData(Q, G, ["x", "y"], ["a", "b", "c"]), settings)
     with pytest.raises(InputError, match="every one of the 2 queries is excluded.*Put same-label images"):
-        summarize(ranking, [1], ["recall"])
+        summarize(ranking, settings)
 
 
 def test_same_rows_as_queries_and_gallery_without_ids_warn():
@@ -67,7 +70,7 @@ def test_the_same_pil_object_in_both_lists_is_the_same_image():
         return np.array([np.asarray(im, dtype=np.float32).mean(axis=(0, 1)) for im in images])
 
     # red never retrieves itself: its nearest other is `near` (label y), then blue (x)
-    assert evaluate([red], ["x"], [red, near, blue], ["x", "y", "x"], colour, ks=[1, 2]) == \
+    assert evaluate([red], [red, near, blue], ["x"], ["x", "y", "x"], encoder_fn=colour, ks=[1, 2]) == \
         {"recall@1": 0.0, "recall@2": 1.0}
 
 
@@ -82,7 +85,7 @@ def test_a_tensor_that_requires_grad_is_detached():
         return torch.ones(len(images), 2, requires_grad=True) * torch.arange(1, len(images) + 1)[:, None]
 
     imgs = [Image.new("RGB", (2, 2)) for _ in range(3)]
-    assert evaluate(imgs[:1], ["a"], imgs[1:], ["a", "b"], encoder, ks=[1]) == {"recall@1": 1.0}
+    assert evaluate(imgs[:1], imgs[1:], ["a"], ["a", "b"], encoder_fn=encoder, ks=[1]) == {"recall@1": 1.0}
 
 
 def test_first_positive_ranks_as_documented():

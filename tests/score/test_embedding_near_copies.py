@@ -10,14 +10,17 @@ import pytest
 from recallk.score import embedding_copies as copies
 from recallk.report.block import format_report
 from recallk.report.provenance import provenance
-from recallk.report.suite import score_split
+from recallk.report.suite import SplitSets, score_split
+from recallk.score.data import RetrievalData
+from recallk.settings.score import BootstrapSettings, EmbeddingCopySettings, FailureSettings, ScoreSettings
 
 
 def test_flagged_pairs_and_metrics_without_them():
     cols = np.array([[1, 0], [0, -1], [2, 1]])
     scores = np.array([[0.99, 0.5], [0.97, np.nan], [0.2, 0.1]], dtype=np.float32)
-    pairs = copies.flagged_pairs(cols, scores, np.array(["q0", "q1", "q2"]), np.array(["a", "b", "a"]),
-                                 np.array(["g0", "g1", "g2"]), np.array(["a", "b", "a"]), 0.98)
+    data = RetrievalData(np.eye(3), np.eye(3), np.array(["a", "b", "a"]), np.array(["a", "b", "a"]),
+                         query_ids=np.array(["q0", "q1", "q2"]), gallery_ids=np.array(["g0", "g1", "g2"]))
+    pairs = copies.flagged_pairs(cols, scores, data, 0.98)
     assert pairs[["image_id", "rank", "gallery_id"]].values.tolist() == [["q0", 1, "g1"]]
     flagged = np.array([True, False, False])
     values = {"recall@1": np.array([1.0, 0.0, np.nan])}
@@ -36,11 +39,10 @@ def _suite(min_cosine, whiten="none"):
     row = pd.Series(np.arange(n), index=ids)
     cat = pd.DataFrame({"label": labels}, index=ids)
     queries, gallery = ids[1::2], ids[0::2]
-    return score_split(emb, row, cat, queries=queries, gallery=gallery, train=ids[:4], same_set=False,
-                       ks=[1, 5], metrics=["recall", "map@r"], max_memory_mb=64, backend="numpy",
-                       exclude_same=[], whiten=whiten, bootstrap={"resamples": 0, "confidence": 0.95, "seed": 0,
-                                                                  "unit": "query"},
-                       near_duplicates={"min_cosine": min_cosine})
+    settings = ScoreSettings(ks=(1, 5), metrics=("recall", "map@r"), max_memory_mb=64, whiten=whiten,
+                             bootstrap=BootstrapSettings(resamples=0), failures=FailureSettings(0, 0),
+                             near_duplicates=EmbeddingCopySettings(min_cosine))
+    return score_split(SplitSets(emb, row, queries, gallery, ids[:4], False), cat, settings)
 
 
 def test_score_split_flags_near_copies_and_reports_without_them():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ranking_cases import *  # noqa: F401,F403  (the oracle, the cases, the helpers)
+from recallk.score.data import RetrievalData
 
 
 @pytest.mark.parametrize("mb, rule, args, expected", [
@@ -50,7 +51,7 @@ def test_smaller_budget_tiles_never_change_a_number(kind, monkeypatch, caplog):
                                             ("same_set_other_exclusions", False),  # other exclusion values
                                             ("partial_overlap", False)])      # some queries are gallery items
 def test_problem_detects_the_same_set(kind, same_set):
-    problem = Problem.build(**make_case(kind, 0))
+    problem = Problem.build(RetrievalData(**make_case(kind, 0)))
     assert problem.same_set is same_set
     assert problem.queries(np.arange(3)).same_set is False  # a chunk of queries is never the gallery
 
@@ -69,13 +70,16 @@ def test_explicit_same_set_gives_the_ranks_of_detection(kind, same_set, caplog):
         _assert_same_ranking(explicit, detected)
 
 
-@pytest.mark.parametrize("change", [
-    {"query_ids": [f"q{j}" for j in range(29)]},                # other ids
-    {"query_ids": [f"img{j:03d}" for j in range(29)][::-1]},    # the same ids in another order
-    {"query_ids": None, "gallery_ids": None},                   # no ids to match the rows by
-    {"gallery_ids": None},                                      # ids on one side only
+ROW_FOR_ROW = "`same_set=True` needs the queries to be the gallery row for row"
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"query_ids": [f"q{j}" for j in range(29)]}, ROW_FOR_ROW),              # other ids
+    ({"query_ids": [f"img{j:03d}" for j in range(29)][::-1]}, ROW_FOR_ROW),  # the same ids in another order
+    ({"query_ids": None, "gallery_ids": None}, ROW_FOR_ROW),                 # no ids to match the rows by
+    ({"gallery_ids": None}, "pass both `query_ids` and `gallery_ids`"),      # ids on one side only: refused first
 ])
-def test_same_set_true_needs_the_gallery_row_for_row(change):
+def test_same_set_true_needs_the_gallery_row_for_row(change, message):
     case = dict(make_case("leave_one_out", 0), **change)
-    with pytest.raises(InputError, match=re.escape("`same_set=True` needs the queries to be the gallery row for row")):
+    with pytest.raises(InputError, match=re.escape(message)):
         ranking.rank_positives(**case, same_set=True)

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from ranking_cases import BIG_KINDS, KINDS, METRICS, _assert_same_ranking, _rank, make_big_case, make_case
+from recallk.score.data import RetrievalData
 from recallk.score.metrics import retrieval_summary
+from recallk.score.passes import Pass
 from recallk.score.ranking import Budget, Problem, rank_positives
 from recallk.score.ranking import fast as fast_module, schedule as schedule_module
 from recallk.score.ranking.problem import UnitRows
@@ -53,6 +55,7 @@ def test_rows_read_per_tile_never_change_a_number(kind, metrics, taller_runs, mo
     # a run holds several tiles' rows (the budget does not cap them).
     case = make_big_case(kind, 1) if kind in BIG_KINDS else make_case(kind, 1)
     mb = 512 if taller_runs else 0.02
+    ranks = Pass.first(cap=5) if metrics == ["recall"] else None  # recall alone: first ranks capped at 5
     if taller_runs:
         monkeypatch.setattr(Budget, "DIRECT_CELLS", 0)
         monkeypatch.setattr(fast_module, "_TILE_CELLS", Budget.MIN_PAIRS)
@@ -60,18 +63,19 @@ def test_rows_read_per_tile_never_change_a_number(kind, metrics, taller_runs, mo
         if taller_runs:  # nothing held; one thread: one run of every query, in blocks of 20 rows
             mp.setattr(Budget, "UNIT_SHARE", 0.0)
             mp.setattr(fast_module, "worker_count", lambda: 1)
-        read = _rank(case, metrics, max_memory_mb=mb)
+        read = _rank(case, metrics, ranks=ranks, max_memory_mb=mb)
     monkeypatch.setattr(Budget, "UNIT_SHARE", 1e12)
-    _assert_same_ranking(_rank(case, metrics, max_memory_mb=mb), read)
+    _assert_same_ranking(_rank(case, metrics, ranks=ranks, max_memory_mb=mb), read)
 
 
 def test_problem_holds_only_the_copies_that_fit():
     rng = np.random.default_rng(0)
     q, g = rng.normal(size=(10, 8)).astype(np.float32), rng.normal(size=(100, 8)).astype(np.float32)
     labels = (np.zeros(10, int), np.zeros(100, int))
-    both = Problem.build(q, g, *labels, unit_bytes=4 * 8 * 110)
-    queries_only = Problem.build(q, g, *labels, unit_bytes=4 * 8 * 109)
-    neither = Problem.build(q, g, *labels, unit_bytes=4 * 8 * 9)
+    data = RetrievalData(q, g, *labels)
+    both = Problem.build(data, unit_bytes=4 * 8 * 110)
+    queries_only = Problem.build(data, unit_bytes=4 * 8 * 109)
+    neither = Problem.build(data, unit_bytes=4 * 8 * 9)
     assert isinstance(both.q, np.ndarray) and isinstance(both.gp, np.ndarray)
     assert isinstance(queries_only.q, np.ndarray) and isinstance(queries_only.gp, UnitRows)
     assert isinstance(neither.q, UnitRows) and isinstance(neither.gp, UnitRows)
@@ -114,7 +118,7 @@ def test_scoring_logs_progress_with_rate_and_time_left_when_not_a_terminal(caplo
     rng = np.random.default_rng(0)
     q, g = rng.normal(size=(200, 16)).astype(np.float32), rng.normal(size=(30_000, 16)).astype(np.float32)
     with caplog.at_level(logging.INFO, logger="recallk.score.ranking.schedule"):
-        rank_positives(q, g, rng.integers(0, 9, 200), rng.integers(0, 9, 30_000), complete=False)
+        rank_positives(q, g, rng.integers(0, 9, 200), rng.integers(0, 9, 30_000), ranks=Pass.first())
     lines = [r.getMessage() for r in caplog.records if r.name == "recallk.score.ranking.schedule"]
     pattern = r"rank \(first positive\): (\d+)/15 tile \(\d+%\), [\d.]+ tile/s, (about \d+ s left|time left unknown)"
     assert all(re.fullmatch(pattern, line) for line in lines), lines

@@ -4,11 +4,14 @@ the README example among them), edge cases, the error tables of bad input, and t
 from __future__ import annotations
 
 from ranking_cases import *  # noqa: F401,F403  (the oracle, the cases, the helpers)
+from recallk.score.passes import Pass
+from recallk.score.ranking import rank_positives
+from recallk.settings.score import ScoreSettings
 
 
 @pytest.mark.parametrize("q, g, ql, gl, ks, extra, expected", TOY)
 def test_hand_checked_values(q, g, ql, gl, ks, extra, expected):
-    got = retrieval_summary(q, g, ql, gl, ks, metrics=None, **extra)
+    got = retrieval_summary(q, g, ql, gl, ks=ks, metrics=None, **extra)
     assert {key: got[key] for key in expected} == pytest.approx(expected, rel=1e-12, abs=0)
     # the oracle agrees with the hand computation (it checks the oracle, too)
     ref = oracle(q, g, ql, gl, ks, extra.get("query_ids"), extra.get("gallery_ids"), extra.get("exclude", ()))[0]
@@ -19,7 +22,7 @@ def test_hand_checked_values(q, g, ql, gl, ks, extra, expected):
 def test_readme_example_ranking_and_cosines():
     q, g = [[1.0, 0.0]], [[0.9, 0.1], [0.8, 0.6], [0.6, 0.8], [0.0, 1.0]]
     np.testing.assert_allclose(similarities(q, g)[0], [0.9939, 0.8, 0.6, 0.0], atol=1e-4)
-    ranking = rank(q, g, ["a"], ["a", "b", "a", "b"])
+    ranking = rank_positives(q, g, ["a"], ["a", "b", "a", "b"])
     assert ranking.ranks.tolist() == [0, 2] and ranking.n_positives.tolist() == [2]
     assert ranking.n_retrievable.tolist() == [4]
     out = retrieval_metrics(q, g, ["a"], ["a", "b", "a", "b"], ks=[1, 2])
@@ -34,13 +37,14 @@ def test_readme_example_ranking_and_cosines():
     (np.int64(2), [1, 2], 1),  # numpy integers read like Python ones
 ])
 def test_ids_are_compared_as_strings(query_id, gallery_ids, own):
-    ranking = rank([[1.0, 0.0]], [[1.0, 0.0], [1.0, 0.0]], ["a"], ["a", "a"], [query_id], gallery_ids)
+    ranking = rank_positives([[1.0, 0.0]], [[1.0, 0.0], [1.0, 0.0]], ["a"], ["a", "a"], query_ids=[query_id],
+                             gallery_ids=gallery_ids)
     assert ranking.n_positives.tolist() == [1 if own >= 0 else 2]
 
 
 def test_ids_repeated_as_text_are_refused():
     with pytest.raises(ValueError, match=r"`gallery_ids` must be unique \(compared as text\)"):
-        rank([[1.0, 0.0]], [[1.0, 0.0], [1.0, 0.0]], ["a"], ["a", "a"], ["q"], [1, "1"])
+        rank_positives([[1.0, 0.0]], [[1.0, 0.0], [1.0, 0.0]], ["a"], ["a", "a"], query_ids=["q"], gallery_ids=[1, "1"])
 
 
 def test_readme_example_with_a_tie():
@@ -145,10 +149,10 @@ def test_faiss_backend_reports_the_same_errors():
 
 
 def test_incomplete_ranking_refuses_metrics_that_need_every_positive():
-    ranking = rank([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], ["a"], ["a", "a"], metrics=["recall"])
+    ranking = rank_positives([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], ["a"], ["a", "a"], ranks=Pass.first())
     assert not ranking.complete
     with pytest.raises(ValueError, match=r"metrics \['map'\] need the complete ranking"):
-        per_query(ranking, [1], ["recall", "map"])
+        per_query(ranking, ScoreSettings(ks=(1,), metrics=("recall", "map")))
 
 
 def test_zero_vectors_tie_at_similarity_zero():
@@ -158,7 +162,7 @@ def test_zero_vectors_tie_at_similarity_zero():
     g = [[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]
     got = retrieval_summary(q, g, ["a", "a"], ["b", "a", "a"], ks=[1, 2], metrics=None)
     assert not any(isinstance(v, float) and math.isnan(v) for v in got.values())
-    assert _ranks_per_query(rank(q, g, ["a", "a"], ["b", "a", "a"])) == [[1, 2], [1, 2]]
+    assert _ranks_per_query(rank_positives(q, g, ["a", "a"], ["b", "a", "a"])) == [[1, 2], [1, 2]]
     assert got == {"recall@1": 0.0, "recall@2": 1.0, "precision@1": 0.0, "precision@2": 0.5,
                    "r_precision": 0.5, "map@r": 0.25, "map": pytest.approx((1 / 2 + 2 / 3) / 2, rel=1e-15),
                    "mrr": 0.5, "num_queries": 2, "num_excluded_queries": 0,
@@ -171,7 +175,7 @@ def test_exclude_values_compared_as_strings_and_missing_never_match():
     q, g = [[1.0, 0.0]] * 4, [[1.0, 0.0], [0.6, 0.8]]
     # query cameras: int 1 (== "1"), NaN, None, "" -> only the first one excludes g0
     cams_q, cams_g = [1, float("nan"), None, ""], ["1", float("nan")]
-    got = rank(q, g, ["a"] * 4, ["a", "a"], exclude=[(cams_q, cams_g)])
+    got = rank_positives(q, g, ["a"] * 4, ["a", "a"], exclude=[(cams_q, cams_g)])
     assert got.n_retrievable.tolist() == [1, 2, 2, 2]
     assert _ranks_per_query(got) == [[0], [0, 1], [0, 1], [0, 1]]
 
@@ -186,7 +190,7 @@ def test_exclude_values_compared_as_strings_and_missing_never_match():
 def test_nan_exclusion_value_never_matches_whatever_its_float_type(nan, container):
     # documented: missing values (None, NaN, "") never match; query NaN and gallery NaN must not exclude g0
     q, g = [[1.0, 0.0]], [[1.0, 0.0], [0.6, 0.8]]
-    got = rank(q, g, ["a"], ["a", "a"], exclude=[(container([nan]), container([nan, "x"]))])
+    got = rank_positives(q, g, ["a"], ["a", "a"], exclude=[(container([nan]), container([nan, "x"]))])
     assert got.n_retrievable.tolist() == [2]
     assert _ranks_per_query(got) == [[0, 1]]
 
@@ -197,8 +201,8 @@ def test_self_and_exclusion_counted_once_in_m_q():
     out = retrieval_summary(g[:1], g, ["a"], ["a", "b", "a"], ks=[5], query_ids=[0], gallery_ids=[0, 1, 2],
                             metrics=["precision"], exclude=[(["c"], ["c", None, "d"])])
     assert out["precision@5"] == 0.5
-    assert rank(g[:1], g, ["a"], ["a", "b", "a"], [0], [0, 1, 2], exclude=[(["c"], ["c", None, "d"])]
-                ).n_retrievable.tolist() == [2]
+    assert rank_positives(g[:1], g, ["a"], ["a", "b", "a"], query_ids=[0], gallery_ids=[0, 1, 2],
+                          exclude=[(["c"], ["c", None, "d"])]).n_retrievable.tolist() == [2]
 
 
 @pytest.mark.parametrize("g, gl, expected", TIES)

@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 from recallk import recall_at_k, retrieval_summary
+from recallk.score.data import RetrievalData
 from recallk.score.metrics import first_positive_ranks, rank, retrieval_metrics
+from recallk.settings.score import ScoreSettings
 
 
 # --------------------------------------------------------------------------- the wrappers
@@ -67,12 +69,13 @@ def test_wrappers_are_the_suite_on_recall(kind, seed):
     # recall_at_k is retrieval_metrics on recall alone; first_positive_ranks is rank()'s first positive
     # and positive count, under any memory bound (0.001 MB: one query per block)
     q, g, ql, gl, q_ids, g_ids = make_case(kind, seed)
-    recall = recall_at_k(q, g, ql, gl, KS, q_ids, g_ids)
+    recall = recall_at_k(q, g, ql, gl, query_ids=q_ids, gallery_ids=g_ids, ks=KS)
     assert list(recall) == [f"recall@{k}" for k in KS]
-    assert recall == retrieval_metrics(q, g, ql, gl, KS, q_ids, g_ids, metrics=["recall"])
-    ranking = rank(q, g, ql, gl, q_ids, g_ids, metrics=["recall"])
+    assert recall == retrieval_metrics(q, g, ql, gl, query_ids=q_ids, gallery_ids=g_ids, ks=KS, metrics=["recall"])
+    ranking = rank(RetrievalData(q, g, ql, gl, query_ids=q_ids, gallery_ids=g_ids), ScoreSettings(metrics=("recall",)))
     for memory in (512, 0.001):
-        got_rank, got_pos = first_positive_ranks(q, g, ql, gl, q_ids, g_ids, max_memory_mb=memory)
+        got_rank, got_pos = first_positive_ranks(q, g, ql, gl, query_ids=q_ids, gallery_ids=g_ids,
+                                                 max_memory_mb=memory)
         np.testing.assert_array_equal(got_rank, ranking.first_rank)
         np.testing.assert_array_equal(got_pos, ranking.n_positives)
 
@@ -113,7 +116,7 @@ def test_self_match_excluded_even_when_k_exceeds_gallery():
                        "num_excluded_queries": 1, "num_gallery": 3, "embedding_dim": 2,
                        # z's hit at K=1 depends on the tie with x: y would win it under the opposite rule
                        "tie_sensitive@1": 1, "tie_sensitive@3": 0, "tie_sensitive@10": 0}
-    rank, n_pos = first_positive_ranks(g, g, gl, gl, ids, ids)
+    rank, n_pos = first_positive_ranks(g, g, gl, gl, query_ids=ids, gallery_ids=ids)
     assert rank.tolist() == [-1, 0, 1] and n_pos.tolist() == [0, 1, 1]
     # a lone query whose only same-label item is itself: every query excluded -> NaN and a warning, never a hit
     with pytest.warns(RuntimeWarning, match="excluded"):

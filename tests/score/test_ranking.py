@@ -5,6 +5,9 @@ smallest memory bounds (FAISS-contrib style)."""
 from __future__ import annotations
 
 from ranking_cases import *  # noqa: F401,F403  (the oracle, the cases, the helpers)
+from recallk.score import values as values_module
+from recallk.score.passes import Pass
+from recallk.settings.score import ScoreSettings
 
 
 # --------------------------------------------------------------------------- 1. oracle cross-check
@@ -61,7 +64,7 @@ def test_recall_only_capped_path_matches_brute_force(kind, seed):
     first = np.array([r[0] if r else -1 for r in detail["ranks"]])
     opposite = np.array(detail["opposite"])
     for cap in (1, 2, 5):  # ranks of cap or more read cap (the opposite-rule rank too); -1 stays -1
-        ranking = _rank(case, metrics=["recall"], cap=cap)
+        ranking = _rank(case, metrics=["recall"], ranks=Pass.first(cap))
         assert ranking.cap == cap
         np.testing.assert_array_equal(ranking.first_rank, np.minimum(first, cap))
         np.testing.assert_array_equal(ranking.first_rank_opposite, np.minimum(opposite, cap))
@@ -75,7 +78,7 @@ def test_capped_ranks_are_the_full_ranks_cut_at_the_cap(kind, memory):
     case = make_big_case(kind, 4) if kind in BIG_KINDS else make_case(kind, 4)
     full = _rank(case, ["recall"], max_memory_mb=memory)
     for cap in (1, 3, 10_000):
-        capped = _rank(case, ["recall"], max_memory_mb=memory, cap=cap)
+        capped = _rank(case, ["recall"], ranks=Pass.first(cap), max_memory_mb=memory)
         np.testing.assert_array_equal(capped.first_rank, np.minimum(full.first_rank, cap))
         np.testing.assert_array_equal(capped.first_rank_opposite, np.minimum(full.first_rank_opposite, cap))
         np.testing.assert_array_equal(capped.n_positives, full.n_positives)
@@ -103,24 +106,13 @@ def test_queries_that_surely_miss_stop_counting(leave_one_out, monkeypatch):
     assert capped < 0.5 * sum(scanned), (capped, sum(scanned))  # without stopping: all of them
 
 
-@pytest.mark.parametrize("kw, message", [
-    ({"cap": 0}, "`cap` must be a positive integer"),                   # nothing to stop at
-    ({"cap": 2.5}, "`cap` must be a positive integer"),                 # not an integer
-    ({"cap": True}, "`cap` must be a positive integer"),                # bools are not counts
-    ({"cap": 3, "complete": True}, "`cap` must be a positive integer, with complete=False"),  # every positive
-])
-def test_rank_positives_rejects_bad_caps(kw, message):
-    with pytest.raises(ValueError, match=re.escape(message)):
-        ranking.rank_positives([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], ["a"], ["a", "b"], **{"complete": False, **kw})
-
-
 @pytest.mark.parametrize("metrics, ks", [(["recall", "mrr"], (1,)),   # MRR needs the exact first rank
                                           (["recall"], (1, 5)),         # K above the cap
                                           (["recall", "map"], (1,))])   # every positive's rank
 def test_capped_ranking_serves_only_recall_up_to_its_cap(metrics, ks):
-    capped = rank([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], ["a"], ["a", "b"], metrics=["recall"], cap=2)
+    capped = ranking.rank_positives([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], ["a"], ["a", "b"], ranks=Pass.first(2))
     with pytest.raises(ValueError, match="capped at 2|need the complete ranking"):
-        per_query(capped, ks, metrics)
+        per_query(capped, ScoreSettings(ks=ks, metrics=tuple(metrics)))
 
 
 @pytest.mark.parametrize("kind", BIG_KINDS)
@@ -224,12 +216,13 @@ def test_consecutive_runs(counts, most, runs):
 @pytest.mark.parametrize("span", [1, 7])  # at most one query per span (a query's positives never split); a few
 @pytest.mark.parametrize("kind", KINDS + BIG_KINDS)
 def test_per_query_values_in_spans_never_change_a_number(kind, span, monkeypatch):
-    # per_query takes spans of queries with at most _SPAN_PAIRS positives between them at a time.
+    # per_query takes spans of queries with at most SPAN_PAIRS positives between them at a time.
     case = make_big_case(kind, 4) if kind in BIG_KINDS else make_case(kind, 4)
     ranked = _rank(case)
-    expected = per_query(ranked, KS, METRICS)
-    monkeypatch.setattr(metrics_module, "_SPAN_PAIRS", span)
-    got = per_query(ranked, KS, METRICS)
+    settings = ScoreSettings(ks=KS, metrics=METRICS)
+    expected = per_query(ranked, settings)
+    monkeypatch.setattr(values_module, "SPAN_PAIRS", span)
+    got = per_query(ranked, settings)
     assert list(got) == list(expected)
     for key in expected:
         np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
@@ -244,14 +237,15 @@ def test_complete_ranking_of_few_large_labels_stays_near_the_budget():
     ids = list(range(3000))
     tracemalloc.start()
     try:
-        got = ranking.rank_positives(g, g, gl, gl, ids, ids, max_memory_mb=16)
+        got = ranking.rank_positives(g, g, gl, gl, query_ids=ids, gallery_ids=ids, max_memory_mb=16)
         peak = tracemalloc.get_traced_memory()[1] / 2**20
     finally:
         tracemalloc.stop()
     pairs = int(got.n_positives.sum())
     assert pairs > 4_000_000
     assert peak <= 16 + 8 * pairs / 2**20 + 4, f"{peak:.0f} MiB"  # + 4: unit copies, labels and ids
-    assert _ranks_per_query(got) == _ranks_per_query(ranking.rank_positives(g, g, gl, gl, ids, ids))
+    assert _ranks_per_query(got) == _ranks_per_query(ranking.rank_positives(g, g, gl, gl, query_ids=ids,
+                                                                             gallery_ids=ids))
 
 
 def test_per_query_temporaries_stay_bounded_with_few_large_labels(monkeypatch):
@@ -259,12 +253,13 @@ def test_per_query_temporaries_stay_bounded_with_few_large_labels(monkeypatch):
     rng = np.random.default_rng(0)
     g, gl = rng.normal(size=(3000, 8)).astype(np.float32), rng.integers(0, 2, 3000)
     ids = list(range(3000))
-    ranked = ranking.rank_positives(g, g, gl, gl, ids, ids)
-    expected = per_query(ranked, KS, METRICS)
-    monkeypatch.setattr(metrics_module, "_SPAN_PAIRS", 2**16)  # spans of ~65 k positives: a few MB each
+    ranked = ranking.rank_positives(g, g, gl, gl, query_ids=ids, gallery_ids=ids)
+    settings = ScoreSettings(ks=KS, metrics=METRICS)
+    expected = per_query(ranked, settings)
+    monkeypatch.setattr(values_module, "SPAN_PAIRS", 2**16)  # spans of ~65 k positives: a few MB each
     tracemalloc.start()
     try:
-        got = per_query(ranked, KS, METRICS)
+        got = per_query(ranked, settings)
         peak = tracemalloc.get_traced_memory()[1] / 2**20
     finally:
         tracemalloc.stop()
@@ -340,7 +335,7 @@ def test_direct_path_equals_the_tiles(kind, seed, monkeypatch, caplog):
             with monkeypatch.context() as patch, caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
                 patch.setattr(Budget, "DIRECT_CELLS", cells)
                 caplog.clear()
-                got[path] = _rank(case, names, cap=cap)
+                got[path] = _rank(case, names, ranks=None if cap is None else Pass.first(cap))
             assert ("direct path" in _ranking_logs(caplog)[0]) is (path == "direct")
         for field in dataclasses.fields(ranking.Ranking):
             a, b = getattr(got["direct"], field.name), getattr(got["tiles"], field.name)

@@ -8,6 +8,9 @@ from ranking_cases import *  # noqa: F401,F403  (the oracle, the cases, the help
 from recallk.score.ranking import top as top_module
 from recallk.score.ranking.problem import UnitRows
 from recallk.score.ranking.schedule import threads
+from recallk.score.data import RetrievalData
+from recallk.score.passes import Pass
+from recallk.settings.score import ScoreSettings
 
 #: The metrics the top-L pass serves (everything but full map).
 TOP_METRICS = ["recall", "precision", "r_precision", "map@r", "mrr"]
@@ -62,7 +65,7 @@ def test_top_pass_matches_brute_force(kind, seed, caplog):
     expected, detail = _oracle(case)
     with caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
         got = _summary(case, metrics=TOP_METRICS)
-        top = _rank(case, TOP_METRICS, depth=max(KS))
+        top = _rank(case, TOP_METRICS, ranks=Pass.top(max(KS)))
     assert len(_top_logs(caplog)) == 2
     assert _route_counts(_top_logs(caplog)[1])["served"] == sum(map(bool, detail["ranks"]))  # every query
     assert list(got)[:len(TOP_KEYS)] == TOP_KEYS
@@ -96,7 +99,7 @@ def test_every_route_of_the_top_pass_gives_the_complete_rankings_numbers(route, 
             full = _rank(case, TOP_METRICS, max_memory_mb=memory)
             caplog.clear()
             with caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
-                top = _rank(case, names, max_memory_mb=memory, depth=depth, cap=cap)
+                top = _rank(case, names, ranks=Pass.top(depth, cap), max_memory_mb=memory)
             for name, count in _route_counts(_top_logs(caplog)[0]).items():
                 seen[name] += count
             if cap is None:
@@ -104,7 +107,8 @@ def test_every_route_of_the_top_pass_gives_the_complete_rankings_numbers(route, 
             else:  # first ranks of cap or more read cap; everything else as the complete ranking's
                 np.testing.assert_array_equal(top.first_rank, np.minimum(full.first_rank, cap))
                 np.testing.assert_array_equal(top.first_rank_opposite, np.minimum(full.first_rank_opposite, cap))
-            assert metrics_module.summarize(top, ks, names)[0] == metrics_module.summarize(full, ks, names)[0]
+            settings = ScoreSettings(ks=ks, metrics=tuple(names))
+            assert metrics_module.summarize(top, settings)[0] == metrics_module.summarize(full, settings)[0]
     taken = {"pruned": "served", "deep": "deep", "overflow": "overflow", "capped": "beyond"}[route]
     assert seen[taken] > 0, seen
 
@@ -113,7 +117,7 @@ def test_every_route_of_the_top_pass_gives_the_complete_rankings_numbers(route, 
 @pytest.mark.parametrize("kind", ROUTE_KINDS)
 def test_memory_bound_never_changes_a_top_number(kind, memory, monkeypatch):
     case = _case(kind)
-    _assert_cut_of(_rank(case, TOP_METRICS, max_memory_mb=memory, depth=max(KS)),
+    _assert_cut_of(_rank(case, TOP_METRICS, ranks=Pass.top(max(KS)), max_memory_mb=memory),
                    _rank(case, TOP_METRICS, max_memory_mb=512))
 
 
@@ -126,10 +130,10 @@ def test_few_large_labels_take_the_complete_ranking_by_the_default_rule(monkeypa
     ql = np.r_[np.zeros(30, int), np.ones(30, int), rng.integers(2, 42, 140)]
     g, q = rng.normal(size=(gl.size, 6)), rng.normal(size=(ql.size, 6))
     with caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
-        top = rank(q, g, ql, gl, None, None, TOP_METRICS, depth=10)
+        top = ranking.rank_positives(q, g, ql, gl, ranks=Pass.top(10))
     counts = _route_counts(_top_logs(caplog)[0])
     assert counts["deep"] == 60 and counts["served"] == 140
-    _assert_cut_of(top, rank(q, g, ql, gl, None, None, TOP_METRICS), 10)
+    _assert_cut_of(top, ranking.rank_positives(q, g, ql, gl), 10)
 
 
 def test_a_gallery_read_when_needed_takes_tall_runs_in_blocks(monkeypatch):
@@ -140,12 +144,12 @@ def test_a_gallery_read_when_needed_takes_tall_runs_in_blocks(monkeypatch):
     rng = np.random.default_rng(1)
     q, g = rng.normal(size=(300, 8)), rng.normal(size=(3000, 8))
     ql, gl = rng.integers(0, 100, 300), rng.integers(0, 100, 3000)
-    assert isinstance(Problem.build(q, g, ql, gl, unit_bytes=Budget(0.4).unit_bytes()).gp, UnitRows)
+    assert isinstance(Problem.build(RetrievalData(q, g, ql, gl), unit_bytes=Budget(0.4).unit_bytes()).gp, UnitRows)
     made = []
     monkeypatch.setattr(top_module.TopWorker, "query_run", _recording(top_module.TopWorker.query_run, made))
-    top = rank(q, g, ql, gl, None, None, TOP_METRICS, max_memory_mb=0.4, depth=10)
+    top = ranking.rank_positives(q, g, ql, gl, ranks=Pass.top(10), max_memory_mb=0.4)
     assert max(made) > Budget.TOP_MAX_ROWS  # runs taller than a block
-    _assert_cut_of(top, rank(q, g, ql, gl, None, None, TOP_METRICS), 10)
+    _assert_cut_of(top, ranking.rank_positives(q, g, ql, gl), 10)
 
 
 def _recording(method, sizes: list):
@@ -156,30 +160,15 @@ def _recording(method, sizes: list):
     return run
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(depth=0), r"`depth` must be a positive integer"),           # not positive
-    (dict(depth=True), r"`depth` must be a positive integer"),        # a bool is not a depth
-    (dict(depth=2.5), r"`depth` must be a positive integer"),         # not an integer
-    (dict(depth=3, complete=False), r"with complete=True"),           # the first-positive pass has no depth
-    (dict(depth=3, cap=4), r"`cap` must be at most `depth` \(3\)"),    # a cap deeper than the depth
-    (dict(cap=3), r"with complete=False or a depth"),                 # the complete ranking is never capped
-])
-def test_rank_positives_rejects_bad_depths(kw, message):
-    case = make_case("gaussian", 0)
-    with pytest.raises(ValueError, match=message):
-        ranking.rank_positives(case["query_emb"], case["gallery_emb"], case["query_labels"], case["gallery_labels"],
-                               **kw)
-
-
 @pytest.mark.parametrize("metrics, ks", [(["map"], (1,)),              # full map needs every positive's rank
                                          (["precision"], (1, 50))])    # precision@50 beyond a depth of 5
 def test_a_top_ranking_serves_only_what_its_depth_holds(metrics, ks, monkeypatch):
     rng = np.random.default_rng(0)
     g, gl = rng.normal(size=(80, 4)), rng.integers(0, 20, 80)
-    top = rank(g[:10], g, gl[:10], gl, None, None, ["precision"], depth=5)
+    top = ranking.rank_positives(g[:10], g, gl[:10], gl, ranks=Pass.top(5))
     assert (top.depth < 50).any()
     with pytest.raises(ValueError, match="top of each query's ranking"):
-        per_query(top, ks, metrics)
+        per_query(top, ScoreSettings(ks=ks, metrics=tuple(metrics)))
 
 
 @pytest.mark.parametrize("names, path", [
@@ -203,7 +192,7 @@ def test_top_pass_scratch_stays_under_the_budget(monkeypatch):
     q, g = rng.normal(size=(2000, 32)).astype(np.float32), rng.normal(size=(2000, 32)).astype(np.float32)
     ql, gl = rng.integers(0, 40, 2000), rng.integers(0, 40, 2000)
 
-    assert_scratch_within_budget(lambda mb: ranking.rank_positives(q, g, ql, gl, max_memory_mb=mb, depth=10),
+    assert_scratch_within_budget(lambda mb: ranking.rank_positives(q, g, ql, gl, ranks=Pass.top(10), max_memory_mb=mb),
                                  "top-pass scratch")
 
 
@@ -214,6 +203,6 @@ def test_property_top_pass_is_the_complete_ranking_cut_at_its_depth(case):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Budget, "DIRECT_CELLS", 0)
         patch.setattr(Budget, "TOP_DEPTH_SHARE", 1.0)
-        top = _rank(case, TOP_METRICS, depth=max(KS))
+        top = _rank(case, TOP_METRICS, ranks=Pass.top(max(KS)))
         full = _rank(case, TOP_METRICS)
     _assert_cut_of(top, full)

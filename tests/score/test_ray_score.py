@@ -7,9 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from recallk.score.data import RetrievalData
 from recallk.score.metrics import rank
+from recallk.score.passes import Pass
 from recallk.score.ranking import rank_positives
 from recallk.score.ranking.ray_tiles import RayTiles
+from recallk.settings.score import RaySettings, ScoreSettings
 
 pytestmark = pytest.mark.ray
 
@@ -52,8 +55,9 @@ def assert_same_ranking(got, want):
 def test_ray_ranking_byte_identical_to_local(ray_cluster, leave_one_out, complete, cap, exclude, mb, passes):
     q, g, q_lab, g_lab, q_ids, g_ids, q_cam, g_cam = tied_problem(230, 410, 6, leave_one_out)
     pairs = [(q_cam, g_cam)] if exclude else []
-    args = (q, g, q_lab, g_lab, q_ids, g_ids, pairs)
-    options = dict(max_memory_mb=mb, complete=complete, cap=cap, same_set=leave_one_out or None)
+    args = (q, g, q_lab, g_lab)
+    options = dict(query_ids=q_ids, gallery_ids=g_ids, exclude=pairs, same_set=leave_one_out or None,
+                   ranks=Pass.every() if complete else Pass.first(cap), max_memory_mb=mb)
     want = rank_positives(*args, **options)
     tiles = RayTiles(shares=3)
     got = rank_positives(*args, **options, count_tiles=tiles)
@@ -65,8 +69,9 @@ def test_ray_ranking_byte_identical_to_local(ray_cluster, leave_one_out, complet
 def test_ray_engine_through_rank_and_the_stage_param(ray_cluster):
     q, g, q_lab, g_lab, _, _, q_cam, g_cam = tied_problem(120, 150, 5, False, seed=1)
     exclude = [(q_cam, g_cam)]
-    local = rank(q, g, q_lab, g_lab, exclude=exclude, max_memory_mb=1)
-    remote = rank(q, g, q_lab, g_lab, exclude=exclude, max_memory_mb=1, engine="ray", ray={"num_cpus": 1})
+    data = RetrievalData(q, g, q_lab, g_lab, exclude=exclude)
+    local = rank(data, ScoreSettings(max_memory_mb=1))
+    remote = rank(data, ScoreSettings(max_memory_mb=1, engine="ray", ray=RaySettings(num_cpus=1)))
     assert_same_ranking(remote, local)
 
 
@@ -79,8 +84,10 @@ def test_ray_engine_serves_the_top_metrics_with_the_complete_ranking(ray_cluster
     monkeypatch.setattr(Budget, "DIRECT_CELLS", 0)
     q, g, q_lab, g_lab, _, _, q_cam, g_cam = tied_problem(120, 150, 5, False, seed=2)
     names, ks = ["recall", "precision", "r_precision", "map@r"], (1, 5)
-    local = rank(q, g, q_lab, g_lab, metrics=names, exclude=[(q_cam, g_cam)], max_memory_mb=1, depth=5, cap=5)
-    remote = rank(q, g, q_lab, g_lab, metrics=names, exclude=[(q_cam, g_cam)], max_memory_mb=1, depth=5, cap=5,
-                  engine="ray", ray={"num_cpus": 1})
+    data, settings = RetrievalData(q, g, q_lab, g_lab, exclude=[(q_cam, g_cam)]), ScoreSettings(ks=ks, metrics=names,
+                                                                                                max_memory_mb=1)
+    local = rank(data, settings, Pass.top(5, cap=5))
+    remote = rank(data, ScoreSettings(ks=ks, metrics=names, max_memory_mb=1, engine="ray", ray=RaySettings(num_cpus=1)),
+                  Pass.top(5, cap=5))
     assert local.depth is not None and remote.depth is None and remote.cap is None
-    assert summarize(remote, ks, names)[0] == summarize(local, ks, names)[0]
+    assert summarize(remote, settings)[0] == summarize(local, settings)[0]

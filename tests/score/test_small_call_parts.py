@@ -10,8 +10,12 @@ import numpy as np
 import pytest
 
 from recallk.checks import distinct_ids, same_values
-from recallk.score.metrics import METRICS, rank, summarize
-from recallk.score.ranking.problem import code_columns, own_rows, ids_match
+from recallk.score.data import ids_match
+from recallk.score.metrics import summarize
+from recallk.score.passes import Pass
+from recallk.score.ranking import rank_positives
+from recallk.score.ranking.problem import code_columns, own_rows
+from recallk.settings.score import ScoreSettings
 from recallk.score.similarity import l2_normalize
 
 
@@ -97,14 +101,15 @@ def test_means_only_recall_is_summarize_recall(kind):
     if kind == "all_excluded":
         gl = gl + 10  # no query has a positive
     ks = [1, 3, 10]
-    ranking = rank(q, g, ql, gl, metrics=METRICS if kind == "complete" else ["recall"],
-                   cap=10 if kind == "capped" else None)
+    ranking = rank_positives(q, g, ql, gl, ranks=Pass.every() if kind == "complete" else
+                             Pass.first(cap=10 if kind == "capped" else None))
+    settings = ScoreSettings(ks=ks, metrics=("recall",))
     expect = (lambda: pytest.warns(RuntimeWarning, match="excluded")) if kind == "all_excluded" \
         else contextlib.nullcontext
     with expect():
-        fast, values = summarize(ranking, ks, ["recall"], all_excluded="nan", means_only=True)
+        fast, values = summarize(ranking, settings, all_excluded="nan", means_only=True)
     with expect():
-        full, _ = summarize(ranking, ks, ["recall"], all_excluded="nan")
+        full, _ = summarize(ranking, settings, all_excluded="nan")
     assert values is None
     assert repr({k: fast[k] for k in fast}) == repr({k: full[k] for k in fast})  # values and types
     assert not any(k.startswith("tie_sensitive@") for k in fast)

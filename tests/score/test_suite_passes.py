@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from recallk.score.ranking import Budget
-from recallk.report.suite import score_split
+from recallk.report.suite import SplitSets, score_split
+from recallk.settings.score import BootstrapSettings, FailureSettings, ScoreSettings
 
 TOP = ["recall", "precision", "r_precision", "map@r", "mrr"]
 
@@ -26,18 +27,18 @@ def _split(leave_one_out: bool):
     catalog = pd.DataFrame({"label": [f"c{x}" for x in labels]}, index=pd.Index(ids, name="image_id"))
     row = pd.Series(np.arange(600), index=ids)
     queries, gallery = (ids[:400], ids[:400]) if leave_one_out else (ids[:250], ids[250:])
-    return emb, row, catalog, dict(queries=queries, gallery=gallery, train=ids[400:], same_set=leave_one_out)
+    return SplitSets(emb, row, queries, gallery, ids[400:], leave_one_out), catalog
 
 
 @pytest.mark.parametrize("leave_one_out", [False, True])
 def test_score_split_numbers_do_not_depend_on_the_pass(leave_one_out, monkeypatch, caplog):
     monkeypatch.setattr(Budget, "DIRECT_CELLS", 0)  # the tiles, as on a real data set
-    emb, row, catalog, sets = _split(leave_one_out)
-    common = dict(ks=[1, 5, 10], max_memory_mb=64, backend="numpy", exclude_same=[], whiten="none",
-                  bootstrap={"resamples": 50, "confidence": 0.95, "seed": 0}, **sets)
+    sets, catalog = _split(leave_one_out)
+    common = dict(ks=(1, 5, 10), max_memory_mb=64, backend="numpy", exclude_same=(), whiten="none",
+                  bootstrap=BootstrapSettings(resamples=50, confidence=0.95, seed=0), failures=FailureSettings(0, 0))
     with caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
-        top, top_frames = score_split(emb, row, catalog, metrics=TOP, **common)
-        full, full_frames = score_split(emb, row, catalog, metrics=TOP + ["map"], **common)
+        top, top_frames = score_split(sets, catalog, ScoreSettings(metrics=tuple(TOP), **common))
+        full, full_frames = score_split(sets, catalog, ScoreSettings(metrics=(*TOP, "map"), **common))
     passes = [r.getMessage() for r in caplog.records if r.name == "recallk.score.ranking.engine"]
     assert "top-L pass" in passes[0] and "exact pass" in passes[-1]
     assert top == {k: v for k, v in full.items() if k != "map" and not k.startswith("map_")}  # map@r stays

@@ -64,7 +64,8 @@ def test_per_query_table_matches_the_oracle_and_the_api(uneven_scored_base):
         np.testing.assert_allclose(by_id[tables.per_query_column(key)].to_numpy(float), want["values"][key],
                                    rtol=1e-9, err_msg=key)
 
-    first, n_pos = first_positive_ranks(s["q_emb"], s["g_emb"], s["q_lab"], s["g_lab"], s["q"], s["g"])
+    first, n_pos = first_positive_ranks(s["q_emb"], s["g_emb"], s["q_lab"], s["g_lab"], query_ids=s["q"],
+                                        gallery_ids=s["g"])
     assert by_id["first_positive_rank"].tolist() == (first + 1).tolist()
     assert by_id["num_positives"].tolist() == n_pos.tolist()
 

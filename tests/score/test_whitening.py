@@ -15,6 +15,8 @@ from recallk.errors import InputError
 from recallk.report import suite
 from recallk.score.similarity import l2_normalize
 from recallk.report.suite import score_split
+from recallk.settings.base import from_mapping
+from recallk.settings.score import ScoreSettings
 from stages.params import load_section
 from stages.score_inputs import load_inputs
 
@@ -24,8 +26,7 @@ def _score_in_process(project: Path, **overrides):
     params.update(overrides)
     inputs = load_inputs(str(project / CATALOG), str(project / SPLIT), str(project / EMBEDDINGS), str(project / IDS),
                          train=params["whiten"] == "pca")
-    return score_split(inputs.emb, inputs.row, inputs.catalog, queries=inputs.queries, gallery=inputs.gallery,
-                       train=inputs.train, same_set=inputs.same_set, **params)
+    return score_split(inputs.sets, inputs.catalog, from_mapping(ScoreSettings, params))
 
 
 @pytest.fixture

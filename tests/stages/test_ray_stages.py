@@ -38,12 +38,14 @@ def test_missing_ray_names_the_extra(monkeypatch):
 
 
 def test_ray_engine_refuses_the_faiss_backend():
+    from recallk.score.data import RetrievalData
     from recallk.score.metrics import rank
+    from recallk.settings.score import ScoreSettings
 
     emb = np.eye(4, dtype=np.float32)
     with pytest.raises(InputError, match=r"`score.engine: ray` runs the numpy engine's tiles on Ray; set "
                                          r"`score.backend: numpy`"):
-        rank(emb, emb, [0, 0, 1, 1], [0, 0, 1, 1], backend="faiss", engine="ray")
+        rank(RetrievalData(emb, emb, [0, 0, 1, 1], [0, 0, 1, 1]), ScoreSettings(backend="faiss", engine="ray"))
 
 
 @pytest.mark.ray
@@ -52,8 +54,10 @@ def test_resources_the_cluster_lacks_are_named(ray_cluster, tmp_path):
     from recallk.encode.batches import encode_catalog
     from recallk.encode.ray_engine import ray_source
     from recallk.encode.registry import get_backbone
+    from recallk.score.data import RetrievalData
     from recallk.settings.encode import EncodeRaySettings
     from recallk.score.metrics import rank
+    from recallk.settings.score import RaySettings, ScoreSettings
 
     cat, backbone = image_catalog(tmp_path, range(2)), get_backbone("pixels", {"resolution": 2})
     source = ray_source(backbone, "pixels", {"resolution": 2},
@@ -62,7 +66,8 @@ def test_resources_the_cluster_lacks_are_named(ray_cluster, tmp_path):
         encode_catalog(cat, backbone, batch_size=2, num_workers=1, source=source)
     emb = np.eye(4, dtype=np.float32)
     with pytest.raises(InputError, match=r"`score.ray.num_cpus` is 8, but the largest node of the Ray cluster has 2"):
-        rank(emb, emb, [0, 0, 1, 1], [0, 0, 1, 1], engine="ray", ray={"num_cpus": 8})
+        rank(RetrievalData(emb, emb, [0, 0, 1, 1], [0, 0, 1, 1]),
+             ScoreSettings(engine="ray", ray=RaySettings(num_cpus=8)))
 
 
 @pytest.mark.ray

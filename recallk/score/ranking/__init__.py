@@ -1,13 +1,13 @@
 """The exact ranking engine: where each query's positives rank among what it may retrieve.
 
-``rank_positives`` (numpy, blocked under ``max_memory_mb``) and
-``rank_positives_faiss`` (``faiss.IndexFlatIP``, a cross-check) return the same
-:class:`Ranking`. How the engine works: ``docs/engine.md``.
+``rank_data`` (numpy, blocked under ``max_memory_mb``; ``rank_positives`` is its public wrapper
+over arrays) and ``rank_data_faiss`` (``faiss.IndexFlatIP``, a cross-check) return the same
+:class:`Ranking` for a :class:`~recallk.score.data.RetrievalData`. How the engine works: ``docs/engine.md``.
 """
 
 from recallk.score.ranking.budget import Budget
-from recallk.score.ranking.engine import Ranking, rank_positives
+from recallk.score.ranking.engine import Ranking, rank_data, rank_positives
 from recallk.score.ranking.problem import Problem
 from recallk.score.ranking.schedule import consecutive_runs
 
-__all__ = ["Budget", "Problem", "Ranking", "consecutive_runs", "rank_positives"]
+__all__ = ["Budget", "Problem", "Ranking", "consecutive_runs", "rank_data", "rank_positives"]

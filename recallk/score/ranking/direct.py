@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from recallk.score.passes import Pass
 from recallk.score.ranking.problem import Problem
 from recallk.score.ranking.schedule import single_threaded_blas
 from recallk.score.similarity import cosine_block
@@ -37,10 +38,10 @@ from recallk.score.similarity import cosine_block
 BELOW = np.iinfo(np.int64).min
 
 
-def direct_ranks(p: Problem, complete: bool, cap: int | None) -> tuple[np.ndarray, ...]:
-    """:func:`recallk.score.ranking.engine._rank_part` for the whole problem from one exact product:
-    (positives per query, offsets, ranks, first ranks under the opposite tie rule)."""
-    n, m = p.q.shape[0], p.gp.shape[0]
+def direct_ranks(p: Problem, ranks: Pass) -> tuple[np.ndarray, ...]:
+    """The pass ``ranks`` (``Pass.every()`` or ``Pass.first(cap)``) for the whole problem from one exact
+    product: (positives per query, offsets, ranks, first ranks under the opposite tie rule)."""
+    n, m, complete, cap = p.q.shape[0], p.gp.shape[0], not ranks.first_only, ranks.cap
     with single_threaded_blas(n * m * p.q.shape[1]):
         sims = cosine_block(p.q[:], p.gp[:].astype(np.float64).T)  # [:]: unit rows held or read
     positive = p.q_label[:, None] == p.g_label

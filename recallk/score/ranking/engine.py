@@ -8,8 +8,10 @@ positive would rank with ties broken the other way (tie sensitivity).
 
 How (FAISS-contrib style, flat numpy, blocked under a memory bound), module by module:
 
-* :mod:`~recallk.score.ranking.problem`: the inputs prepared once (unit vectors,
-  the gallery sorted by label, exclusions, the leave-one-out flag).
+* :mod:`~recallk.score.ranking.problem`: the checked :class:`~recallk.score.data.RetrievalData`
+  prepared once (unit vectors, the gallery sorted by label, exclusions, the leave-one-out flag).
+* :class:`~recallk.score.passes.Pass`: which ranks to compute (the first positive's, the top
+  max(R, depth), or every one), one explicit value.
 * :mod:`~recallk.score.ranking.positives`: the exact similarity of every
   (query, positive) pair comes from one float64 product per label; a query's
   positives sorted by (-similarity, gallery index) are its *thresholds*.
@@ -19,11 +21,11 @@ How (FAISS-contrib style, flat numpy, blocked under a memory bound), module by m
 * :mod:`~recallk.score.ranking.fast`: only the first threshold is needed for
   recall@K and MRR: float32 tiles (4 MiB) are scanned while still in the cache,
   one compare for the cells surely above and one for the error window
-  (:mod:`~recallk.score.ranking.scan`). With ``cap`` (recall@K alone: ranks beyond
-  the largest K change nothing) a query stops counting once ``cap`` cells surely
-  beat its first positive.
-* :mod:`~recallk.score.ranking.top`: with ``depth`` (precision@K, r_precision, map@r,
-  recall and mrr: no full map) only each query's first max(R, depth) ranks are
+  (:mod:`~recallk.score.ranking.scan`). With a cap (``Pass.first(cap)``, recall@K
+  alone: ranks beyond the largest K change nothing) a query stops counting once ``cap``
+  cells surely beat its first positive.
+* :mod:`~recallk.score.ranking.top`: with ``Pass.top(depth)`` (precision@K, r_precision,
+  map@r, recall and mrr: no full map) only each query's first max(R, depth) ranks are
   needed: float32 tiles, each row's candidates above its L-th score less ``2 tol``,
   and an exact order of the candidates, at about the cost of the fast path.
 * :mod:`~recallk.score.ranking.exact`: full map needs every positive's rank: exact
@@ -56,6 +58,9 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from recallk.checks import check_memory
+from recallk.score.data import RetrievalData
+from recallk.score.passes import Pass, Ranks
 from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.counting import RankCounter
 from recallk.score.ranking.direct import direct_ranks
@@ -67,9 +72,12 @@ from recallk.score.ranking.schedule import (Select, query_chunks, consecutive_ru
                                             rows_to_csr, spans)
 from recallk.score.ranking.top import deepest, top_ranks
 
-__all__ = ["Ranking", "consecutive_runs", "rank_positives"]  # consecutive_runs: from schedule, as before
+__all__ = ["Ranking", "consecutive_runs", "rank_data", "rank_positives"]  # consecutive_runs: from schedule, as before
 
 log = logging.getLogger(__name__)
+
+#: The default pass of :func:`rank_positives`: every positive's rank.
+EVERY = Pass.every()
 
 
 @dataclass(frozen=True)
@@ -78,9 +86,9 @@ class Ranking:
 
     ``ranks[offsets[i]:offsets[i + 1]]`` are query ``i``'s positive ranks in
     ascending order (0-based, among the ``n_retrievable[i]`` items it may retrieve).
-    With ``complete=False`` each query with positives has one entry, its first
-    positive's rank (``first_rank``); ``n_positives`` still counts all of them.
-    With ``cap``, first ranks (and ``first_rank_opposite``) of ``cap`` or more read ``cap``.
+    From the first-positive pass (``Pass.first()``, ``complete`` False) each query with positives has one
+    entry, its first positive's rank (``first_rank``); ``n_positives`` still counts all of them.
+    With a cap, first ranks (and ``first_rank_opposite``) of ``cap`` or more read ``cap``.
 
     Attributes
     ----------
@@ -125,137 +133,129 @@ class Ranking:
 
 
 def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
-                   gallery_labels: Sequence[Any], query_ids: Sequence[Any] | None = None,
+                   gallery_labels: Sequence[Any], *, query_ids: Sequence[Any] | None = None,
                    gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
-                   max_memory_mb: float = 512, complete: bool = True, cap: int | None = None,
-                   same_set: bool | None = None, count_tiles: CountTiles | None = None,
-                   depth: int | None = None) -> Ranking:
-    """Exact ranks of every query's positives (or only the first one when ``complete`` is False).
-
-    Inputs must already be validated (:func:`recallk.checks.check_inputs`).
+                   same_set: bool | None = None, ranks: Pass = EVERY, max_memory_mb: float = 512,
+                   count_tiles: CountTiles | None = None) -> Ranking:
+    """Exact ranks of every query's positives (or those ``ranks`` asks for): :func:`rank_data` of the
+    :class:`~recallk.score.data.RetrievalData` of the arguments, checked.
 
     Parameters
     ----------
-    query_emb, gallery_emb : array_like
-        (n, d) and (m, d) embeddings; compared by cosine similarity.
-    query_labels, gallery_labels : sequence
-        A gallery item is a positive of the queries of its label (compared as strings).
-    query_ids, gallery_ids : sequence, optional
-        A query never retrieves the gallery item of its own id.
-    exclude : sequence of (query values, gallery values)
-        A gallery item sharing the query's value in any of them is not retrievable
-        (missing values never match).
+    query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude, same_set
+        As for :class:`~recallk.score.data.RetrievalData`.
+    ranks : Pass, default Pass.every()
+        The pass (:class:`~recallk.score.passes.Pass`): every positive's rank, each query's first positive
+        only (``Pass.first(cap=None)``: recall@K, MRR), or the positives within its first ``max(R, depth)``
+        ranks (``Pass.top(depth, cap=None)``).
+    max_memory_mb : float, default 512
+        The memory bound (:class:`~recallk.score.ranking.budget.Budget`, see :func:`rank_data`).
+    count_tiles : callable, optional
+        Runs the tile jobs elsewhere (:data:`CountTiles`; e.g. :class:`~recallk.score.ranking.ray_tiles.RayTiles`).
+
+    Returns
+    -------
+    Ranking
+    """
+    data = RetrievalData(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=query_ids,
+                         gallery_ids=gallery_ids, exclude=exclude, same_set=same_set)
+    return rank_data(data, ranks, check_memory(max_memory_mb), count_tiles)
+
+
+def rank_data(data: RetrievalData, ranks: Pass, max_memory_mb: float,
+              count_tiles: CountTiles | None = None) -> Ranking:
+    """Exact ranks of the positives of ``data``'s queries that the pass ``ranks`` computes.
+
+    Parameters
+    ----------
+    data : RetrievalData
+        The queries, the gallery, their labels, ids and exclusions, checked; ``data.same_set`` (leave-one-out)
+        multiplies only the tiles on and above the diagonal (None: detected from the arrays).
+    ranks : Pass
+        ``Pass.every()``: every positive's rank. ``Pass.first(cap)``: each query's first positive only
+        (recall@K, MRR); with ``cap``, a first rank of ``cap`` or more reads ``cap``, which lets a query stop
+        counting as soon as ``cap`` items surely beat its best positive (much less work when many queries
+        miss). ``Pass.top(depth, cap)``: only each query's positives within its first ``max(R, depth)`` ranks
+        (``R``: its positives; recall@K and precision@K for K <= ``depth``, r_precision, map@r, mrr, not full
+        map), which the top-L pass (:mod:`~recallk.score.ranking.top`) finds at about the cost of the fast
+        path; the :class:`Ranking` then has ``depth`` and ``first``. Small problems (direct path) and
+        ``count_tiles`` give every positive's rank for it.
     max_memory_mb : float
-        The memory bound (:class:`~recallk.score.ranking.budget.Budget`, see Notes).
-    complete : bool
-        Every positive's rank; False: only the first positive's (recall@K, MRR).
-    cap : int, optional
-        First positive only, for recall@K with K <= ``cap``: a first rank of ``cap`` or
-        more is reported as ``cap``, which lets a query stop counting as soon as ``cap``
-        items surely beat its best positive (much less work when many queries miss).
-    same_set : bool, optional
-        Leave-one-out: the queries are the gallery, row for row, with the same ids and
-        exclusion values; only the tiles on and above the diagonal are multiplied. None
-        detects it by comparing the arrays (for API callers); the score stage passes it
-        from the split protocol.
+        The memory bound, checked (:class:`~recallk.score.ranking.budget.Budget`, see Notes).
     count_tiles : callable, optional
         Runs the tile jobs of each pass (:data:`CountTiles`) elsewhere, e.g. on Ray tasks
         (:mod:`~recallk.score.ranking.ray_tiles`); None: on this machine's cores. With it, a small
         problem takes the tiles too (no direct path).
-    depth : int, optional
-        With ``complete``: only each query's positives within its first ``max(R, depth)`` ranks are needed
-        (``R``: its positives; recall@K and precision@K for K <= ``depth``, r_precision, map@r, mrr, not full
-        map), which the top-L pass (:mod:`~recallk.score.ranking.top`) finds at about the cost of the fast
-        path; the :class:`Ranking` then has ``depth`` and ``first``. Small problems (direct path) and
-        ``count_tiles`` still give every positive's rank.
 
     Returns
     -------
     Ranking
 
-    Raises
-    ------
-    ValueError
-        A ``cap`` that is not a positive integer, or one with ``complete``.
-    InputError
-        ``same_set=True`` for queries that are not the gallery row for row.
-
     Notes
     -----
     ``max_memory_mb`` first pays for the unit copies of both sets (those that fit a quarter
     of it; a set that does not is normalised tile by tile as the tiles read it, with the
-    same bits) and the positive lists and counters (52 bytes per positive, or per query when not ``complete``);
-    tiles get 80% of the rest, and never less than a quarter of ``max_memory_mb``. When
+    same bits) and the positive lists and counters (52 bytes per positive, or per query for the first
+    positive only); tiles get 80% of the rest, and never less than a quarter of ``max_memory_mb``. When
     every positive's lists would take more than a quarter of the budget (few, large
     labels), the complete ranking takes runs of queries whose lists fit there
     (leave-one-out then multiplies every tile: runs of queries are not symmetric). The
-    result itself holds 8 bytes per positive (per query when not ``complete``).
+    result itself holds 8 bytes per positive (per query for the first positive only).
     """
-    if cap is not None and ((complete and depth is None) or isinstance(cap, bool)
-                            or not isinstance(cap, (int, np.integer)) or cap < 1):
-        raise ValueError(f"`cap` must be a positive integer, with complete=False or a depth. Got {cap!r} instead.")
-    if depth is not None and (not complete or isinstance(depth, bool) or not isinstance(depth, (int, np.integer))
-                              or depth < 1):
-        raise ValueError(f"`depth` must be a positive integer, with complete=True. Got {depth!r} instead.")
-    if depth is not None and cap is not None and cap > depth:
-        raise ValueError(f"`cap` must be at most `depth` ({depth}). Got {cap!r} instead.")
     started = time.perf_counter()
-    budget = Budget(max_memory_mb)
-    p = Problem.build(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude,
-                      same_set, unit_bytes=budget.unit_bytes())
+    budget = Budget(float(max_memory_mb))
+    p = Problem.build(data, unit_bytes=budget.unit_bytes())
     n, (m, d) = p.q.shape[0], p.gp.shape
-    kind = ("exact pass (every positive)" if complete else "fast pass (first positive)" if cap is None
-            else f"fast pass (first positive, cap {cap})")
+    # the direct path and the tile passes compute every rank, or the first positive's
+    tiles_pass = ranks if ranks.first_only else Pass.every()
+    kind = ("exact pass (every positive)" if not tiles_pass.first_only else "fast pass (first positive)"
+            if ranks.cap is None else f"fast pass (first positive, cap {ranks.cap})")
     # small: one exact product, no tiles, no threads (unless the tiles run elsewhere)
     if count_tiles is None and budget.direct(n, m, 4 * d * (n + m)):
-        cap = None if complete else cap  # every rank exact: no cap needed
-        n_pos, offsets, ranks, opposite = direct_ranks(p, complete, cap)
+        n_pos, offsets, ranked, opposite = direct_ranks(p, tiles_pass)
         log.debug("ranked %d queries x %d gallery items: direct path (one exact product), %s, %s, %.3f s", n, m,
                   kind, "leave-one-out" if p.same_set else "query x gallery", time.perf_counter() - started)
-        return Ranking(n_pos, m - p.n_excluded(), offsets, ranks, opposite, complete, cap)
-    if complete and depth is not None and count_tiles is None:
-        result, jobs, tiles, note = _top_ranking(p, budget, int(depth), cap)
+        return Ranking(n_pos, m - p.n_excluded(), offsets, ranked, opposite, not tiles_pass.first_only, tiles_pass.cap)
+    if ranks.ranks is Ranks.TOP and count_tiles is None:
+        result, jobs, tiles, note = _top_ranking(p, budget, ranks)
         log.debug("ranked %d queries x %d gallery items: top-L pass (depth %d), %s, %d jobs, %d tiles, %.3f s", n,
-                  m, depth, note, jobs, tiles, time.perf_counter() - started)
+                  m, ranks.depth, note, jobs, tiles, time.perf_counter() - started)
         return result
-    if complete:  # every rank exact: a cap given with the depth has nothing to cut
-        cap = None
-        n_pos, offsets, ranks, opposite, jobs, tiles, chunks = _complete(p, budget, count_tiles)
-    else:
-        n_pos, offsets, ranks, opposite, jobs, tiles = _rank_part(p, p.q.nbytes, budget, complete, cap, count_tiles)
-        chunks = 1
-    result = Ranking(n_pos, m - p.n_excluded(), offsets, ranks, opposite, complete, cap)
-    path = "leave-one-out" if p.same_set and chunks == 1 else "query x gallery"
+    part = _rank_part(p, p.q.nbytes, budget, tiles_pass, count_tiles) if tiles_pass.first_only \
+        else _complete(p, budget, count_tiles)
+    result = Ranking(part.n_pos, m - p.n_excluded(), part.offsets, part.ranks, part.opposite,
+                     not tiles_pass.first_only, tiles_pass.cap)
+    path = "leave-one-out" if p.same_set and part.chunks == 1 else "query x gallery"
     log.debug("ranked %d queries x %d gallery items: %s, %s, %d chunk(s), %d jobs, %d tiles, %.3f s", n, m, kind,
-              path, chunks, jobs, tiles, time.perf_counter() - started)
+              path, part.chunks, part.jobs, part.tiles, time.perf_counter() - started)
     return result
 
 
-def _complete(p: Problem, budget: Budget, count_tiles: CountTiles | None = None) -> tuple:
-    """Every positive's rank: ``(n_pos, offsets, ranks, opposite, jobs, tiles, chunks)``, in chunks of queries
-    whose positive lists fit the budget (:func:`~recallk.score.ranking.schedule.query_chunks`)."""
+def _complete(p: Problem, budget: Budget, count_tiles: CountTiles | None = None) -> Part:
+    """Every positive's rank, in chunks of queries whose positive lists fit the budget
+    (:func:`~recallk.score.ranking.schedule.query_chunks`); the part's ``chunks`` says how many."""
     chunks = query_chunks(p, budget)
     if len(chunks) == 1:
-        return (*_rank_part(p, p.q.nbytes, budget, True, None, count_tiles), 1)
+        return _rank_part(p, p.q.nbytes, budget, Pass.every(), count_tiles)
     n = p.q.shape[0]  # every positive's lists, a chunk of queries at a time; their ranks follow one another
     n_pos, opposite = np.zeros(n, dtype=np.int64), np.full(n, -1, dtype=np.int64)
     ranks, filled = np.empty(int((p.hi - p.lo).sum()), dtype=np.int64), 0  # room for every possible positive
     jobs = tiles = 0
     for rows in chunks:
-        part = _rank_part(p.queries(rows), p.q.nbytes, budget, True, None, count_tiles)
+        part = _rank_part(p.queries(rows), p.q.nbytes, budget, Pass.every(), count_tiles)
         n_pos[rows], opposite[rows] = part.n_pos, part.opposite
         ranks[filled:filled + part.ranks.size] = part.ranks
         filled += part.ranks.size
         jobs, tiles = jobs + part.jobs, tiles + part.tiles
-    return n_pos, np.r_[0, np.cumsum(n_pos)], ranks[:filled], opposite, jobs, tiles, len(chunks)
+    return Part(n_pos, np.r_[0, np.cumsum(n_pos)], ranks[:filled], opposite, jobs, tiles, len(chunks))
 
 
-def _top_ranking(p: Problem, budget: Budget, depth: int, cap: int | None) -> tuple[Ranking, int, int, str]:
-    """:func:`rank_positives` with ``depth``: the top-L pass for the queries it serves, the complete ranking
-    (cut at L) for those too deep or whose candidates overflow, and the fast path's first rank for those whose
+def _top_ranking(p: Problem, budget: Budget, ranks: Pass) -> tuple[Ranking, int, int, str]:
+    """:func:`rank_data` with ``Pass.top(depth, cap)``: the top-L pass for the queries it serves, the complete
+    ranking (cut at L) for those too deep or whose candidates overflow, and the fast path's first rank for those whose
     first positive lies beyond L (with ``cap``, none: their first ranks read ``cap``, as do all of ``cap`` or
     more). Returns the ranking, the jobs and tiles done, and a note for the log."""
-    n, m = p.q.shape[0], p.gp.shape[0]
+    n, m, depth, cap = p.q.shape[0], p.gp.shape[0], int(ranks.depth), ranks.cap
     n_pos, n_ret = positive_counts(p, budget), m - p.n_excluded()
     limit = np.minimum(np.maximum(n_pos, depth), n_ret)  # L per query
     tiles = budget.tiles(p.q.nbytes + p.gp.nbytes, 0)
@@ -268,13 +268,13 @@ def _top_ranking(p: Problem, budget: Budget, depth: int, cap: int | None) -> tup
     deep = np.flatnonzero((n_pos > 0) & ~ok)
     jobs, n_tiles = top.jobs, top.tiles
     if deep.size:  # the complete ranking, cut at each query's L
-        part_pos, part_off, part_ranks, part_opp, j, t, _ = _complete(p.queries(deep), budget)
-        keep = part_ranks < np.repeat(limit[deep], part_pos)
-        kept = np.bincount(np.repeat(np.arange(deep.size), part_pos)[keep], minlength=deep.size)
-        first[deep] = part_ranks[part_off[:-1]]  # every one of them has positives
-        opposite[deep] = part_opp
-        pieces.append((deep, kept, part_ranks[keep]))
-        jobs, n_tiles = jobs + j, n_tiles + t
+        part = _complete(p.queries(deep), budget)
+        keep = part.ranks < np.repeat(limit[deep], part.n_pos)
+        kept = np.bincount(np.repeat(np.arange(deep.size), part.n_pos)[keep], minlength=deep.size)
+        first[deep] = part.ranks[part.offsets[:-1]]  # every one of them has positives
+        opposite[deep] = part.opposite
+        pieces.append((deep, kept, part.ranks[keep]))
+        jobs, n_tiles = jobs + part.jobs, n_tiles + part.tiles
     beyond = np.flatnonzero(ok & ~top.found)
     if cap is not None:  # beyond L the first positive ranks at L or more (>= depth >= cap); the opposite
         first[beyond] = cap  # rule's rank is exact or at least L where a positive is a candidate, else >= L
@@ -282,7 +282,7 @@ def _top_ranking(p: Problem, budget: Budget, depth: int, cap: int | None) -> tup
         has = n_pos > 0
         first[has], opposite[has] = np.minimum(first[has], cap), np.minimum(opposite[has], cap)
     elif beyond.size:  # every positive lies beyond L: the fast path's exact first rank
-        part = _rank_part(p.queries(beyond), p.q.nbytes, budget, False, None)
+        part = _rank_part(p.queries(beyond), p.q.nbytes, budget, Pass.first())
         first[beyond], opposite[beyond] = part.ranks, part.opposite
         jobs, n_tiles = jobs + part.jobs, n_tiles + part.tiles
     offsets, (ranks,) = rows_to_csr(n, pieces)
@@ -292,8 +292,8 @@ def _top_ranking(p: Problem, budget: Budget, depth: int, cap: int | None) -> tup
     return Ranking(n_pos, n_ret, offsets, ranks, opposite, True, cap, limit, first), jobs, n_tiles, note
 
 
-class _Part(NamedTuple):
-    """:func:`_rank_part`'s result for one chunk of queries."""
+class Part(NamedTuple):
+    """:func:`_rank_part`'s result for one chunk of queries, or :func:`_complete`'s for all of them."""
 
     n_pos: np.ndarray     # positives per query
     offsets: np.ndarray   # each query's ranks are ranks[offsets[i]:offsets[i + 1]]
@@ -301,41 +301,46 @@ class _Part(NamedTuple):
     opposite: np.ndarray  # first ranks under the opposite tie rule
     jobs: int             # jobs and tiles the pass did
     tiles: int
+    chunks: int = 1       # chunks of queries it took (the complete ranking under a tight budget)
 
 
-def count_tiles_here(p: Problem, counter: RankCounter, tiles: Budget, complete: bool, cap: int | None,
+def count_tiles_here(p: Problem, counter: RankCounter, tiles: Budget, ranks: Pass,
                      select: Select = None) -> tuple[int, int]:
-    """The tiles of one pass on this machine's cores: every positive's (``complete``) or the first's;
-    ``select`` keeps a share of the jobs (a Ray task's)."""
-    return exact_tiles(p, counter, tiles, select) if complete else fast_tiles(p, counter, tiles, cap, select)
+    """The tiles of one pass on this machine's cores: every positive's (``Pass.every()``) or the first's
+    (``Pass.first(cap)``); ``select`` keeps a share of the jobs (a Ray task's)."""
+    if ranks.first_only:
+        return fast_tiles(p, counter, tiles, ranks.cap, select)
+    return exact_tiles(p, counter, tiles, select)
 
 
-#: ``count_tiles(p, counter, tiles, complete, cap) -> (jobs, tiles)``: adds every tile's counts of one
-#: pass into ``counter`` (the positive lists of ``p``) under the tiles' budget; :func:`count_tiles_here`.
-CountTiles = Callable[[Problem, RankCounter, Budget, bool, "int | None"], tuple[int, int]]
+#: ``count_tiles(p, counter, tiles, ranks) -> (jobs, tiles)``: adds every tile's counts of one pass
+#: (``Pass.every()`` or ``Pass.first(cap)``) into ``counter`` (the positive lists of ``p``) under the tiles'
+#: budget; :func:`count_tiles_here`.
+CountTiles = Callable[[Problem, RankCounter, Budget, Pass], tuple[int, int]]
 
 
-def _rank_part(p: Problem, query_bytes: int, budget: Budget, complete: bool, cap: int | None,
-               count_tiles: CountTiles | None = None) -> _Part:
-    """:func:`rank_positives` for the queries of ``p`` (leave-one-out when ``p.same_set``).
-    ``query_bytes``: the unit copy of every query, held by the caller."""
-    n = p.q.shape[0]
+def _rank_part(p: Problem, query_bytes: int, budget: Budget, ranks: Pass,
+               count_tiles: CountTiles | None = None) -> Part:
+    """:func:`rank_data` for the queries of ``p`` (leave-one-out when ``p.same_set``), with the pass
+    ``ranks`` (``Pass.every()`` or ``Pass.first(cap)``). ``query_bytes``: the unit copy of every query,
+    held by the caller."""
+    n, complete, cap = p.q.shape[0], not ranks.first_only, ranks.cap
     # complete: every positive; else the best one and the last one tied with it (opposite tie rule)
     pos_off, pos_val, pos_col, n_pos, top_tie = find_positives(p, budget, first_only=not complete)
     counter = RankCounter(p, pos_off, pos_val, pos_col)
     # the budget covers everything this call holds: unit copies, positive lists, counters, then the tiles
     tiles = budget.tiles(query_bytes + p.gp.nbytes, pos_val.size)
-    jobs, n_tiles = (count_tiles or count_tiles_here)(p, counter, tiles, complete, cap)
+    jobs, n_tiles = (count_tiles or count_tiles_here)(p, counter, tiles, ranks)
     base = counter.gt + counter.eq_lt
     has = n_pos > 0
     if complete:
-        ranks, offsets = base + (np.arange(pos_val.size) - np.repeat(pos_off[:-1], n_pos)), pos_off
+        ranked, offsets = base + (np.arange(pos_val.size) - np.repeat(pos_off[:-1], n_pos)), pos_off
         opp_t = pos_off[:-1] + top_tie
     else:  # one entry per query with positives: its first positive's rank
-        ranks, offsets = base[pos_off[:-1][has]], np.r_[0, np.cumsum(has)]
+        ranked, offsets = base[pos_off[:-1][has]], np.r_[0, np.cumsum(has)]
         opp_t = pos_off[:-1] + (top_tie > 0)
     opposite = np.full(n, -1, dtype=np.int64)
     opposite[has] = counter.gt[opp_t[has]] + counter.eq_gt[opp_t[has]]
     if cap is not None:  # a query that stopped counting holds a partial count of at least cap
-        ranks, opposite[has] = np.minimum(ranks, cap), np.minimum(opposite[has], cap)
-    return _Part(n_pos, offsets, ranks, opposite, jobs, n_tiles)
+        ranked, opposite[has] = np.minimum(ranked, cap), np.minimum(opposite[has], cap)
+    return Part(n_pos, offsets, ranked, opposite, jobs, n_tiles)

@@ -13,21 +13,18 @@ reference, not the fast path.
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
-
 import numpy as np
 
 from recallk.errors import MissingExtraError
+from recallk.score.data import RetrievalData
 from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.engine import Ranking
 from recallk.score.ranking.problem import Problem
 
 
-def rank_positives_faiss(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
-                         gallery_labels: Sequence[Any], query_ids: Sequence[Any] | None = None,
-                         gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
-                         max_memory_mb: float = 512) -> Ranking:
-    """:func:`recallk.score.ranking.rank_positives` (complete) computed with FAISS.
+def rank_data_faiss(data: RetrievalData, max_memory_mb: float = 512) -> Ranking:
+    """:func:`recallk.score.ranking.engine.rank_data` with ``Pass.every()`` (the complete ranking), computed
+    with FAISS, for the checked ``data``.
 
     Raises :class:`~recallk.errors.MissingExtraError` when faiss is not installed.
     """
@@ -37,11 +34,11 @@ def rank_positives_faiss(query_emb: np.ndarray, gallery_emb: np.ndarray, query_l
     except ImportError as exc:
         raise MissingExtraError("`backend: faiss`", "faiss", "faiss-cpu", exc) from None
 
-    p = Problem.build(query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude)
+    p = Problem.build(data)
     n, m = p.q.shape[0], p.gp.shape[0]
     index = faiss.IndexFlatIP(p.gp.shape[1])
     index.add(np.ascontiguousarray(p.gp))
-    per_block = Budget(max_memory_mb).search_rows(m)
+    per_block = Budget(float(max_memory_mb)).search_rows(m)
     ranks: list[np.ndarray] = []
     n_pos = np.zeros(n, dtype=np.int64)
     n_ret = np.zeros(n, dtype=np.int64)

@@ -15,32 +15,28 @@ first): the order every metric is computed on. Blocked under ``max_memory_mb``:
 
 from __future__ import annotations
 
-from typing import Any, Sequence
-
 import numpy as np
 
-from recallk.checks import check_exclude_pairs, check_inputs, check_memory, is_int
+from recallk.checks import check_memory, is_int
 from recallk.errors import InputError
+from recallk.score.data import RetrievalData
 from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.problem import code_columns
 from recallk.score.ranking.scan import exact_pairs
 from recallk.score.similarity import float32_dot_error_bound, l2_normalize
 
-def top_k(query_emb: Any, gallery_emb: Any, k: int, query_ids: Sequence[Any] | None = None,
-          gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
-          max_memory_mb: float = 512) -> tuple[np.ndarray, np.ndarray]:
-    """The top ``k`` gallery items of every query, exactly.
+
+def top_k(data: RetrievalData, k: int, max_memory_mb: float = 512) -> tuple[np.ndarray, np.ndarray]:
+    """The top ``k`` gallery items of every query of ``data``, exactly.
 
     Parameters
     ----------
-    query_emb : array-like of shape (n_queries, d)
-    gallery_emb : array-like of shape (n_gallery, d)
+    data : RetrievalData
+        The embeddings, ids and exclusions (checked; the labels play no part): a gallery item with the
+        query's id (compared as text) is never retrieved, nor one sharing the query's value in any
+        exclusion pair (missing values never match).
     k : int
         Items per query; fewer when a query may retrieve fewer items.
-    query_ids, gallery_ids : sequences, optional
-        Both or neither: a gallery item with the query's id (compared as text) is never retrieved.
-    exclude : sequence of (query values, gallery values)
-        A gallery item sharing the query's value in any pair is not retrieved (missing values never match).
     max_memory_mb : float
         Bound on the scratch of one block of queries.
 
@@ -50,20 +46,18 @@ def top_k(query_emb: Any, gallery_emb: Any, k: int, query_ids: Sequence[Any] | N
         int64 ``(n_queries, k)`` gallery indices in rank order (-1 pads a query that may retrieve
         fewer than ``k`` items) and their float32 exact similarities (NaN where padded).
     """
-    q, g = check_inputs(query_emb, gallery_emb, np.zeros(len(query_emb)), np.zeros(len(gallery_emb)),
-                        query_ids, gallery_ids)
     if not is_int(k) or k < 1:
         raise InputError(f"`k` must be a positive integer. Got {k!r} instead.")
     max_memory_mb = check_memory(max_memory_mb)
-    pairs = check_exclude_pairs(exclude, q.shape[0], g.shape[0])
-    qu, gu = l2_normalize(q), l2_normalize(g)
+    query_ids, gallery_ids = data.query_ids, data.gallery_ids
+    qu, gu = l2_normalize(data.query_emb), l2_normalize(data.gallery_emb)
     n, m = qu.shape[0], gu.shape[0]
     k = min(int(k), m)
     own = np.full(n, -1, dtype=np.int64)
     if query_ids is not None:
         where = {str(i): j for j, i in enumerate(gallery_ids)}
         own = np.array([where.get(str(i), -1) for i in query_ids], dtype=np.int64)
-    codes = [code_columns(qv, gv, missing=True) for qv, gv in pairs]
+    codes = [code_columns(qv, gv, missing=True) for qv, gv in data.exclude]
     tol = float32_dot_error_bound(qu.shape[1])
     cols = np.full((n, k), -1, dtype=np.int64)
     scores = np.full((n, k), np.nan, dtype=np.float32)

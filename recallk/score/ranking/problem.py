@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from recallk.checks import integer_ids, is_missing, same_values
-from recallk.errors import InputError
+from recallk.score.data import RetrievalData, ids_match
 from recallk.score.similarity import float32_dot_error_bound, l2_normalize
 
 #: One exclusion column: each query's code, the sorted gallery columns of each code, each column's code.
@@ -168,13 +168,6 @@ def own_rows(query_ids: Sequence[Any], gallery_ids: Sequence[Any]) -> np.ndarray
     return np.array([where.get(str(qid), -1) for qid in query_ids], dtype=np.int64)
 
 
-def ids_match(query_ids: Sequence[Any], gallery_ids: Sequence[Any]) -> bool:
-    """The same ids, row for row, compared as text (integer arrays as numbers: the same answer)."""
-    if integer_ids(query_ids, gallery_ids):
-        return query_ids.shape == gallery_ids.shape and bool(np.array_equal(query_ids, gallery_ids))
-    return [str(i) for i in query_ids] == [str(i) for i in gallery_ids]
-
-
 def _split(codes: np.ndarray, arrays: list[np.ndarray]) -> list[np.ndarray]:
     """``codes`` of the concatenated ``arrays``, cut back into one array per column."""
     out, start = [], 0
@@ -224,28 +217,22 @@ class Problem:
     same_set: bool = False
 
     @classmethod
-    def build(cls, query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
-              gallery_labels: Sequence[Any], query_ids: Sequence[Any] | None = None,
-              gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
-              same_set: bool | None = None, unit_bytes: float | None = None) -> Problem:
-        """Prepare validated inputs (:func:`recallk.checks.check_inputs`) once.
+    def build(cls, data: RetrievalData, unit_bytes: float | None = None) -> Problem:
+        """Prepare checked data once.
 
         Parameters
         ----------
-        query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude
-            As for :func:`recallk.score.ranking.rank_positives`.
-        same_set : bool or None
-            Leave-one-out. None detects it: the same rows, labels, ids and exclusion values.
+        data : RetrievalData
+            The embeddings, labels, ids and exclusions. ``data.same_set`` None detects leave-one-out:
+            the same rows, labels, ids and exclusion values.
         unit_bytes : float, optional
             Most bytes of unit copies to hold: the queries' copy (4·d B per query) is held when it fits,
             then the gallery's when both fit; a set that does not is normalised when read
             (:class:`UnitRows`), tile by tile, with the same bits. None: hold both.
-
-        Raises
-        ------
-        InputError
-            ``same_set=True`` without equal ids on both sides or with embeddings of other shapes.
         """
+        query_emb, gallery_emb, query_labels, gallery_labels = (data.query_emb, data.gallery_emb, data.query_labels,
+                                                                data.gallery_labels)
+        query_ids, gallery_ids, same_set = data.query_ids, data.gallery_ids, data.same_set
         q_codes, g_codes = code_columns(query_labels, gallery_labels)
         order = g_codes.argsort(kind="stable")
         n, m, d = len(query_emb), len(gallery_emb), np.shape(gallery_emb)[1]
@@ -262,22 +249,18 @@ class Problem:
             own = own_rows(query_ids, gallery_ids)
             self_col = np.where(own >= 0, column[np.maximum(own, 0)], -1)
         groups = []
-        for q_group, g_group in exclude:
+        for q_group, g_group in data.exclude:
             qc, gc = code_columns(q_group, g_group, missing=True)
             gcs = gc[order]
             by_code = np.argsort(gcs, kind="stable")
             bounds = np.searchsorted(gcs[by_code], np.arange(int(max(qc.max(initial=-1), gc.max(initial=-1))) + 2))
             cols = [np.sort(by_code[bounds[c]:bounds[c + 1]]) for c in range(len(bounds) - 1)]
             groups.append((qc, cols, gcs))
-        same_ids = (query_ids is None) == (gallery_ids is None) \
-            and (query_ids is None or ids_match(query_ids, gallery_ids))
         if same_set is None:  # detect it: the same rows, labels, ids and exclusion values
-            same_set = same_ids and (query_emb is gallery_emb or same_values(query_emb, gallery_emb)) \
+            same_set = (query_ids is None or ids_match(query_ids, gallery_ids)) \
+                and (query_emb is gallery_emb or same_values(query_emb, gallery_emb)) \
                 and np.array_equal(np.asarray(query_labels).astype(str), np.asarray(gallery_labels).astype(str)) \
                 and all(np.array_equal(q_code[order], g_code) for q_code, _, g_code in groups)
-        elif same_set and not (same_ids and query_ids is not None and np.shape(query_emb) == np.shape(gallery_emb)):
-            raise InputError("`same_set=True` needs the queries to be the gallery row for row: the same ids "
-                             "(`query_ids` equal to `gallery_ids`) and embeddings of the same shape.")
         return cls(q, gp, order, lo, hi, q_codes, gp_codes, self_col, groups, float32_dot_error_bound(q.shape[1]),
                    bool(same_set))
 

@@ -1,7 +1,7 @@
 """``score.engine: ray``: the exact engine's tile jobs on Ray tasks, with byte-identical counts.
 
 The driver prepares the problem and the positive lists as the local engine does
-(:func:`~recallk.score.ranking.engine.rank_positives` with ``count_tiles=RayTiles(...)``); only
+(:func:`~recallk.score.ranking.engine.rank_data` with ``count_tiles=RayTiles(...)``); only
 the tiles go out. The work units are the engine's own jobs: query x gallery, runs of query
 rows over every gallery tile; leave-one-out, the square tiles on and above the diagonal. The
 gallery goes to the object store once (``ray.put``), the rest of the problem and the positive
@@ -22,6 +22,7 @@ import numpy as np
 from recallk.cluster import connect
 from recallk.errors import InputError
 from recallk.progress import Progress
+from recallk.score.passes import Pass
 from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.counting import RankCounter
 from recallk.score.ranking.engine import count_tiles_here
@@ -35,7 +36,7 @@ TASKS_PER_SLOT = 2
 
 
 def count_share(p: Problem, gallery: np.ndarray, positives: tuple[np.ndarray, np.ndarray, np.ndarray],
-                tiles: Budget, complete: bool, cap: int | None, share: int, shares: int,
+                tiles: Budget, ranks: Pass, share: int, shares: int,
                 n_threads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
     """One task: jobs ``share``, ``share + shares``, ... of the pass, on ``n_threads`` threads.
 
@@ -45,8 +46,8 @@ def count_share(p: Problem, gallery: np.ndarray, positives: tuple[np.ndarray, np
         The problem without its gallery (``gallery``: the sorted unit gallery, from the object store).
     positives : (offsets, values, columns)
         The pass's positive lists (thresholds), as the driver made them.
-    tiles, complete, cap
-        The pass's tile budget, kind and cap, as locally.
+    tiles, ranks
+        The pass's tile budget and the pass (``Pass.every()`` or ``Pass.first(cap)``), as locally.
 
     Returns
     -------
@@ -60,7 +61,7 @@ def count_share(p: Problem, gallery: np.ndarray, positives: tuple[np.ndarray, np
         return jobs[share::shares]
 
     with threads(n_threads):
-        jobs, n_tiles = count_tiles_here(p, counter, tiles, complete, cap, select)
+        jobs, n_tiles = count_tiles_here(p, counter, tiles, ranks, select)
     return counter.gt, counter.eq_lt, counter.eq_gt, jobs, n_tiles
 
 
@@ -74,7 +75,7 @@ def _remote(ray: Any, num_cpus: int) -> Any:
 
 
 class RayTiles:
-    """The ``count_tiles`` hook of :func:`~recallk.score.ranking.engine.rank_positives` on Ray.
+    """The ``count_tiles`` hook of :func:`~recallk.score.ranking.engine.rank_data` on Ray.
 
     Parameters
     ----------
@@ -91,8 +92,7 @@ class RayTiles:
         self._gallery: tuple[Any, Any] | None = None  # (the gallery array, its object ref): put once
         self.passes = self.jobs = 0  # what the passes so far did (for the log and the tests)
 
-    def __call__(self, p: Problem, counter: RankCounter, tiles: Budget, complete: bool,
-                 cap: int | None) -> tuple[int, int]:
+    def __call__(self, p: Problem, counter: RankCounter, tiles: Budget, ranks: Pass) -> tuple[int, int]:
         ray = connect(self.address, "score.engine: ray")
         most = max((node["Resources"].get("CPU", 0) for node in ray.nodes() if node.get("Alive")), default=0)
         if self.num_cpus > most:  # such a task would wait forever for a node
@@ -104,8 +104,8 @@ class RayTiles:
         rest = ray.put(replace(p, gp=np.empty((0, p.gp.shape[1]), dtype=p.gp.dtype)))
         positives = ray.put((counter.off, counter.val, counter.col))
         task = _remote(ray, self.num_cpus)
-        pending = [task.remote(rest, self._gallery[1], positives, tiles, complete, cap, share, shares,
-                               self.num_cpus) for share in range(shares)]
+        pending = [task.remote(rest, self._gallery[1], positives, tiles, ranks, share, shares, self.num_cpus)
+                   for share in range(shares)]
         jobs = n_tiles = 0
         with Progress(shares, "score on Ray", "task", log) as bar:
             while pending:
