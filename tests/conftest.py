@@ -14,9 +14,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import (PROJECT_CACHE, STAGES, cache_in, commit, copy_digits, copy_pipeline, copy_tree, git, git_init,
-                     new_project, repro, run_ok, save_image, set_params)
-from score_oracle import CAMERAS, UNEVEN_PER_LABEL
+from helpers import (CAMERAS, PROJECT_CACHE, STAGES, UNEVEN_PER_LABEL, cache_in, commit, copy_digits, copy_pipeline,
+                     copy_tree, extra, git, git_init, new_project, repro, run_ok, save_image, set_params)
 
 
 def private_copy(base: str, folder: str = "proj"):
@@ -104,9 +103,9 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory):
     Ray tests' control files in ``$RECALLK_RAY_TEST_DIR`` (the yielded folder)."""
     import logging
 
-    import ray
-
     from recallk.cluster import worker_env
+
+    ray = extra("ray", "ray")  # every ray test takes this fixture: skipped without the ray extra
 
     control = tmp_path_factory.mktemp("ray_control")
     env = worker_env()

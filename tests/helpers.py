@@ -1,6 +1,7 @@
 """Helpers shared by the tests (importable as ``helpers``: ``pythonpath = ["tests"]`` in pyproject.toml).
 
 * paths: the repository, the committed digits, the outputs of each stage;
+* optional extras: :func:`extra` (skip a test whose extra is not installed), :func:`has_extra`;
 * subprocesses: a stage script, ``dvc`` and ``git`` with a clean environment;
 * data: seeded images, digit subsets, a project folder (``params.yaml`` + images);
 * params: :func:`set_params` (dotted keys) and :func:`edit_params` (any change);
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import json
 import os
 import re
@@ -55,6 +57,38 @@ EVALUATED_OUTPUTS = ("metrics/evaluated.json", "reports/index.html")
 #: The score outputs that do not depend on score.backend.
 RANKING_OUTPUTS = tuple(rel for rel in SCORE_OUTPUTS if rel not in EVALUATED_OUTPUTS)
 STAGES = ("split", "encode", "score")
+#: The score-table projects (conftest): per-label counts 20, 22 and 24; a camera column cycling CAMERAS.
+UNEVEN_PER_LABEL = 20
+CAMERAS = ("cam0", "cam1", "cam2")
+
+
+# ---------------------------------------------------------------------------------------------- optional extras
+
+
+#: Set by ``make test`` (which installs every extra): a missing extra fails its tests instead of skipping them.
+REQUIRE_EXTRAS = os.environ.get("RECALLK_REQUIRE_EXTRAS", "") not in ("", "0")
+
+
+def extra(module: str, name: str) -> Any:
+    """``module`` of the ``name`` extra (pyproject.toml) for a test, or the test (or, at module level, the
+    file) is skipped (``pytest.importorskip``) where it is not installed. Under ``RECALLK_REQUIRE_EXTRAS=1``
+    (``make test``) a missing extra is an ImportError instead: the full environment never skips."""
+    __tracebackhide__ = True  # a skip names the test file's line, not this one
+    if REQUIRE_EXTRAS:
+        return importlib.import_module(module)
+    return pytest.importorskip(module, reason=f"needs the {name} extra (pip install -e '.[{name}]')")
+
+
+def has_extra(module: str) -> bool:
+    """Whether ``module`` imports (always True under ``RECALLK_REQUIRE_EXTRAS=1``, where its tests must run):
+    for a parameter list that leaves out what cannot run here, e.g. the faiss backend."""
+    if REQUIRE_EXTRAS:
+        return True
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
 
 
 # ---------------------------------------------------------------------------------------------- subprocesses

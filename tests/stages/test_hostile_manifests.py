@@ -4,25 +4,49 @@ on the tiny project of tests/hostile_cases.py (the contract: tests/stages/test_h
 
 from __future__ import annotations
 
-import io
-import re
 import shutil
-import struct
-import zlib
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
-import pandas as pd
 import pytest
 from PIL import Image
 
-from helpers import (CATALOG, EMBEDDINGS, IDS, SCORE_OUTPUTS, SKIPPED, SPLIT, SPLIT_OUTPUTS, STAGES,
-                     assert_no_outputs, assert_user_error, new_project, plant_stale, read_csv, read_metrics, run_module,
-                     run_ok, save_image, set_params)
+from helpers import (
+    CATALOG,
+    EMBEDDINGS,
+    IDS,
+    SCORE_OUTPUTS,
+    SPLIT,
+    SPLIT_OUTPUTS,
+    assert_no_outputs,
+    assert_user_error,
+    plant_stale,
+    read_csv,
+    read_metrics,
+    run_module,
+    run_ok,
+    save_image,
+    set_params,
+)
+from hostile_cases import (
+    LABELS,
+    PER_LABEL,
+    assert_line_names,
+    base_rows,
+    data_root,
+    given_rows,
+    line_of,
+    make_project,
+    manifest,
+    pipeline,
+    rgb_block,
+)
 from recallk.data import contract
-from recallk.encode.registry import encode_pixels
-from hostile_cases import *  # noqa: F401,F403 - the corpus's project, manifests and output checks
+
+
+@pytest.fixture
+def proj(tmp_path: Path) -> Path:
+    return make_project(tmp_path)
 
 
 UNICODE_LABELS = ("café crème", "日本 語", "Ünïcödé", "plain")
