@@ -14,8 +14,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import (CAMERAS, PROJECT_CACHE, STAGES, UNEVEN_PER_LABEL, cache_in, commit, copy_digits, copy_pipeline,
-                     copy_tree, extra, git, git_init, new_project, repro, run_ok, save_image, set_params)
+from helpers import (CAMERAS, PROJECT_CACHE, RUNNING_MARKS, STAGES, UNEVEN_PER_LABEL, cache_in, commit, copy_digits,
+                     copy_pipeline, copy_tree, extra, git, git_init, new_project, repro, run_ok, save_image, set_params)
+
+#: The session projects built by running the stage scripts: a test that takes one (or a copy) is marked ``stage``.
+STAGE_PROJECTS = {"split_base", "uneven_base", "camera_base"}
 
 
 def private_copy(base: str, folder: str = "proj"):
@@ -223,8 +226,19 @@ repo = private_copy("base_repo", "repo")  # git history, DVC cache, embedding ca
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test``: ``-n auto --dist loadgroup``) every ``ray`` test runs on one
-    worker, so the session starts one Ray cluster, not one per worker."""
+    """A test that takes a project of ``STAGE_PROJECTS`` runs stage scripts: marked ``stage`` (unless it is a
+    ``pipeline`` test). Under pytest-xdist (``make test``: ``-n auto --dist loadgroup``) every ``ray`` test runs
+    on one worker, so the session starts one Ray cluster, not one per worker."""
     for item in items:
+        if STAGE_PROJECTS & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("pipeline"):
+            item.add_marker(pytest.mark.stage)
         if item.get_closest_marker("ray"):
             item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Keep the running test's markers for ``helpers.run_module`` (before its fixtures run: a session project is
+    built in the setup of the first test that takes it)."""
+    RUNNING_MARKS.clear()
+    RUNNING_MARKS.update(mark.name for mark in item.iter_markers())

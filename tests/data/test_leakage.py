@@ -1,6 +1,6 @@
 """Leakage checks without DVC: the three near-duplicate policies of prepare_all(), their params, and the
-split stage's pairs table. The Hamming search and pHash are in test_phash_search.py, the embedding check in
-tests/score/test_embedding_near_copies.py, the embeddings-only mode in test_embeddings_only.py."""
+split stage's pairs table. The Hamming search and pHash are in test_phash.py, the embedding check in
+tests/score/test_embedding_copies.py, the embeddings-only mode in test_embeddings_only.py."""
 
 from __future__ import annotations
 
@@ -175,6 +175,7 @@ def test_new_params_defaults():
 # ---------------------------------------------------------------------------------------- the split stage
 
 
+@pytest.mark.stage
 def test_split_stage_writes_the_pairs_and_their_counts(planted_root, tmp_path):
     params = {"split": {"data_root": "data", "strategy": "per_class", "seed": 1}}
     (tmp_path / "params.yaml").write_text(json.dumps(params))

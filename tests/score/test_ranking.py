@@ -1,6 +1,6 @@
 """The exact ranking engine against a brute-force oracle: every metric, the ranks and tie sensitivity on
-seeded synthetic cases, for the complete ranking, the first-positive path, the faiss backend and the
-smallest memory bounds (FAISS-contrib style)."""
+seeded synthetic cases, for the complete ranking, the first-positive path and the smallest memory bounds
+(FAISS-contrib style); the faiss backend against it: tests/score/test_faiss_backend.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from helpers import extra
 from ranking_cases import (
     ALL_KEYS,
     BIG_KINDS,
@@ -386,21 +385,3 @@ def test_direct_path_equals_the_tiles(kind, seed, monkeypatch, caplog):
         assert direct.n_retrievable.tolist() == detail["n_retrievable"]
         if direct.complete:
             assert ranks_per_query(direct) == detail["ranks"]
-
-
-# --------------------------------------------------------------------------- 3. faiss backend
-
-@pytest.mark.parametrize("kind, seed", [(k, s) for k in KINDS for s in SEEDS] + [(k, 0) for k in BIG_KINDS])
-def test_faiss_backend_is_identical_to_numpy(kind, seed):
-    extra("faiss", "faiss")
-    case = make_big_case(kind, seed) if kind in BIG_KINDS else make_case(kind, seed)
-    assert_same_ranking(rank_case(case, backend="faiss"), rank_case(case))
-    assert case_summary(case, backend="faiss") == case_summary(case)
-    assert retrieval_metrics(ks=KS, backend="faiss", **case) == retrieval_metrics(ks=KS, **case)
-
-
-def test_faiss_backend_small_memory_bound():
-    extra("faiss", "faiss")
-    # one query per FAISS search block
-    case = make_case("exclude_two_pairs", 0)
-    assert case_summary(case, backend="faiss", max_memory_mb=1e-6) == case_summary(case)

@@ -13,11 +13,14 @@ import time
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from helpers import CATALOG, EMBEDDINGS, ENCODE_OUTPUTS, IDS, SCORE_OUTPUTS, assert_no_outputs, run_fails, run_ok, \
     set_params, tool_env
 from recallk import images
 from recallk.encode.registry import get_backbone
+
+pytestmark = pytest.mark.stage  # every test here runs stage scripts as subprocesses
 
 
 def _encode(project):

@@ -12,6 +12,8 @@ extra("torch", "torch")  # without it, this file is skipped
 import torch
 import torchvision
 
+pytestmark = pytest.mark.stage  # every test here runs stage scripts as subprocesses
+
 TORCHVISION = {"encode.backbone": "torchvision:squeezenet1_1", "encode.torchvision.weights": "sq.pth",
                "encode.torchvision.preset": "SqueezeNet1_1_Weights.IMAGENET1K_V1"}
 

@@ -59,6 +59,8 @@ from hostile_cases import (
     rgb_block,
 )
 
+pytestmark = pytest.mark.stage  # every test here runs stage scripts as subprocesses
+
 
 @pytest.fixture
 def proj(tmp_path: Path) -> Path:

@@ -43,6 +43,8 @@ from hostile_cases import (
 )
 from recallk.data import contract
 
+pytestmark = pytest.mark.stage  # every test here runs stage scripts as subprocesses
+
 
 @pytest.fixture
 def proj(tmp_path: Path) -> Path:

@@ -14,6 +14,8 @@ from helpers import CATALOG, EMBEDDINGS, IDS, METRICS, PER_QUERY, SCORE_OUTPUTS,
     edit_params, plant_stale, read_metrics, run_fails, run_module, run_ok, set_params
 from recallk import retrieval_summary
 
+pytestmark = pytest.mark.stage  # every test here runs stage scripts as subprocesses
+
 
 def test_metrics_file_is_flat_and_matches_the_api(scored_base):
     metrics = read_metrics(scored_base)

@@ -1,12 +1,39 @@
-"""recallk.score.ranking.faiss_backend through the score stage: the same outputs as numpy, a quiet loader.
-
-(The API-level cross-check of the two backends is in tests/score/test_ranking.py.)"""
+"""recallk.score.ranking.faiss_backend: identical to the numpy engine on the seeded cases of
+tests/ranking_cases.py (the API), and through the score stage: the same outputs as numpy, a quiet loader."""
 
 from __future__ import annotations
 
+import pytest
+
 from helpers import EVALUATED_OUTPUTS, RANKING_OUTPUTS, extra, read_metrics, run_ok, set_params
+from ranking_cases import (
+    BIG_KINDS,
+    KINDS,
+    KS,
+    SEEDS,
+    assert_same_ranking,
+    case_summary,
+    make_big_case,
+    make_case,
+    rank_case,
+)
+from recallk.score.metrics import retrieval_metrics
 
 extra("faiss", "faiss")  # without it, this file is skipped (an error under make test)
+
+
+@pytest.mark.parametrize("kind, seed", [(k, s) for k in KINDS for s in SEEDS] + [(k, 0) for k in BIG_KINDS])
+def test_faiss_backend_is_identical_to_numpy(kind, seed):
+    case = make_big_case(kind, seed) if kind in BIG_KINDS else make_case(kind, seed)
+    assert_same_ranking(rank_case(case, backend="faiss"), rank_case(case))
+    assert case_summary(case, backend="faiss") == case_summary(case)
+    assert retrieval_metrics(ks=KS, backend="faiss", **case) == retrieval_metrics(ks=KS, **case)
+
+
+def test_faiss_backend_small_memory_bound():
+    # one query per FAISS search block
+    case = make_case("exclude_two_pairs", 0)
+    assert case_summary(case, backend="faiss", max_memory_mb=1e-6) == case_summary(case)
 
 
 def test_faiss_backend_matches_numpy(uneven_scored, uneven_scored_base):

@@ -53,6 +53,7 @@ def _stage(project, **failures):
     return Image.open(project / "plots/failures.png"), (project / "plots/failures.png").read_bytes()
 
 
+@pytest.mark.stage
 def test_the_score_stage_draws_the_worst_queries_byte_identically(project):
     image, first = _stage(project, queries=3, k=4)
     step = failure_sheet.THUMB + 2 * failure_sheet.FRAME + failure_sheet.GAP
@@ -62,6 +63,7 @@ def test_the_score_stage_draws_the_worst_queries_byte_identically(project):
     assert hashlib.sha256((project / "plots/failures.png").read_bytes()).digest() == hashlib.sha256(first).digest()
 
 
+@pytest.mark.stage
 def test_zero_queries_turns_the_gallery_off(project):
     image, _ = _stage(project, queries=0)
     assert image.size == (1, 1)
