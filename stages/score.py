@@ -24,7 +24,8 @@ from recallk.score.metrics import metric_keys
 from recallk.report.block import PAIR_COUNTS, format_report, split_metrics
 from recallk.report.provenance import provenance
 from recallk.report.suite import score_split
-from recallk.report.tables import compact_per_query, neutralise_formulas
+from recallk.report.tables import compact_per_query
+from recallk.tables_contract import neutralise_formulas
 from stages.params import load_section
 from stages.runner import (json_file, output_paths, parse_stage_args, read_input_csv, remove_outputs, run_stage,
                            write_all)
@@ -50,7 +51,7 @@ TABLES = ("per_class", "curve", "per_query", "compact", "neighbors", "confusions
 
 def csv_file(frame: pd.DataFrame, evaluated_id: str) -> Callable[[Path], None]:
     """A report table's writer: text that a spreadsheet would run as a formula is quoted
-    (:func:`recallk.report.tables.neutralise_formulas`), and a last column ``evaluated`` holds the id
+    (:func:`recallk.tables_contract.neutralise_formulas`), and a last column ``evaluated`` holds the id
     of what was evaluated (:func:`recallk.report.provenance.evaluation_id`, ``id`` in metrics/evaluated.json)."""
     safe = neutralise_formulas(frame).assign(evaluated=evaluated_id)
     return lambda tmp: safe.to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")

@@ -17,8 +17,10 @@ import pytest
 from helpers import (CAMERAS, PROJECT_CACHE, RUNNING_MARKS, STAGES, UNEVEN_PER_LABEL, cache_in, commit, copy_digits,
                      copy_pipeline, copy_tree, extra, git, git_init, new_project, repro, run_ok, save_image, set_params)
 
-#: The session projects built by running the stage scripts: a test that takes one (or a copy) is marked ``stage``.
-STAGE_PROJECTS = {"split_base", "uneven_base", "camera_base"}
+#: The projects built by running the stage scripts, and their private copies (which take their base through
+#: ``request.getfixturevalue``, out of pytest's sight): a test that takes one is marked ``stage``.
+STAGE_PROJECTS = {"split_base", "uneven_base", "camera_base", "split_project", "scored_project", "uneven",
+                  "uneven_scored", "camera"}
 
 
 def private_copy(base: str, folder: str = "proj"):
