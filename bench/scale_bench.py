@@ -113,8 +113,8 @@ def main() -> None:
         rankings = {}
         for _ in range(args.repeat):  # interleaved, so that the machine's load hits both alike
             for engine in ("local", "ray"):
-                seconds, rankings[engine] = timed(lambda: rank(q, g, q_lab, g_lab, metrics=metrics,
-                                                               max_memory_mb=MAX_MEMORY_MB, engine=engine))
+                seconds, rankings[engine] = timed(lambda metrics=metrics, engine=engine: rank(
+                    q, g, q_lab, g_lab, metrics=metrics, max_memory_mb=MAX_MEMORY_MB, engine=engine))
                 best[engine] = min(best[engine], seconds)
         ratio = best["ray"] / best["local"]
         results[label] = (best["local"], best["ray"])

@@ -172,7 +172,8 @@ def git(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProces
 # ---------------------------------------------------------------------------------------------- data
 
 
-def save_image(path: Path, seed: int = 0, size: tuple[int, int] = (12, 12), mode: str = "RGB", fmt: str | None = None) -> Path:
+def save_image(path: Path, seed: int = 0, size: tuple[int, int] = (12, 12), mode: str = "RGB",
+               fmt: str | None = None) -> Path:
     """Write a small seeded random image (real pixels through Pillow)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)

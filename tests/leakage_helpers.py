@@ -28,14 +28,15 @@ def near_copy(img: Image.Image) -> Image.Image:
     return decode(buf.getvalue())
 
 
-def write_planted_images(root: Path, spec: dict[str, list[int]], planted: dict[str, tuple[str, int]] = {}) -> None:
+def write_planted_images(root: Path, spec: dict[str, list[int]], planted: dict[str, tuple[str, int]] | None = None
+                         ) -> None:
     """``spec``: label -> seeds of its distinct images (``<label>/<seed>.png``); ``planted``: relative path ->
     (label, seed) of the image it is a near copy of."""
     for label, seeds in spec.items():
         (root / label).mkdir(parents=True, exist_ok=True)
         for seed in seeds:
             smooth(seed).save(root / label / f"{seed}.png")
-    for rel, (_, seed) in planted.items():
+    for rel, (_, seed) in (planted or {}).items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         near_copy(smooth(seed)).save(root / rel)
 

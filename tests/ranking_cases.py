@@ -316,7 +316,8 @@ TIES = [
     # positive first in gallery order: hit at 1, which the opposite rule would turn into a miss
     ([[2, 0], [1, 0]], ["pos", "neg"], {"recall@1": 1.0, "recall@2": 1.0, "tie_sensitive@1": 1, "tie_sensitive@2": 0}),
     # no ties at all: nothing can flip
-    ([[1, 0.1], [1, 0.5]], ["neg", "pos"], {"recall@1": 0.0, "recall@2": 1.0, "tie_sensitive@1": 0, "tie_sensitive@2": 0}),
+    ([[1, 0.1], [1, 0.5]], ["neg", "pos"],
+     {"recall@1": 0.0, "recall@2": 1.0, "tie_sensitive@1": 0, "tie_sensitive@2": 0}),
     # two positives tied with each other only: the first positive is at rank 1 either way
     ([[1, 0], [3, 0], [0, 1]], ["pos", "pos", "neg"], {"recall@1": 1.0, "tie_sensitive@1": 0, "tie_sensitive@2": 0}),
     # a strictly better negative, then a tie of negative (1) and positive (2) at 0: flips at K=2 only

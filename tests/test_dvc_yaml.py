@@ -140,7 +140,8 @@ def test_closure_walker_sees_from_package_imports_and_parent_packages() -> None:
 def test_closure_walker_skips_type_checking_imports(tmp_path, monkeypatch) -> None:
     """``recallk/__init__.py`` names the whole API under ``if TYPE_CHECKING:`` for IDEs; those imports never
     run, so they must not put the score code into the split stage's deps (and an ``else`` branch still runs)."""
-    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\nelse:\n    import b\nimport c\n")
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\nelse:\n    import b\n"
+                     "import c\n")
     imported = {a.name for n in _run_time_nodes(tree) if isinstance(n, ast.Import) for a in n.names}
     assert imported == {"b", "c"}
     assert "recallk.score.metrics" not in _direct_imports("recallk")

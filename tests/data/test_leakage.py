@@ -142,7 +142,8 @@ def test_group_under_given_stops_on_a_crossing_pair(tmp_path, monkeypatch):
             "xc,a/copy.png,a,gallery"]
     (tmp_path / "data" / "m.csv").write_text("\n".join(rows) + "\n")
     with pytest.raises(InputError, match=r"(?s)`split.strategy: given` fixes every split.*'x1' \(a, val\) ~ 'xc'"):
-        run_prepare(Path("data"), csv="m.csv", strategy="given", near_duplicates={"policy": "group", "max_distance": 10})
+        run_prepare(Path("data"), csv="m.csv", strategy="given",
+                    near_duplicates={"policy": "group", "max_distance": 10})
 
 # ---------------------------------------------------------------------------------------- params
 
@@ -186,5 +187,6 @@ def test_split_stage_writes_the_pairs_and_their_counts(planted_root, tmp_path):
     prov = json.loads((tmp_path / "data/prepared/provenance.json").read_text())
     assert prov["images"] == "files" and prov["near_duplicates"]["pairs"] == 4
     assert prov["near_duplicates"]["near_duplicates_cross_label"] == 1
-    if prov["near_duplicates"]["near_duplicates_train_eval"] or prov["near_duplicates"]["near_duplicates_query_gallery"]:
+    counts = prov["near_duplicates"]
+    if counts["near_duplicates_train_eval"] or counts["near_duplicates_query_gallery"]:
         assert "WARNING recallk.data.prepare: near-duplicates (pHash within 10 of 64 bits): 4 pair(s)" in proc.stderr

@@ -17,7 +17,8 @@ from recallk.encode.batches import encode_catalog
 from recallk.encode.registry import Backbone, get_backbone
 from recallk.errors import InputError, MissingExtraError
 
-MEAN_RGB = "import numpy as np\ndef embed(images):\n    return np.array([np.asarray(i, dtype=float).mean((0, 1)) for i in images])\n"
+MEAN_RGB = ("import numpy as np\ndef embed(images):\n"
+            "    return np.array([np.asarray(i, dtype=float).mean((0, 1)) for i in images])\n")
 
 
 @pytest.mark.parametrize("size", [1, 4, 16])
@@ -32,14 +33,17 @@ def test_pixels_backbone_shape_and_values(size):
 
 
 def test_fingerprint_changes_with_preprocessing():
-    assert get_backbone("pixels", {"resolution": 8}).fingerprint != get_backbone("pixels", {"resolution": 16}).fingerprint
-    assert get_backbone("pixels", {"resolution": 8}).fingerprint == get_backbone("pixels", {"resolution": 8}).fingerprint
+    def fingerprint(resolution: int) -> str:
+        return get_backbone("pixels", {"resolution": resolution}).fingerprint
+
+    assert fingerprint(8) != fingerprint(16) and fingerprint(8) == fingerprint(8)
 
 
 @pytest.mark.parametrize("name, match", [
     ("pixel", "unknown backbone 'pixel'.*Did you mean `pixels`"),  # typo gets a suggestion
     # the families and the user callable are named too
-    ("resnet", "unknown backbone 'resnet'.*Available backbones: .*pixels, precomputed, .*`timm:<model>`.*or `callable:"),
+    ("resnet",
+     "unknown backbone 'resnet'.*Available backbones: .*pixels, precomputed, .*`timm:<model>`.*or `callable:"),
 ])
 def test_unknown_backbone(name, match):
     with pytest.raises(InputError, match=match):
@@ -74,7 +78,7 @@ def test_callable_backbone_infers_dim_and_fingerprints_source(tmp_path, user_mod
 @pytest.mark.parametrize("spec, match", [
     ("callable:nomodule", r"is not a valid callable; write it as `callable:package.module:function`"),  # no function
     ("callable::embed", r"is not a valid callable"),                                                      # no module
-    ("callable:missing_mod_zz:f", r"cannot import module 'missing_mod_zz'"),                             # not importable
+    ("callable:missing_mod_zz:f", r"cannot import module 'missing_mod_zz'"),                        # not importable
     ("callable:mymod_err:absent", r"module 'mymod_err' has no function 'absent'"),                       # no such name
     ("callable:mymod_err:CONSTANT", r"module 'mymod_err' has no function 'CONSTANT'"),                   # not callable
     ("callable:mymod_syntax:embed", r"cannot import module 'mymod_syntax' for `encode.backbone` \(SyntaxError"),

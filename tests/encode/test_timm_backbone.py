@@ -155,7 +155,8 @@ def test_no_weights_and_empty_hf_cache_is_one_clear_message(tmp_path, monkeypatc
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     with pytest.raises(InputError, match=r"`encode\.backbone: timm:test_vit` needs weights: `encode\.timm\.weights` is "
-                                         r"not set.*timm/test_vit\.r160_in1k/model\.safetensors.*not in the local cache "
+                                         r"not set.*timm/test_vit\.r160_in1k/model\.safetensors.*not in the local "
+                                         r"cache "
                                          r".*nothing is downloaded.*`hf download timm/test_vit\.r160_in1k`"):
         get_backbone("timm:test_vit", {"weights": "recallk/encode/no_file.txt"})  # the placeholder means none
 

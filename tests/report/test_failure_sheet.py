@@ -57,7 +57,8 @@ def _stage(project, **failures):
 def test_the_score_stage_draws_the_worst_queries_byte_identically(project):
     image, first = _stage(project, queries=3, k=4)
     step = failure_sheet.THUMB + 2 * failure_sheet.FRAME + failure_sheet.GAP
-    assert image.size == (6 * step + failure_sheet.GAP, 3 * (step + failure_sheet.CAPTION) + failure_sheet.GAP)  # 3 rows of 1+4+1
+    # 3 rows of 1 + 4 + 1 tiles
+    assert image.size == (6 * step + failure_sheet.GAP, 3 * (step + failure_sheet.CAPTION) + failure_sheet.GAP)
     proc = run_module("stages.score", cwd=project)
     assert proc.returncode == 0
     assert hashlib.sha256((project / "plots/failures.png").read_bytes()).digest() == hashlib.sha256(first).digest()

@@ -103,7 +103,8 @@ def test_summary_default_is_recall_only():
     (call_kwargs(metrics=["recal"]), r"Did you mean `recall`\?"),  # typo -> suggestion
     (call_kwargs(metrics=["map@R"]), r"Did you mean `map@r`\?"),  # case matters
     (call_kwargs(metrics=["ndcg"]), r"Got \['ndcg'\] instead\.$"),  # no close name: no suggestion
-    (call_kwargs(backend="Faiss"), re.escape("`backend` must be one of numpy, faiss. Got 'Faiss' instead. Did you mean `faiss`?")),
+    (call_kwargs(backend="Faiss"),
+     re.escape("`backend` must be one of numpy, faiss. Got 'Faiss' instead. Did you mean `faiss`?")),
     (call_kwargs(backend="torch"), "`backend` must be one of numpy, faiss"),
     (call_kwargs(ks=[0, 5]), re.escape("`ks` must be positive integers. Got [0, 5] instead.")),
     (call_kwargs(ks=[2.0]), "positive integers"),  # float, even integral

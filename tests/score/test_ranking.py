@@ -352,7 +352,8 @@ def test_symmetric_path_equals_query_gallery_path(kind, memory):
     doubled = dict(case, gallery_emb=np.asarray(case["gallery_emb"]) * 2.0)
     for metrics in (None, ["recall"]):
         names = METRICS if metrics is None else metrics
-        assert_same_ranking(rank_case(case, names, max_memory_mb=memory), rank_case(doubled, names, max_memory_mb=memory))
+        assert_same_ranking(rank_case(case, names, max_memory_mb=memory),
+                            rank_case(doubled, names, max_memory_mb=memory))
         assert case_summary(case, metrics=metrics, max_memory_mb=memory) == case_summary(doubled, metrics=metrics,
                                                                                  max_memory_mb=memory)
 

@@ -38,6 +38,7 @@ from recallk.score.ranking.schedule import threads
 #: The metrics the top-L pass serves (everything but full map).
 TOP_METRICS = ["recall", "precision", "r_precision", "map@r", "mrr"]
 TOP_KEYS = metric_keys(TOP_METRICS, KS)
+DEPTH = max(KS)
 ROUTE_KINDS = BIG_KINDS + ["near_ties", "duplicates", "zero_rows", "exclude_two_pairs", "leave_one_out_exclude"]
 
 
@@ -68,7 +69,7 @@ def _route_counts(line: str) -> dict[str, int]:
     return dict(zip(("served", "deep", "overflow", "beyond"), (int(x) for x in found.groups())))
 
 
-def _assert_cut_of(top, full, depth=max(KS)):
+def _assert_cut_of(top, full, depth=DEPTH):
     """``top`` (a depth ranking) is ``full`` (the complete ranking) cut at each query's depth."""
     assert top.depth is not None and full.depth is None
     np.testing.assert_array_equal(top.n_positives, full.n_positives)

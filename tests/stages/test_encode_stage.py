@@ -55,7 +55,8 @@ def test_stage_precomputed_follows_catalog_order(split_project, tmp_path, monkey
     order = np.random.default_rng(2).permutation(len(ids))
     np.savez(split_project / "pre.npz", ids=np.append(ids[order], "extra"),
              embeddings=np.vstack([want[order], np.ones(6)]))
-    set_params(split_project, {"encode.backbone": "precomputed", "encode.precomputed": {"path": "pre.npz", "ids": "recallk/encode/no_file.txt"}})
+    set_params(split_project, {"encode.backbone": "precomputed",
+                               "encode.precomputed": {"path": "pre.npz", "ids": "recallk/encode/no_file.txt"}})
     log, _ = _encode(split_project)
     assert "loaded 200 precomputed embeddings (dim 6)" in log
     np.testing.assert_array_equal(np.load(split_project / EMBEDDINGS), want)

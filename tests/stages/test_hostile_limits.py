@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import (CATALOG, SPLIT_OUTPUTS, assert_no_outputs, new_project, read_csv, run_fails, run_ok, save_image,
-                     set_params, tiny_project)
+from helpers import (CATALOG, SPLIT_OUTPUTS, assert_no_outputs, read_csv, run_fails, run_ok, set_params, tiny_project)
 from recallk import images
 from recallk.data import catalog, contract
 from recallk.encode import batches
@@ -126,7 +125,8 @@ def test_a_very_long_image_id_is_refused(proj):
 @pytest.mark.stage
 def test_an_id_at_the_length_limit_is_accepted(proj):
     text = "image_id,path,label\n" + "".join(
-        f"{label}{i}{'y' * (contract.MAX_ID_LENGTH - 2)},{label}/{i}.png,{label}\n" for label in "abcd" for i in range(3))
+        f"{label}{i}{'y' * (contract.MAX_ID_LENGTH - 2)},{label}/{i}.png,{label}\n"
+        for label in "abcd" for i in range(3))
     (proj / "data" / "digits" / "manifest.csv").write_text(text, encoding="utf-8")
     set_params(proj, {"split.csv": "manifest.csv"})
     run_ok(proj, "split")

@@ -161,7 +161,8 @@ def test_manifest_same_file_under_two_ids_is_rejected(proj):
     """The same path as query (x1) and gallery item (x2) would let x1 retrieve its own file (its only
     same-label gallery item), since the score stage tells images apart by image_id: the data contract
     rejects it (PATH_ONCE_RULE), naming both CSV lines, and the split writes nothing."""
-    rows = [f"{label}{i},{label}/{i}.png,{label},{s}" for label in "ab" for i, s in enumerate(("val", "gallery", "gallery"))]
+    rows = [f"{label}{i},{label}/{i}.png,{label},{s}"
+            for label in "ab" for i, s in enumerate(("val", "gallery", "gallery"))]
     rows += ["x1,c/0.png,c,val", "x2,c/0.png,c,gallery"] + [f"d{i},d/{i}.png,d,train" for i in range(PER_LABEL)]
     manifest(proj, rows, header="image_id,path,label,split", strategy="given")
     plant_stale(proj, SPLIT_OUTPUTS)

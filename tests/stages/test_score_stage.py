@@ -118,7 +118,8 @@ def _duplicate_first_catalog_row(project):
     # the split names an image the catalog does not have (outputs of two different runs)
     (lambda p: _drop_catalog_row_of_first_query(p), "1 split images are not in the catalog"),
     # the catalog is not a CSV any more
-    (lambda p: (p / "data/prepared/catalog.csv").write_bytes(b"\x00\x01garbage"), "catalog.csv lacks column(s) image_id"),
+    (lambda p: (p / "data/prepared/catalog.csv").write_bytes(b"\x00\x01garbage"),
+     "catalog.csv lacks column(s) image_id"),
     # the split file is gone
     (lambda p: (p / "data/prepared/split.csv").unlink(), "split.csv not found; run the earlier stages first"),
 ])
