@@ -103,6 +103,7 @@ def _maxrss_bytes() -> int:
 def child(method: str, scenario: str, quick: bool, seed: int, repeat: int) -> None:
     numpy_paths = {p["filepath"] for p in blas_libraries()}  # numpy's BLAS: the only one loaded so far
     import faiss  # noqa: F401  (imported before the baseline in every child, so the baseline is comparable)
+
     import recallk.score.metrics  # noqa: F401
     if method.startswith("pml") and pml_anchor.available():  # torch and pml imported outside the timing
         import pytorch_metric_learning.utils.accuracy_calculator  # noqa: F401

@@ -13,7 +13,8 @@ import time
 import numpy as np
 
 import pml_anchor
-from full_matrix import full_matrix_recall, unit as _unit
+from full_matrix import full_matrix_recall
+from full_matrix import unit as _unit
 
 KS = (1, 5, 10)
 DIM = 512

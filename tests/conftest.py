@@ -14,8 +14,26 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import (CAMERAS, PROJECT_CACHE, RUNNING_MARKS, STAGES, UNEVEN_PER_LABEL, cache_in, commit, copy_digits,
-                     copy_pipeline, copy_tree, extra, git, git_init, new_project, repro, run_ok, save_image, set_params)
+from extras import extra
+from helpers import (
+    CAMERAS,
+    PROJECT_CACHE,
+    RUNNING_MARKS,
+    STAGES,
+    UNEVEN_PER_LABEL,
+    cache_in,
+    commit,
+    copy_digits,
+    copy_pipeline,
+    copy_tree,
+    git,
+    git_init,
+    new_project,
+    repro,
+    run_ok,
+    save_image,
+    set_params,
+)
 
 #: The projects built by running the stage scripts, and their private copies (which take their base through
 #: ``request.getfixturevalue``, out of pytest's sight): a test that takes one is marked ``stage``.

@@ -1,8 +1,8 @@
 """Helpers shared by the tests (importable as ``helpers``: ``pythonpath = ["tests"]`` in pyproject.toml).
 
 * paths: the repository, the committed digits, the outputs of each stage (dvc.yaml's outs);
-* optional extras: :func:`extra` (skip a test whose extra is not installed), :func:`has_extra`;
-* subprocesses: a stage script, ``dvc`` and ``git`` with a clean environment;
+* subprocesses: a stage script (only in a test marked ``stage`` or ``pipeline``), ``dvc`` and ``git`` with a
+  clean environment;
 * data: seeded images, digit subsets, a project folder (``params.yaml`` + images);
 * params: :func:`set_params` (dotted keys) and :func:`edit_params` (any change);
 * stage runs: :func:`run_ok` and :func:`run_fails` (a clean user error: exit 2, one ``error:``
@@ -10,15 +10,15 @@
 * pipelines: a temp git repo with the project's DVC files, ``dvc repro`` with what ran;
 * the cheapest project every stage runs on (:func:`tiny_project`).
 
-Beside it: ``score_oracle.py`` (brute-force metrics for the score-table tests) and ``leakage_helpers.py``
-(planted near-duplicate images). Fixtures built on these live in ``conftest.py``.
+Beside it: ``extras.py`` (the optional extras: skip a test whose extra is missing), ``score_oracle.py``
+(brute-force metrics for the score-table tests) and ``leakage_helpers.py`` (planted near-duplicate images).
+Fixtures built on these live in ``conftest.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 import json
 import os
 import re
@@ -34,6 +34,7 @@ import pytest
 import yaml
 from PIL import Image
 
+from extras import extra
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "data" / "digits"
@@ -77,35 +78,6 @@ STAGES = ("split", "encode", "score")
 #: The score-table projects (conftest): per-label counts 20, 22 and 24; a camera column cycling CAMERAS.
 UNEVEN_PER_LABEL = 20
 CAMERAS = ("cam0", "cam1", "cam2")
-
-
-# ---------------------------------------------------------------------------------------------- optional extras
-
-
-#: Set by ``make test`` (which installs every extra): a missing extra fails its tests instead of skipping them.
-REQUIRE_EXTRAS = os.environ.get("RECALLK_REQUIRE_EXTRAS", "") not in ("", "0")
-
-
-def extra(module: str, name: str) -> Any:
-    """``module`` of the ``name`` extra (pyproject.toml) for a test, or the test (or, at module level, the
-    file) is skipped (``pytest.importorskip``) where it is not installed. Under ``RECALLK_REQUIRE_EXTRAS=1``
-    (``make test``) a missing extra is an ImportError instead: the full environment never skips."""
-    __tracebackhide__ = True  # a skip names the test file's line, not this one
-    if REQUIRE_EXTRAS:
-        return importlib.import_module(module)
-    return pytest.importorskip(module, reason=f"needs the {name} extra (pip install -e '.[{name}]')")
-
-
-def has_extra(module: str) -> bool:
-    """Whether ``module`` imports (always True under ``RECALLK_REQUIRE_EXTRAS=1``, where its tests must run):
-    for a parameter list that leaves out what cannot run here, e.g. the faiss backend."""
-    if REQUIRE_EXTRAS:
-        return True
-    try:
-        importlib.import_module(module)
-    except ImportError:
-        return False
-    return True
 
 
 # ---------------------------------------------------------------------------------------------- subprocesses
@@ -285,6 +257,16 @@ def assert_user_error(proc: subprocess.CompletedProcess, *fragments: str) -> Non
     assert len(re.findall(r"^error: ", proc.stderr, flags=re.M)) == 1, out
     for fragment in fragments:
         assert fragment in proc.stderr, f"{fragment!r} not in stderr:\n{proc.stderr}"
+
+
+def assert_faiss_keeps_the_outputs(project: Path) -> None:
+    """Re-scored with ``score.backend: faiss`` (skipped without the faiss extra), ``project`` keeps the bytes of
+    every score output that does not name the backend (``RANKING_OUTPUTS``)."""
+    extra("faiss", "faiss")
+    before = read_bytes(project, RANKING_OUTPUTS)
+    set_params(project, {"score.backend": "faiss"})
+    run_ok(project, "score")
+    assert read_bytes(project, RANKING_OUTPUTS) == before
 
 
 def run_fails(project: Path, stage: str, *fragments: str, args: Iterable[str] = ()) -> subprocess.CompletedProcess:

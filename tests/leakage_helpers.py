@@ -14,6 +14,7 @@ from helpers import SPLIT_FRACTIONS
 from recallk.data import prepare
 from recallk.images import decode
 
+
 def smooth(seed: int, size: int = 64) -> Image.Image:
     """A seeded smooth colour image (a 6x6 random grid, bicubic): its pHash is stable under small edits."""
     rng = np.random.default_rng(seed)

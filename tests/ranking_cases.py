@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
-from helpers import has_extra
+from extras import has_extra
 from recallk.score.metrics import METRICS, metric_keys, rank, retrieval_summary
 from recallk.score.similarity import cosine_block, l2_normalize
 

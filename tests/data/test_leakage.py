@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 
 from helpers import SPLIT_FRACTIONS, run_module
-from leakage_helpers import LEAK_LABELS as LABELS, LEAK_PLANTED as PLANTED, planted_pairs, run_prepare, \
-    write_planted_images
+from leakage_helpers import LEAK_LABELS as LABELS
+from leakage_helpers import LEAK_PLANTED as PLANTED
+from leakage_helpers import planted_pairs, run_prepare, write_planted_images
 from recallk.data import phash, prepare, splitting
 from recallk.errors import InputError
 from stages.params import validate_section
-
 
 # ---------------------------------------------------------------------------------------- policies
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import extra
+from extras import extra
 from recallk.encode import device as dev
 from recallk.errors import InputError
 

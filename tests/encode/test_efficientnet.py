@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 from sklearn.datasets import load_sample_images
 
-from helpers import extra
+from extras import extra
 from recallk.encode.registry import get_backbone
 from recallk.errors import InputError
 

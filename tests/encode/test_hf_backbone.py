@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import extra
+from extras import extra
 from recallk.encode.registry import get_backbone
 from recallk.errors import InputError
 

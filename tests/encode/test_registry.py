@@ -10,7 +10,8 @@ import pytest
 from PIL import Image
 
 import recallk.encode.backbones
-from helpers import extra, image_catalog
+from extras import extra
+from helpers import image_catalog
 from recallk import images
 from recallk.encode import registry as backbones
 from recallk.encode.batches import encode_catalog

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import extra
+from extras import extra
 from recallk.encode.base import NO_FILE
 from recallk.errors import InputError
 from stages.params import validate_section

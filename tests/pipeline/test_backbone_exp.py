@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import EMBEDDINGS, copy_pipeline, dvc, extra, git_init, read_metrics
+from extras import extra
+from helpers import EMBEDDINGS, copy_pipeline, dvc, git_init, read_metrics
 
 extra("timm", "timm")  # without it, this file is skipped
 import timm

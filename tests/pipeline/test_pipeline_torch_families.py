@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import EMBEDDINGS, commit, copy_pipeline, dvc, extra, git_init, repro, set_params
+from extras import extra
+from helpers import EMBEDDINGS, commit, copy_pipeline, dvc, git_init, repro, set_params
 
 extra("torch", "torch")  # without it, this file is skipped
 import torch

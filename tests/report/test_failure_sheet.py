@@ -9,8 +9,8 @@ import pytest
 import yaml
 from PIL import Image
 
-from recallk.report import failure_sheet
 from helpers import run_module
+from recallk.report import failure_sheet
 
 
 @pytest.mark.parametrize("rows, want", [

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from recallk.score.ranking import Budget
 from recallk.report.suite import score_split
+from recallk.score.ranking import Budget
 
 TOP = ["recall", "precision", "r_precision", "map@r", "mrr"]
 

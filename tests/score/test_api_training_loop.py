@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import extra
+from extras import extra
 from recallk import evaluate, recall_at_k
 from recallk.errors import InputError
 from recallk.score.metrics import first_positive_ranks, retrieval_metrics, retrieval_summary

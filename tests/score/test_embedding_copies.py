@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from recallk.score import embedding_copies as copies
 from recallk.report.block import format_report
 from recallk.report.provenance import provenance
 from recallk.report.suite import score_split
+from recallk.score import embedding_copies as copies
 
 
 def test_flagged_pairs_and_metrics_without_them():

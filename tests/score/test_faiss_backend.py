@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import EVALUATED_OUTPUTS, RANKING_OUTPUTS, extra, read_metrics, run_ok, set_params
+from extras import extra
+from helpers import EVALUATED_OUTPUTS, RANKING_OUTPUTS, read_metrics, run_ok, set_params
 from ranking_cases import (
     BIG_KINDS,
     KINDS,

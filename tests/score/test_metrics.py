@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from helpers import extra
+from extras import extra
 from ranking_cases import INF_ROWS, NAN_ROW2, TIES, TOY, call_kwargs, make_case, oracle, ranks_per_query, similarities
 from recallk.score.metrics import mean, per_query, rank, retrieval_metrics, retrieval_summary
 

@@ -16,7 +16,6 @@ import pytest
 from recallk import recall_at_k, retrieval_summary
 from recallk.score.metrics import first_positive_ranks, rank, retrieval_metrics
 
-
 # --------------------------------------------------------------------------- the wrappers
 
 def make_case(kind, seed):

@@ -11,7 +11,7 @@ import pytest
 
 from recallk.checks import distinct_ids, same_values
 from recallk.score.metrics import METRICS, rank, summarize
-from recallk.score.ranking.problem import code_columns, own_rows, ids_match
+from recallk.score.ranking.problem import code_columns, ids_match, own_rows
 from recallk.score.similarity import l2_normalize
 
 

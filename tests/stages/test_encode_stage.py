@@ -15,8 +15,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import CATALOG, EMBEDDINGS, ENCODE_OUTPUTS, IDS, SCORE_OUTPUTS, assert_no_outputs, run_fails, run_ok, \
-    set_params, tool_env
+from helpers import (
+    CATALOG,
+    EMBEDDINGS,
+    ENCODE_OUTPUTS,
+    IDS,
+    SCORE_OUTPUTS,
+    assert_no_outputs,
+    run_fails,
+    run_ok,
+    set_params,
+    tool_env,
+)
 from recallk import images
 from recallk.encode.registry import get_backbone
 

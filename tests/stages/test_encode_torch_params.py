@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from helpers import ENCODE_OUTPUTS, assert_no_outputs, extra, run_fails, run_ok, set_params
+from extras import extra
+from helpers import ENCODE_OUTPUTS, assert_no_outputs, run_fails, run_ok, set_params
 
 extra("torch", "torch")  # without it, this file is skipped
 import torch

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import (CATALOG, SPLIT_OUTPUTS, assert_no_outputs, read_csv, run_fails, run_ok, set_params, tiny_project)
+from helpers import CATALOG, SPLIT_OUTPUTS, assert_no_outputs, read_csv, run_fails, run_ok, set_params, tiny_project
 from recallk import images
 from recallk.data import catalog, contract
 from recallk.encode import batches

@@ -17,8 +17,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import (CATALOG, EMBEDDINGS, ENCODE_OUTPUTS, SPLIT_OUTPUTS, assert_no_outputs, read_csv,
-                     run_fails, run_ok, save_image, set_params, tiny_project)
+from helpers import (
+    CATALOG,
+    EMBEDDINGS,
+    ENCODE_OUTPUTS,
+    SPLIT_OUTPUTS,
+    assert_no_outputs,
+    read_csv,
+    run_fails,
+    run_ok,
+    save_image,
+    set_params,
+    tiny_project,
+)
 from recallk.data import catalog, contract
 from recallk.errors import InputError, os_advice
 from stages import runner

@@ -20,9 +20,8 @@ from PIL import Image
 
 from helpers import ROOT, run_module, save_image, set_dotted
 from recallk import images
-from recallk.errors import quote
 from recallk.data import catalog, contract, prepare
-from recallk.errors import InputError
+from recallk.errors import InputError, quote
 from stages.params import load_section
 
 #: prepare() params of these tests: every image is in val/gallery and, under leave_one_out, a query.

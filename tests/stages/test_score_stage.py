@@ -10,8 +10,23 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import CATALOG, EMBEDDINGS, IDS, METRICS, PER_QUERY, SCORE_OUTPUTS, SPLIT, assert_no_outputs, \
-    edit_params, plant_stale, read_metrics, run_fails, run_module, run_ok, set_params
+from helpers import (
+    CATALOG,
+    EMBEDDINGS,
+    IDS,
+    METRICS,
+    PER_QUERY,
+    SCORE_OUTPUTS,
+    SPLIT,
+    assert_no_outputs,
+    edit_params,
+    plant_stale,
+    read_metrics,
+    run_fails,
+    run_module,
+    run_ok,
+    set_params,
+)
 from recallk import retrieval_summary
 
 pytestmark = pytest.mark.stage  # every test here runs stage scripts as subprocesses
