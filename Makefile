@@ -1,6 +1,7 @@
 # Two commands on a fresh machine with python3 and pip:
 #   make repro   set up .venv, run the DVC pipeline, print the report
 #   make test    set up .venv with test dependencies and the optional extras, run pytest
+#   make lint    ruff (the rules in pyproject.toml) over recallk, stages, tests and bench
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -8,7 +9,7 @@ BIN    := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 PIP_INSTALL := $(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: repro test check-repro venv clean
+.PHONY: repro test lint check-repro venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +23,10 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	$(PIP_INSTALL) -e '.[test,torch,faiss,timm,open-clip,hf,ray]'
 	touch $@
 
+$(VENV)/.installed-lint: $(VENV)/.installed
+	$(PIP_INSTALL) -e '.[lint]'
+	touch $@
+
 venv: $(VENV)/.installed
 
 # The report block is printed once, by --show, whether score ran now or was up to date.
@@ -30,8 +35,13 @@ repro: $(VENV)/.installed
 	@$(BIN)/python -m stages.score --show
 
 # One pytest worker per core (pytest-xdist); tests that share a Ray cluster stay on one worker (loadgroup).
+# Every extra is installed, so none of their tests may skip (RECALLK_REQUIRE_EXTRAS: a missing one fails).
+# Without the extras, `pytest -m "not pipeline and not ray"` runs the core tests and skips the extras' ones.
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -n auto --dist loadgroup
+	RECALLK_REQUIRE_EXTRAS=1 $(BIN)/python -m pytest -n auto --dist loadgroup
+
+lint: $(VENV)/.installed-lint
+	$(BIN)/ruff check recallk stages tests bench
 
 # CI reproducibility check: recompute every stage (--force: the committed metrics file would
 # otherwise let DVC skip score), then the lock file and metrics must be byte-identical.

@@ -36,7 +36,8 @@ def numpy_kernel() -> str | None:
 def describe(p: dict) -> str:
     """One library: API, version, kernel, threads and file."""
     kernel = f" {p['architecture']}" if p.get("architecture") else ""
-    return f"{p['internal_api']} {p.get('version') or ''}{kernel}, {p['num_threads']} threads ({Path(p['filepath']).name})"
+    return (f"{p['internal_api']} {p.get('version') or ''}{kernel}, {p['num_threads']} threads "
+            f"({Path(p['filepath']).name})")
 
 
 def ran_blas(method: str, numpy_paths: set[str]) -> str:

@@ -35,7 +35,8 @@ FILES = ("dvc.yaml", "params.yaml", ".dvc/config", ".dvc/.gitignore", ".dvcignor
 
 def run(args: list[str], cwd: Path) -> tuple[float, str]:
     env = dict(os.environ, DVC_NO_ANALYTICS="1", RECALLK_NO_REPORT="1", GIT_AUTHOR_NAME="bench",
-               GIT_AUTHOR_EMAIL="bench@example.com", GIT_COMMITTER_NAME="bench", GIT_COMMITTER_EMAIL="bench@example.com",
+               GIT_AUTHOR_EMAIL="bench@example.com", GIT_COMMITTER_NAME="bench",
+               GIT_COMMITTER_EMAIL="bench@example.com",
                PYTHONPATH=os.pathsep.join(filter(None, [str(cwd), os.environ.get("PYTHONPATH")])))
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     start = time.perf_counter()

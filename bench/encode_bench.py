@@ -32,7 +32,6 @@ from sklearn.datasets import load_sample_images  # noqa: E402
 
 import recallk.encode.batches as encoding  # noqa: E402
 from recallk.encode.registry import get_backbone  # noqa: E402
-from recallk.images import decode  # noqa: E402
 
 TARGET = 0.90  # the goal: end-to-end >= 0.9x model-only
 

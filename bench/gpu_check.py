@@ -136,7 +136,7 @@ def main() -> None:
                 tag = f"cuda {dtype} {'repro' if reproducible else 'fast'} batch {bs}"
                 report(tag, emb, ref, ref_top, labels, ips, fp)
             base = runs[1][0]
-            print(f"  vs cuda batch 1: " + ", ".join(f"batch {bs} max|d| {np.abs(runs[bs][0] - base).max():.2e}"
+            print("  vs cuda batch 1: " + ", ".join(f"batch {bs} max|d| {np.abs(runs[bs][0] - base).max():.2e}"
                                                      for bs in BATCHES[1:]))
             print(f"  flags: {current_flags()}")
 

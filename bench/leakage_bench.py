@@ -158,8 +158,8 @@ def evaluate(data: dict) -> None:
           f"{data['n_distractors']} distractor crops); pHash {data['hash_ms']:.2f} ms per image (decode + hash)")
     print(f"pairs of different families: {int(other.sum()):,} (photo-photo {int((other & photo).sum()):,}, "
           f"digit-digit {int((other & digit).sum()):,})")
-    header = (f"{'d':>3} " + " ".join(f"{c:>8}" for c in CLASSES) + f" {'non-flip (photo / digit)':>24} {'false':>7} {'photos':>8} "
-              f"{'digits':>8} {'distract':>8} {'family':>8}")
+    header = (f"{'d':>3} " + " ".join(f"{c:>8}" for c in CLASSES) + f" {'non-flip (photo / digit)':>24} {'false':>7} "
+              f"{'photos':>8} {'digits':>8} {'distract':>8} {'family':>8}")
     print("\nrecall of planted (base, copy) pairs by class, of the non-flip ones (photos / digits); false pair rate\n"
           "(all, photo-photo, digit-digit, base-distractor); share of the flagged pairs within one family")
     print(header)
@@ -176,7 +176,8 @@ def evaluate(data: dict) -> None:
         flagged = close & upper
         share = (flagged & ~other).sum() / max(1, flagged.sum())  # pairs within a family: base or copies
         mark = "  <- default" if d == DEFAULT else ""
-        print(f"{d:>3} " + " ".join(f"{rec[c]:>8.3f}" for c in CLASSES) + f" {non_flip:>5.3f} ({by_source['photo']:.3f} / {by_source['digit']:.3f}) {false:>7.2%} "
+        print(f"{d:>3} " + " ".join(f"{rec[c]:>8.3f}" for c in CLASSES)
+              + f" {non_flip:>5.3f} ({by_source['photo']:.3f} / {by_source['digit']:.3f}) {false:>7.2%} "
               f"{f_photo:>8.2%} {f_digit:>8.2%} {f_distractor:>8.2%} {share:>8.1%}{mark}")
 
 

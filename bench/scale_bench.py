@@ -123,7 +123,8 @@ def main() -> None:
         rankings = {}
         for _ in range(args.repeat):  # interleaved, so that the machine's load hits both alike
             for engine in ("local", "ray"):
-                seconds, rankings[engine] = timed(lambda: ranked(q, g, q_lab, g_lab, metrics, engine))
+                seconds, rankings[engine] = timed(lambda metrics=metrics, engine=engine: ranked(
+                    q, g, q_lab, g_lab, metrics, engine))
                 best[engine] = min(best[engine], seconds)
         ratio = best["ray"] / best["local"]
         results[label] = (best["local"], best["ray"])

@@ -103,6 +103,7 @@ def _maxrss_bytes() -> int:
 def child(method: str, scenario: str, quick: bool, seed: int, repeat: int) -> None:
     numpy_paths = {p["filepath"] for p in blas_libraries()}  # numpy's BLAS: the only one loaded so far
     import faiss  # noqa: F401  (imported before the baseline in every child, so the baseline is comparable)
+
     import recallk.score.metrics  # noqa: F401
     if method.startswith("pml") and pml_anchor.available():  # torch and pml imported outside the timing
         import pytorch_metric_learning.utils.accuracy_calculator  # noqa: F401
@@ -194,7 +195,8 @@ def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
         print(f"  {m:14s} {r['seconds']:8.2f} {mem:>14s}   {rec}{note}")
     for line in blas_lines(res):
         print(line)
-    for name, anchor, keys in (("engine top", "pml", pml_anchor.KEYS), ("engine suite", "pml full", pml_anchor.FULL_KEYS)):
+    for name, anchor, keys in (("engine top", "pml", pml_anchor.KEYS),
+                               ("engine suite", "pml full", pml_anchor.FULL_KEYS)):
         if name in res and anchor in res:
             for line in pml_anchor.compare(res[name], res[anchor], name, anchor, PML_TARGETS[name], keys):
                 print(line)
@@ -225,7 +227,8 @@ def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
         ratio = suite["seconds"] / eng["seconds"]
         print(f"  suite/engine = {ratio:5.2f}x (target <= {SUITE_TARGET:.2f}x: "
               f"{'MET' if ratio <= SUITE_TARGET else 'MISSED'}); suite/faiss = "
-              f"{suite['seconds'] / res['faiss']['seconds'] if 'seconds' in res.get('faiss', {}) else float('nan'):.2f}x")
+              f"{suite['seconds'] / res['faiss']['seconds'] if 'seconds' in res.get('faiss', {}) else float('nan'):.2f}"
+              "x")
     f64 = res.get("floor float64", {})
     if "seconds" in f64:  # every positive's exact rank needs float64 products: their bare cost bounds the suite
         half = " (the suite computes half of them here)" if scenario == "B" else ""

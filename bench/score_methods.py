@@ -13,7 +13,8 @@ import time
 import numpy as np
 
 import pml_anchor
-from full_matrix import full_matrix_recall, unit as _unit
+from full_matrix import full_matrix_recall
+from full_matrix import unit as _unit
 
 KS = (1, 5, 10)
 DIM = 512
@@ -78,7 +79,8 @@ def run_engine(d: dict, metrics=("recall",)) -> dict:
     from recallk.score.metrics import retrieval_summary
     s = retrieval_summary(d["q"], d["g"], d["ql"], d["gl"], ks=KS, query_ids=d["qid"], gallery_ids=d["gid"],
                           max_memory_mb=MAX_MEMORY_MB, metrics=metrics)
-    return {k: v for k, v in s.items() if k.startswith("recall@") or k in ("num_queries", *pml_anchor.FULL_KEYS.values())}
+    return {k: v for k, v in s.items()
+            if k.startswith("recall@") or k in ("num_queries", *pml_anchor.FULL_KEYS.values())}
 
 
 def run_ranks(d: dict) -> dict:

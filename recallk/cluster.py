@@ -67,6 +67,7 @@ def connect(address: str | None, what: str) -> ModuleType:
         raise InputError(f"`{what}`: cannot start or reach a Ray cluster {where} ({exc}); start one with "
                          "`ray start --head`, fix the address (RAY_ADDRESS or the engine's `ray.address` param), "
                          "or leave both unset to start a local cluster.") from None
+    resources = ray.cluster_resources()
     log.info("%s: %s CPUs, %s GPUs", f"joined the Ray cluster at {address}" if address else
-             "started a local Ray cluster", ray.cluster_resources().get("CPU", 0), ray.cluster_resources().get("GPU", 0))
+             "started a local Ray cluster", resources.get("CPU", 0), resources.get("GPU", 0))
     return ray

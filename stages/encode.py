@@ -17,10 +17,13 @@ import numpy as np
 from recallk.encode.embed import embed
 from recallk.settings.encode import EncodeSettings
 from stages.params import load_settings
-from stages.runner import json_file, parse_stage_args, read_catalog, remove_outputs, run_stage, write_all
+from stages.runner import json_file, output_paths, parse_stage_args, read_catalog, remove_outputs, run_stage, write_all
 
-PATHS = {"catalog": "data/prepared/catalog.csv", "embeddings": "data/embeddings/embeddings.npy",
-         "ids": "data/embeddings/ids.npy", "provenance": "data/embeddings/provenance.json"}
+#: What the stage reads and writes, by option name (``--catalog PATH`` ...): dvc.yaml's deps and outs
+#: (tests/test_dvc_yaml.py).
+INPUTS = {"catalog": "data/prepared/catalog.csv"}
+OUTPUTS = {"embeddings": "data/embeddings/embeddings.npy", "ids": "data/embeddings/ids.npy",
+           "provenance": "data/embeddings/provenance.json"}
 
 
 def npy(array: np.ndarray) -> Callable[[Path], None]:
@@ -32,8 +35,8 @@ def npy(array: np.ndarray) -> Callable[[Path], None]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = parse_stage_args(argv, "Embed every catalog image.", PATHS)
-    remove_outputs([args.embeddings, args.ids, args.provenance])
+    args = parse_stage_args(argv, "Embed every catalog image.", INPUTS, OUTPUTS)
+    remove_outputs(output_paths(args, OUTPUTS))
     settings = load_settings(EncodeSettings, args.params)
     catalog = read_catalog(args.catalog)
     emb, provenance = embed(catalog, settings)

@@ -114,16 +114,25 @@ def remove_outputs(paths: Sequence[str | os.PathLike]) -> None:
             Path(p).unlink()
 
 
-def parse_stage_args(argv: Sequence[str] | None, description: str, paths: dict[str, str],
+def parse_stage_args(argv: Sequence[str] | None, description: str, inputs: dict[str, str], outputs: dict[str, str],
                      flags: dict[str, str] | None = None) -> argparse.Namespace:
-    """Parse a stage's ``--<name> PATH`` options (defaults: the paths in dvc.yaml) plus ``--params``."""
-    parser = argparse.ArgumentParser(description=description)
-    for name, default in paths.items():
-        parser.add_argument(f"--{name}", default=default)
-    parser.add_argument("--params", default="params.yaml")
+    """Parse a stage's ``--<name> PATH`` options plus ``--params``: the defaults are the stage's own ``INPUTS``
+    and ``OUTPUTS`` tables, which dvc.yaml's deps and outs repeat (tests/test_dvc_yaml.py), so its ``cmd`` names
+    no path; the options are for running a stage by hand on other files."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for name, default in inputs.items():
+        parser.add_argument(f"--{name}", default=default, metavar="PATH", help="read")
+    for name, default in outputs.items():
+        parser.add_argument(f"--{name}", default=default, metavar="PATH", help="written")
+    parser.add_argument("--params", default="params.yaml", metavar="PATH", help="the params file")
     for name, help_text in (flags or {}).items():
         parser.add_argument(f"--{name}", action="store_true", help=help_text)
     return parser.parse_args(argv)
+
+
+def output_paths(args: argparse.Namespace, outputs: dict[str, str]) -> list[str]:
+    """The paths ``args`` gives the ``outputs`` options (a stage's ``OUTPUTS``), in the table's order."""
+    return [getattr(args, name.replace("-", "_")) for name in outputs]
 
 
 def run_stage(main: Callable[[Sequence[str] | None], None], argv: Sequence[str] | None = None) -> None:

@@ -23,24 +23,28 @@ from recallk.report import html
 from recallk.report.block import PAIR_COUNTS, format_report, split_metrics
 from recallk.report.provenance import provenance
 from recallk.report.suite import score_split
-from recallk.report.tables import compact_per_query, neutralise_formulas
+from recallk.report.tables import compact_per_query
 from recallk.score.registry import metric_keys
 from recallk.settings.base import as_params
 from recallk.settings.score import ScoreSettings
+from recallk.tables_contract import neutralise_formulas
 from stages.params import load_settings
-from stages.runner import json_file, parse_stage_args, read_input_csv, remove_outputs, run_stage, write_all
+from stages.runner import (json_file, output_paths, parse_stage_args, read_input_csv, remove_outputs, run_stage,
+                           write_all)
 from stages.score_inputs import load_inputs
 
-PATHS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.csv",
-         "embeddings": "data/embeddings/embeddings.npy", "ids": "data/embeddings/ids.npy",
-         "metrics": "metrics/recall.json", "intervals": "metrics/intervals.json",
-         "evaluated": "metrics/evaluated.json", "per-class": "metrics/per_class.csv", "curve": "metrics/recall_curve.csv",
-         "per-query": "data/scores/per_query.csv", "compact": "metrics/per_query.csv",
-         "neighbors": "data/scores/neighbors.csv", "confusions": "metrics/confusions.csv",
-         "near-duplicates": "data/scores/near_duplicates.csv",
-         "failures": "plots/failures.png", "report": "reports/index.html",
-         "split-provenance": "data/prepared/provenance.json", "encode-provenance": "data/embeddings/provenance.json",
-         "skipped": "data/prepared/skipped.csv"}
+#: What the stage reads and writes, by option name (``--catalog PATH`` ...): dvc.yaml's deps and outs
+#: (tests/test_dvc_yaml.py).
+INPUTS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.csv",
+          "embeddings": "data/embeddings/embeddings.npy", "ids": "data/embeddings/ids.npy",
+          "split-provenance": "data/prepared/provenance.json", "encode-provenance": "data/embeddings/provenance.json",
+          "skipped": "data/prepared/skipped.csv"}
+OUTPUTS = {"metrics": "metrics/recall.json", "intervals": "metrics/intervals.json",
+           "evaluated": "metrics/evaluated.json", "per-class": "metrics/per_class.csv",
+           "curve": "metrics/recall_curve.csv", "per-query": "data/scores/per_query.csv",
+           "compact": "metrics/per_query.csv", "neighbors": "data/scores/neighbors.csv",
+           "confusions": "metrics/confusions.csv", "near-duplicates": "data/scores/near_duplicates.csv",
+           "failures": "plots/failures.png", "report": "reports/index.html"}
 
 
 #: The tables written as CSV, by their argument name.
@@ -49,7 +53,7 @@ TABLES = ("per_class", "curve", "per_query", "compact", "neighbors", "confusions
 
 def csv_file(frame: pd.DataFrame, evaluated_id: str) -> Callable[[Path], None]:
     """A report table's writer: text that a spreadsheet would run as a formula is quoted
-    (:func:`recallk.report.tables.neutralise_formulas`), and a last column ``evaluated`` holds the id
+    (:func:`recallk.tables_contract.neutralise_formulas`), and a last column ``evaluated`` holds the id
     of what was evaluated (:func:`recallk.report.provenance.evaluation_id`, ``id`` in metrics/evaluated.json)."""
     safe = neutralise_formulas(frame).assign(evaluated=evaluated_id)
     return lambda tmp: safe.to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")
@@ -87,12 +91,10 @@ def show(metrics_json: str, intervals_json: str, evaluated: dict) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = parse_stage_args(argv, "Score the metric suite and write the metrics, tables and curve.", PATHS,
+    args = parse_stage_args(argv, "Score the metric suite and write the metrics, tables and curve.", INPUTS, OUTPUTS,
                             flags={"show": "only print the report of an existing metrics file"})
-    outputs = ([args.metrics, args.intervals, args.evaluated] + [getattr(args, name) for name in TABLES]
-               + [args.failures, args.report])
     if not args.show:
-        remove_outputs(outputs)  # first: a failed run never leaves an old result looking current
+        remove_outputs(output_paths(args, OUTPUTS))  # first: a failed run never leaves an old result looking current
     settings = load_settings(ScoreSettings, args.params)
     split_provenance = read_provenance(args.split_provenance)
     evaluated = provenance(split_provenance, read_provenance(args.encode_provenance), as_params(settings))

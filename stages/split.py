@@ -18,13 +18,16 @@ from recallk.data.prepare import prepare_all
 from recallk.data.splitting import SPLITS
 from recallk.settings.split import SplitSettings
 from stages.params import load_settings
-from stages.runner import json_file, parse_stage_args, remove_outputs, run_stage, write_all
+from stages.runner import json_file, output_paths, parse_stage_args, remove_outputs, run_stage, write_all
 
 log = logging.getLogger("stages.split" if __name__ == "__main__" else __name__)
 
-PATHS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.csv",
-         "skipped": "data/prepared/skipped.csv", "near-duplicates": "data/prepared/near_duplicates.csv",
-         "provenance": "data/prepared/provenance.json"}
+#: What the stage reads and writes, by option name (``--catalog PATH`` ...): dvc.yaml's deps and outs
+#: (tests/test_dvc_yaml.py). It reads no earlier stage's file: its images are under the ``split.data_root`` param.
+INPUTS: dict[str, str] = {}
+OUTPUTS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.csv",
+           "skipped": "data/prepared/skipped.csv", "near-duplicates": "data/prepared/near_duplicates.csv",
+           "provenance": "data/prepared/provenance.json"}
 
 
 def write_outputs(frames: Sequence[pd.DataFrame], paths: Sequence[str], provenance: dict | None = None) -> None:
@@ -36,8 +39,8 @@ def write_outputs(frames: Sequence[pd.DataFrame], paths: Sequence[str], provenan
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = parse_stage_args(argv, "Build the image catalog and the split assignment.", PATHS)
-    outputs = [args.catalog, args.split, args.skipped, args.near_duplicates, args.provenance]
+    args = parse_stage_args(argv, "Build the image catalog and the split assignment.", INPUTS, OUTPUTS)
+    outputs = output_paths(args, OUTPUTS)
     remove_outputs(outputs)
     settings = load_settings(SplitSettings, args.params)
     out = prepare_all(settings)

@@ -14,9 +14,31 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import (PROJECT_CACHE, STAGES, cache_in, commit, copy_digits, copy_pipeline, copy_tree, git, git_init,
-                     new_project, repro, run_ok, save_image, set_params)
-from score_oracle import CAMERAS, UNEVEN_PER_LABEL
+from extras import extra
+from helpers import (
+    CAMERAS,
+    PROJECT_CACHE,
+    RUNNING_MARKS,
+    STAGES,
+    UNEVEN_PER_LABEL,
+    cache_in,
+    commit,
+    copy_digits,
+    copy_pipeline,
+    copy_tree,
+    git,
+    git_init,
+    new_project,
+    repro,
+    run_ok,
+    save_image,
+    set_params,
+)
+
+#: The projects built by running the stage scripts, and their private copies (which take their base through
+#: ``request.getfixturevalue``, out of pytest's sight): a test that takes one is marked ``stage``.
+STAGE_PROJECTS = {"split_base", "uneven_base", "camera_base", "split_project", "scored_project", "uneven",
+                  "uneven_scored", "camera"}
 
 
 def private_copy(base: str, folder: str = "proj"):
@@ -104,9 +126,9 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory):
     Ray tests' control files in ``$RECALLK_RAY_TEST_DIR`` (the yielded folder)."""
     import logging
 
-    import ray
-
     from recallk.cluster import worker_env
+
+    ray = extra("ray", "ray")  # every ray test takes this fixture: skipped without the ray extra
 
     control = tmp_path_factory.mktemp("ray_control")
     env = worker_env()
@@ -224,8 +246,19 @@ repo = private_copy("base_repo", "repo")  # git history, DVC cache, embedding ca
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``make test``: ``-n auto --dist loadgroup``) every ``ray`` test runs on one
-    worker, so the session starts one Ray cluster, not one per worker."""
+    """A test that takes a project of ``STAGE_PROJECTS`` runs stage scripts: marked ``stage`` (unless it is a
+    ``pipeline`` test). Under pytest-xdist (``make test``: ``-n auto --dist loadgroup``) every ``ray`` test runs
+    on one worker, so the session starts one Ray cluster, not one per worker."""
     for item in items:
+        if STAGE_PROJECTS & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("pipeline"):
+            item.add_marker(pytest.mark.stage)
         if item.get_closest_marker("ray"):
             item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Keep the running test's markers for ``helpers.run_module`` (before its fixtures run: a session project is
+    built in the setup of the first test that takes it)."""
+    RUNNING_MARKS.clear()
+    RUNNING_MARKS.update(mark.name for mark in item.iter_markers())

@@ -1,7 +1,8 @@
 """Helpers shared by the tests (importable as ``helpers``: ``pythonpath = ["tests"]`` in pyproject.toml).
 
-* paths: the repository, the committed digits, the outputs of each stage;
-* subprocesses: a stage script, ``dvc`` and ``git`` with a clean environment;
+* paths: the repository, the committed digits, the outputs of each stage (dvc.yaml's outs);
+* subprocesses: a stage script (only in a test marked ``stage`` or ``pipeline``), ``dvc`` and ``git`` with a
+  clean environment;
 * data: seeded images, digit subsets, a project folder (``params.yaml`` + images);
 * params: :func:`set_params` (dotted keys) and :func:`edit_params` (any change);
 * stage runs: :func:`run_ok` and :func:`run_fails` (a clean user error: exit 2, one ``error:``
@@ -9,8 +10,9 @@
 * pipelines: a temp git repo with the project's DVC files, ``dvc repro`` with what ran;
 * the cheapest project every stage runs on (:func:`tiny_project`).
 
-Beside it: ``score_oracle.py`` (brute-force metrics for the score-table tests) and ``leakage_helpers.py``
-(planted near-duplicate images). Fixtures built on these live in ``conftest.py``.
+Beside it: ``extras.py`` (the optional extras: skip a test whose extra is missing), ``score_oracle.py``
+(brute-force metrics for the score-table tests) and ``leakage_helpers.py`` (planted near-duplicate images).
+Fixtures built on these live in ``conftest.py``.
 """
 
 from __future__ import annotations
@@ -32,29 +34,50 @@ import pytest
 import yaml
 from PIL import Image
 
+from extras import extra
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "data" / "digits"
 
-CATALOG = "data/prepared/catalog.csv"
-SPLIT = "data/prepared/split.csv"
-SKIPPED = "data/prepared/skipped.csv"
-EMBEDDINGS = "data/embeddings/embeddings.npy"
-IDS = "data/embeddings/ids.npy"
-METRICS = "metrics/recall.json"
-PER_CLASS = "metrics/per_class.csv"
-CURVE = "metrics/recall_curve.csv"
-PER_QUERY = "data/scores/per_query.csv"
-SPLIT_OUTPUTS = (CATALOG, SPLIT, SKIPPED, "data/prepared/provenance.json")
-ENCODE_OUTPUTS = (EMBEDDINGS, IDS, "data/embeddings/provenance.json")
-SCORE_OUTPUTS = (METRICS, "metrics/intervals.json", "metrics/evaluated.json", PER_CLASS, CURVE, PER_QUERY, "metrics/per_query.csv",
-                 "metrics/confusions.csv", "data/scores/neighbors.csv", "plots/failures.png", "reports/index.html")
+
+def dvc_outs(dvc_yaml: Path = ROOT / "dvc.yaml") -> dict[str, tuple[str, ...]]:
+    """Each stage's outs in dvc.yaml, in its order (an out with options, ``- path: {cache: false}``, by its path)."""
+    spec = yaml.safe_load(dvc_yaml.read_text(encoding="utf-8"))
+    return {name: tuple(next(iter(out)) if isinstance(out, dict) else out for out in stage.get("outs", ()))
+            for name, stage in spec["stages"].items()}
+
+
+#: Every output, read from dvc.yaml: a stage's new output is checked by every ``assert_no_outputs`` at once.
+OUTS = dvc_outs()
+SPLIT_OUTPUTS, ENCODE_OUTPUTS, SCORE_OUTPUTS = OUTS["split"], OUTS["encode"], OUTS["score"]
 ALL_OUTPUTS = SPLIT_OUTPUTS + ENCODE_OUTPUTS + SCORE_OUTPUTS
+
+
+def out(stage: str, path: str) -> str:
+    """``path``, an out of ``stage`` in dvc.yaml (an ImportError at once if it is not: the names below cannot drift)."""
+    if path not in OUTS[stage]:
+        raise ImportError(f"tests/helpers.py names {path} an output of {stage}, but dvc.yaml's outs of {stage} are "
+                          f"{', '.join(OUTS[stage])}")
+    return path
+
+
+CATALOG = out("split", "data/prepared/catalog.csv")
+SPLIT = out("split", "data/prepared/split.csv")
+SKIPPED = out("split", "data/prepared/skipped.csv")
+EMBEDDINGS = out("encode", "data/embeddings/embeddings.npy")
+IDS = out("encode", "data/embeddings/ids.npy")
+METRICS = out("score", "metrics/recall.json")
+PER_CLASS = out("score", "metrics/per_class.csv")
+CURVE = out("score", "metrics/recall_curve.csv")
+PER_QUERY = out("score", "data/scores/per_query.csv")
 #: Score outputs that name the settings they ran with (score.backend among them).
-EVALUATED_OUTPUTS = ("metrics/evaluated.json", "reports/index.html")
+EVALUATED_OUTPUTS = (out("score", "metrics/evaluated.json"), out("score", "reports/index.html"))
 #: The score outputs that do not depend on score.backend.
 RANKING_OUTPUTS = tuple(rel for rel in SCORE_OUTPUTS if rel not in EVALUATED_OUTPUTS)
 STAGES = ("split", "encode", "score")
+#: The score-table projects (conftest): per-label counts 20, 22 and 24; a camera column cycling CAMERAS.
+UNEVEN_PER_LABEL = 20
+CAMERAS = ("cam0", "cam1", "cam2")
 
 
 # ---------------------------------------------------------------------------------------------- subprocesses
@@ -93,8 +116,20 @@ def run(args: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedP
     return proc
 
 
+#: The markers of the running test, kept by conftest.py (``pytest_runtest_setup``): a stage script runs only
+#: in a test marked ``stage`` or ``pipeline`` (:func:`run_module`), so ``-m "not stage and not pipeline"``
+#: runs no stage subprocess.
+RUNNING_MARKS: set[str] = set()
+STAGE_MARKS = frozenset({"stage", "pipeline"})
+
+
 def run_module(module: str, *args: str, cwd: Path, check: bool = False) -> subprocess.CompletedProcess:
-    """Run ``python -m <module> args`` in ``cwd`` (a stage script, usually)."""
+    """Run ``python -m <module> args`` in ``cwd`` (a stage script, usually: only in a test marked ``stage`` or
+    ``pipeline``)."""
+    if module.startswith("stages.") and not RUNNING_MARKS & STAGE_MARKS:
+        pytest.fail(f"this test runs `python -m {module}` but is not marked `stage`: add @pytest.mark.stage (or "
+                    "pytestmark = pytest.mark.stage to its file), or take a project of conftest.STAGE_PROJECTS",
+                    pytrace=False)
     return run([sys.executable, "-m", module, *args], cwd=cwd, check=check)
 
 
@@ -109,7 +144,8 @@ def git(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProces
 # ---------------------------------------------------------------------------------------------- data
 
 
-def save_image(path: Path, seed: int = 0, size: tuple[int, int] = (12, 12), mode: str = "RGB", fmt: str | None = None) -> Path:
+def save_image(path: Path, seed: int = 0, size: tuple[int, int] = (12, 12), mode: str = "RGB",
+               fmt: str | None = None) -> Path:
     """Write a small seeded random image (real pixels through Pillow)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -221,6 +257,16 @@ def assert_user_error(proc: subprocess.CompletedProcess, *fragments: str) -> Non
     assert len(re.findall(r"^error: ", proc.stderr, flags=re.M)) == 1, out
     for fragment in fragments:
         assert fragment in proc.stderr, f"{fragment!r} not in stderr:\n{proc.stderr}"
+
+
+def assert_faiss_keeps_the_outputs(project: Path) -> None:
+    """Re-scored with ``score.backend: faiss`` (skipped without the faiss extra), ``project`` keeps the bytes of
+    every score output that does not name the backend (``RANKING_OUTPUTS``)."""
+    extra("faiss", "faiss")
+    before = read_bytes(project, RANKING_OUTPUTS)
+    set_params(project, {"score.backend": "faiss"})
+    run_ok(project, "score")
+    assert read_bytes(project, RANKING_OUTPUTS) == before
 
 
 def run_fails(project: Path, stage: str, *fragments: str, args: Iterable[str] = ()) -> subprocess.CompletedProcess:

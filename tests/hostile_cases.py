@@ -1,27 +1,25 @@
 """The hostile-input corpus's shared pieces: its tiny project, manifests and checks of stage output
-(star-imported by tests/stages/test_hostile_corpus.py and test_hostile_manifests.py)."""
+(imported by tests/stages/test_hostile_corpus.py and test_hostile_manifests.py, each with its own ``proj``
+fixture: :func:`make_project` in ``tmp_path``)."""
 
 from __future__ import annotations
 
-import io
-import re
-import shutil
-import struct
-import zlib
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
-import pandas as pd
-import pytest
 from PIL import Image
 
-from helpers import (CATALOG, EMBEDDINGS, IDS, SCORE_OUTPUTS, SKIPPED, SPLIT, SPLIT_OUTPUTS, STAGES,
-                     assert_no_outputs, assert_user_error, new_project, plant_stale, read_csv, read_metrics, run_module,
-                     run_ok, save_image, set_params, tiny_project)
-from recallk.data import contract
+from helpers import (
+    CATALOG,
+    EMBEDDINGS,
+    IDS,
+    STAGES,
+    read_csv,
+    run_ok,
+    set_params,
+    tiny_project,
+)
 from recallk.encode.registry import encode_pixels
-
 
 LABELS = ("a", "b", "c", "d")
 PER_LABEL = 3
@@ -38,11 +36,6 @@ def make_project(where: Path, labels: tuple[str, ...] = LABELS, per_label: int =
 
 def data_root(proj: Path) -> Path:
     return proj / "data" / "digits"
-
-
-@pytest.fixture
-def proj(tmp_path: Path) -> Path:
-    return make_project(tmp_path)
 
 
 def pipeline(proj: Path) -> list:

@@ -16,6 +16,7 @@ from recallk.images import decode
 from recallk.settings.base import from_mapping
 from recallk.settings.split import SplitSettings
 
+
 def smooth(seed: int, size: int = 64) -> Image.Image:
     """A seeded smooth colour image (a 6x6 random grid, bicubic): its pHash is stable under small edits."""
     rng = np.random.default_rng(seed)
@@ -30,14 +31,15 @@ def near_copy(img: Image.Image) -> Image.Image:
     return decode(buf.getvalue())
 
 
-def write_planted_images(root: Path, spec: dict[str, list[int]], planted: dict[str, tuple[str, int]] = {}) -> None:
+def write_planted_images(root: Path, spec: dict[str, list[int]], planted: dict[str, tuple[str, int]] | None = None
+                         ) -> None:
     """``spec``: label -> seeds of its distinct images (``<label>/<seed>.png``); ``planted``: relative path ->
     (label, seed) of the image it is a near copy of."""
     for label, seeds in spec.items():
         (root / label).mkdir(parents=True, exist_ok=True)
         for seed in seeds:
             smooth(seed).save(root / label / f"{seed}.png")
-    for rel, (_, seed) in planted.items():
+    for rel, (_, seed) in (planted or {}).items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         near_copy(smooth(seed)).save(root / rel)
 

@@ -3,35 +3,25 @@ test_engine_parts.py): a brute-force oracle, seeded synthetic cases, strategies 
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 import math
 import re
 import tracemalloc
 
-import faiss  # noqa: F401  (the faiss backend is under test; CI installs faiss-cpu)
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
-from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
+from hypothesis import settings
 
-from recallk.errors import InputError
-from recallk.score.metrics import (METRICS, mean, metric_keys, per_query, rank, retrieval_metrics, retrieval_summary)
-from recallk.score import metrics as metrics_module
-from recallk.score.ranking import Budget, Problem
-from recallk.score.ranking import counting as counting_module
-from recallk.score.ranking import engine as ranking
-from recallk.score.ranking import fast as fast_module
-from recallk.score.ranking import scan as scan_module
+from extras import has_extra
+from recallk.score.metrics import METRICS, metric_keys, rank, retrieval_summary
 from recallk.score.similarity import cosine_block, l2_normalize
 from recallk.score.data import RetrievalData
 from recallk.score.passes import Pass
 from recallk.score.registry import FIRST_ONLY
 from recallk.settings.score import ScoreSettings
-from ranking_strategies import gaussian_problems, integer_problems  # noqa: E402  (re-exported for the tests)
 
 KS = (1, 2, 3, 5, 10, 40)
+#: The backends a property test draws from: faiss where its extra is installed (always under make test).
+BACKENDS = ("numpy", "faiss") if has_extra("faiss") else ("numpy",)
 ALL_KEYS = metric_keys(METRICS, KS)
 PROPERTY = settings(max_examples=40, deadline=None, derandomize=True)
 
@@ -212,12 +202,12 @@ def make_big_case(kind, seed):
 BIG_KINDS = ["big_query_gallery", "big_leave_one_out", "big_same_set_no_ids", "big_same_set_other_exclusions"]
 
 
-def _oracle(case, ks=KS):
+def case_oracle(case, ks=KS):
     return oracle(case["query_emb"], case["gallery_emb"], case["query_labels"], case["gallery_labels"], ks,
                   case["query_ids"], case["gallery_ids"], case["exclude"])
 
 
-def _rank(case, metrics=METRICS, ranks=None, same_set=None, **settings_fields):
+def rank_case(case, metrics=METRICS, ranks=None, same_set=None, **settings_fields):
     """rank() of a case dict, with ``metrics`` and any other ScoreSettings field; ``ranks`` (a Pass) default:
     the uncut ranking the metrics read (the first positive's for recall/mrr alone, else every rank)."""
     if ranks is None:
@@ -226,11 +216,11 @@ def _rank(case, metrics=METRICS, ranks=None, same_set=None, **settings_fields):
                 ranks)
 
 
-def _summary(case, ks=KS, metrics=None, **kw):
+def case_summary(case, ks=KS, metrics=None, **kw):
     return retrieval_summary(ks=ks, metrics=metrics, **case, **kw)
 
 
-def _assert_matches_oracle(got, expected):
+def assert_matches_oracle(got, expected):
     """Every metric key to rel=1e-12, the counts and tie sensitivity exactly."""
     for key, value in got.items():
         if key in ("num_gallery", "embedding_dim"):
@@ -241,11 +231,11 @@ def _assert_matches_oracle(got, expected):
             assert value == pytest.approx(expected[key], rel=1e-12, abs=0), key
 
 
-def _ranks_per_query(ranking):
+def ranks_per_query(ranking):
     return [ranking.ranks[a:b].tolist() for a, b in zip(ranking.offsets[:-1], ranking.offsets[1:])]
 
 
-def _assert_same_ranking(a, b):
+def assert_same_ranking(a, b):
     for field in ("n_positives", "n_retrievable", "offsets", "ranks", "first_rank_opposite", "first_rank"):
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
 
@@ -305,15 +295,15 @@ TOY = [
 
 
 # --------------------------------------------------------------------------- 5. properties (hypothesis)
-# the strategies: tests/ranking_strategies.py (integer_problems, gaussian_problems), re-exported here
+# the strategies: tests/ranking_strategies.py (integer_problems, gaussian_problems)
 
-def _has_positive(case):
+def has_positive(case):
     return bool(set(map(str, case["query_labels"])) & set(map(str, case["gallery_labels"])))
 
 
 # --------------------------------------------------------------------------- 6. edge cases and errors
 
-def _kwargs(**over):
+def call_kwargs(**over):
     kw = dict(query_emb=np.ones((2, 3)), gallery_emb=np.eye(3), query_labels=[0, 1], gallery_labels=[0, 1, 2],
               ks=[1])
     kw.update(over)
@@ -334,7 +324,8 @@ TIES = [
     # positive first in gallery order: hit at 1, which the opposite rule would turn into a miss
     ([[2, 0], [1, 0]], ["pos", "neg"], {"recall@1": 1.0, "recall@2": 1.0, "tie_sensitive@1": 1, "tie_sensitive@2": 0}),
     # no ties at all: nothing can flip
-    ([[1, 0.1], [1, 0.5]], ["neg", "pos"], {"recall@1": 0.0, "recall@2": 1.0, "tie_sensitive@1": 0, "tie_sensitive@2": 0}),
+    ([[1, 0.1], [1, 0.5]], ["neg", "pos"],
+     {"recall@1": 0.0, "recall@2": 1.0, "tie_sensitive@1": 0, "tie_sensitive@2": 0}),
     # two positives tied with each other only: the first positive is at rank 1 either way
     ([[1, 0], [3, 0], [0, 1]], ["pos", "pos", "neg"], {"recall@1": 1.0, "tie_sensitive@1": 0, "tie_sensitive@2": 0}),
     # a strictly better negative, then a tie of negative (1) and positive (2) at 0: flips at K=2 only
@@ -352,12 +343,12 @@ TIES = [
 MIB = 2**20
 
 
-def _ranking_logs(caplog) -> list[str]:
+def ranking_logs(caplog) -> list[str]:
     """The engine's debug lines, one per ranking."""
     return [r.getMessage() for r in caplog.records if r.name == "recallk.score.ranking.engine"]
 
 
-def _tiles(line: str) -> int:
+def tile_count(line: str) -> int:
     return int(re.search(r"(\d+) tiles", line).group(1))
 
 
@@ -382,4 +373,3 @@ def assert_scratch_within_budget(rank_at, what: str) -> None:
         scratch = peak(budget) - baseline
         assert scratch <= budget, f"{scratch:.1f} MiB of {what} over a {budget} MiB budget"
 
-__all__ = ['assert_scratch_within_budget', 'ALL_KEYS', 'BIG_KINDS', 'Budget', 'INF_ROWS', 'InputError', 'KINDS', 'KS', 'LOO_KINDS', 'METRICS', 'MIB', 'NAN_ROW2', 'PROPERTY', 'Problem', 'SEEDS', 'TIES', 'TOY', '_assert_matches_oracle', '_assert_same_ranking', '_camera', '_grid', '_has_positive', '_kwargs', '_oracle', '_rank', '_ranking_logs', '_ranks_per_query', '_summary', '_tiles', '_value', 'assume', 'cosine_block', 'counting_module', 'dataclasses', 'faiss', 'fast_module', 'gaussian_problems', 'given', 'hnp', 'integer_problems', 'l2_normalize', 'logging', 'make_big_case', 'make_case', 'math', 'mean', 'metric_keys', 'metrics_module', 'np', 'oracle', 'per_query', 'pytest', 'rank', 'ranking', 're', 'retrieval_metrics', 'retrieval_summary', 'scan_module', 'settings', 'similarities', 'st', 'tracemalloc']

@@ -1,6 +1,6 @@
 """The score oracle shared by the score-table tests (importable as ``score_oracle``, beside ``helpers``):
-brute-force metrics one query at a time, the eval sets of a scored project, and the settings of the
-score-table projects that ``conftest.py`` builds."""
+brute-force metrics one query at a time and the eval sets of a scored project (the settings of the
+score-table projects that ``conftest.py`` builds are in ``helpers``: ``UNEVEN_PER_LABEL``, ``CAMERAS``)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,6 @@ from recallk.score.similarity import cosine_block, l2_normalize
 #: The committed ``score.ks`` and metric keys (params.yaml).
 KS = [1, 5, 10]
 METRIC_KEYS = metric_keys(["recall", "precision", "r_precision", "map@r", "map", "mrr"], KS)
-#: The score-table projects (conftest): per-label counts 20, 22 and 24; a camera column cycling CAMERAS.
-UNEVEN_PER_LABEL = 20
-CAMERAS = ("cam0", "cam1", "cam2")
 
 
 def read_per_query(project: Path) -> pd.DataFrame:

@@ -4,12 +4,14 @@ section (dvc.yaml's comment points here), and no param hides from DVC's run-cach
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
-from helpers import METRICS, ROOT, STAGES
+from helpers import ALL_OUTPUTS, METRICS, ROOT, STAGES, dvc_outs
 
 
 def test_no_param_named_like_dvc_metadata() -> None:
@@ -138,7 +140,8 @@ def test_closure_walker_sees_from_package_imports_and_parent_packages() -> None:
 def test_closure_walker_skips_type_checking_imports(tmp_path, monkeypatch) -> None:
     """``recallk/__init__.py`` names the whole API under ``if TYPE_CHECKING:`` for IDEs; those imports never
     run, so they must not put the score code into the split stage's deps (and an ``else`` branch still runs)."""
-    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\nelse:\n    import b\nimport c\n")
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\nelse:\n    import b\n"
+                     "import c\n")
     imported = {a.name for n in _run_time_nodes(tree) if isinstance(n, ast.Import) for a in n.names}
     assert imported == {"b", "c"}
     assert "recallk.score.metrics" not in _direct_imports("recallk")
@@ -151,3 +154,24 @@ def test_each_stage_runs_its_own_settings_only() -> None:
     for name in STAGES:
         sections = {m for m in _closure(f"stages.{name}") if m.rsplit(".", 1)[-1] in STAGES and m.startswith("recallk.settings.")}
         assert sections == {f"recallk.settings.{name}"}, name
+
+
+@pytest.mark.parametrize("name", STAGES)
+def test_stage_scripts_own_the_paths_dvc_yaml_lists(name: str) -> None:
+    """Each stage script names what it reads and writes (``INPUTS``, ``OUTPUTS``: its options' defaults); its
+    ``cmd`` passes no path, its outs are exactly ``OUTPUTS`` and its file deps exactly ``INPUTS``."""
+    spec = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"][name]
+    script = importlib.import_module(f"stages.{name}")
+    assert spec["cmd"].split() == ["python", "-m", f"stages.{name}"], "the script's own paths, no flags"
+    outs = dvc_outs()[name]
+    assert len(set(outs)) == len(outs) and set(outs) == set(script.OUTPUTS.values())
+    files = {d for d in spec["deps"] if not _is_ours(d.split("/")[0]) and "${" not in d}
+    assert files == set(script.INPUTS.values())
+    assert not set(script.INPUTS) & set(script.OUTPUTS)
+
+
+def test_the_tests_check_every_output() -> None:
+    """``helpers.ALL_OUTPUTS`` (what ``assert_no_outputs`` checks by default) is every out of dvc.yaml, once."""
+    scripts = [importlib.import_module(f"stages.{name}") for name in STAGES]
+    assert sorted(ALL_OUTPUTS) == sorted(path for script in scripts for path in script.OUTPUTS.values())
+    assert len(ALL_OUTPUTS) == len(set(ALL_OUTPUTS)) == 20

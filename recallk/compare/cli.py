@@ -117,8 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not 0 < value < 1:
                 raise InputError(f"`{name}` must be strictly between 0 and 1. Got {value!r} instead.")
         (table_a, origin_a), (table_b, origin_b) = sources.load(args.a, args.repo), sources.load(args.b, args.repo)
-        result = paired.compare(table_a, table_b, by=args.by, intersect=args.intersect, resamples=args.resamples,
-                                permutations=args.permutations, confidence=args.confidence, seed=args.seed)
+        settings = paired.CompareSettings(by=args.by, intersect=args.intersect, resamples=args.resamples,
+                                          permutations=args.permutations, confidence=args.confidence, seed=args.seed)
+        result = paired.compare(table_a, table_b, settings)
         failed = [m for m in args.fail_if_worse if worse(result, m, args.alpha)]
     except InputError as exc:
         sys.stderr.write(f"error: {exc}\n")

@@ -10,6 +10,7 @@ the comparison.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,11 +18,42 @@ import pandas as pd
 
 from recallk.compare import stats
 from recallk.errors import InputError
-from recallk.report.tables import TASK_COLUMNS as _TASK
-from recallk.report.tables import headline_key
+from recallk.tables_contract import TASK_COLUMNS, headline_key
 
-#: Columns that define the retrieval task of a query: they must agree between A and B.
-TASK_COLUMNS = tuple(c for c in _TASK if c != "image_id")
+#: Columns that define the retrieval task of a query (TASK_COLUMNS but its id): they must agree between A and B.
+QUERY_TASK = tuple(c for c in TASK_COLUMNS if c != "image_id")
+
+
+@dataclass(frozen=True)
+class CompareSettings:
+    """How :func:`compare` compares, given once (``recallk compare``'s options).
+
+    Attributes
+    ----------
+    by : {"query", "label"}
+        The resampling unit of the bootstrap and of the sign flips: single queries, or every
+        label's queries together (clustered; use it under leave-one-out).
+    intersect : bool
+        Compare the common queries when the query sets differ (else an InputError).
+    resamples, permutations : int
+        Bootstrap resamples (the same resample indices for every metric) and random sign-flip
+        patterns (every pattern is enumerated when there are at most that many).
+    confidence : float
+        Level of the bootstrap interval of the mean difference.
+    seed : int
+        Seed of both the bootstrap and the sign flips.
+    """
+
+    by: str = "query"
+    intersect: bool = False
+    resamples: int = 10_000
+    permutations: int = 10_000
+    confidence: float = 0.95
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.by not in ("query", "label"):
+            raise InputError(f"`by` must be query or label. Got {self.by!r} instead.")
 
 
 def metric_columns(frame: pd.DataFrame) -> list[str]:
@@ -34,7 +66,7 @@ def align(a: pd.DataFrame, b: pd.DataFrame, *, intersect: bool = False, names: t
     """The two tables on the same queries, in image_id order; ``dropped`` counts the queries of each
     side left out (with ``intersect``). Raises InputError when the query sets or tasks differ."""
     for frame, name in ((a, names[0]), (b, names[1])):
-        missing = [c for c in ("image_id",) + TASK_COLUMNS if c not in frame.columns]
+        missing = [c for c in TASK_COLUMNS if c not in frame.columns]
         if missing:
             raise InputError(f"{name}: the per-query table lacks column(s) {', '.join(missing)}; "
                              "re-run the score stage of this version to write metrics/per_query.csv.")
@@ -52,7 +84,7 @@ def align(a: pd.DataFrame, b: pd.DataFrame, *, intersect: bool = False, names: t
         raise InputError(f"{names[0]} and {names[1]} have no query in common.")
     a = a.set_index("image_id").loc[common]
     b = b.set_index("image_id").loc[common]
-    for column in TASK_COLUMNS:
+    for column in QUERY_TASK:
         differ = a[column].astype(str) != b[column].astype(str)
         if differ.any():
             first = differ[differ].index[0]
@@ -62,8 +94,7 @@ def align(a: pd.DataFrame, b: pd.DataFrame, *, intersect: bool = False, names: t
     return a, b, {names[0]: len(only_a), names[1]: len(only_b)}
 
 
-def compare(a: pd.DataFrame, b: pd.DataFrame, *, by: str = "query", intersect: bool = False,
-            resamples: int = 10_000, permutations: int = 10_000, confidence: float = 0.95, seed: int = 0,
+def compare(a: pd.DataFrame, b: pd.DataFrame, settings: CompareSettings | None = None, *,
             names: tuple[str, str] = ("A", "B")) -> dict[str, Any]:
     """The paired comparison of B against A on every metric both tables hold.
 
@@ -71,18 +102,11 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, *, by: str = "query", intersect: b
     ----------
     a, b : DataFrame
         Per-query tables (see the module docstring).
-    by : {"query", "label"}
-        The resampling unit of the bootstrap and of the sign flips: single queries, or every
-        label's queries together (clustered; use it under leave-one-out).
-    intersect : bool
-        Compare the common queries when the query sets differ (else an InputError).
-    resamples, permutations : int
-        Bootstrap resamples (the same resample indices for every metric) and random sign-flip
-        patterns (every pattern is enumerated when there are at most that many).
-    confidence : float
-        Level of the bootstrap interval of the mean difference.
-    seed : int
-        Seed of both the bootstrap and the sign flips.
+    settings : CompareSettings, optional
+        The resampling unit, intersect, resamples, permutations, confidence and seed (default:
+        ``CompareSettings()``).
+    names : (str, str)
+        What the messages and the result call A and B.
 
     Returns
     -------
@@ -94,9 +118,9 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, *, by: str = "query", intersect: b
         B only hits] for recall@K, ``dz`` (Cohen's d_z) and ``wins``/``ties``/``losses``;
         ``flips``: per K the queries whose hit changed; ``per_label``: per label and metric.
     """
-    if by not in ("query", "label"):
-        raise InputError(f"`by` must be query or label. Got {by!r} instead.")
-    a, b, dropped = align(a, b, intersect=intersect, names=names)
+    settings = settings or CompareSettings()
+    by = settings.by
+    a, b, dropped = align(a, b, intersect=settings.intersect, names=names)
     columns = [c for c in metric_columns(a.reset_index()) if c in b.columns]
     if not columns:
         raise InputError(f"{names[0]} and {names[1]} share no per-query metric column; re-run the score stage of "
@@ -112,8 +136,8 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, *, by: str = "query", intersect: b
     for column in columns:
         va, vb = values_a.loc[included, column].to_numpy(), values_b.loc[included, column].to_numpy()
         delta = vb - va
-        low, high = stats.paired_bootstrap_ci(delta, resamples, seed, confidence, groups)
-        p, exact = stats.sign_flip_pvalue(delta, permutations, seed, groups)
+        low, high = stats.paired_bootstrap_ci(delta, settings.resamples, settings.seed, settings.confidence, groups)
+        p, exact = stats.sign_flip_pvalue(delta, settings.permutations, settings.seed, groups)
         wins, ties, losses = stats.win_tie_loss(delta)
         entry = {"column": column, "mean_a": stats.fsum_mean(va), "mean_b": stats.fsum_mean(vb),
                  "delta": stats.fsum_mean(vb) - stats.fsum_mean(va), "ci_low": low, "ci_high": high, "p": p,
@@ -125,7 +149,7 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, *, by: str = "query", intersect: b
     for entry, adjusted in zip(results.values(), stats.holm([e["p"] for e in results.values()])):
         entry["p_holm"] = adjusted
     return {"names": list(names), "queries": int(included.sum()), "excluded": int((~included).sum()),
-            "dropped": dropped, "by": by, "confidence": confidence, "metrics": results,
+            "dropped": dropped, "by": by, "confidence": settings.confidence, "metrics": results,
             "flips": _flips(a[included], values_a[included], values_b[included]),
             "per_label": _per_label(labels, values_a[included], values_b[included])}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from recallk.errors import InputError
-from recallk.report.tables import restore_formulas
+from recallk.tables_contract import check_per_query, restore_formulas
 
 #: The compact per-query table, committed with the metrics.
 TABLE = "metrics/per_query.csv"
@@ -45,12 +45,15 @@ def resolve_revision(spec: str, repo: Path) -> str | None:
 
 
 def read_table(text: str, source: str) -> pd.DataFrame:
-    """Parse a per-query CSV (every cell as text; empty cells stay empty)."""
+    """Parse a per-query CSV (every cell as text, empty cells missing), checked against its contract
+    (:func:`recallk.tables_contract.check_per_query`: one InputError naming ``source`` and each bad column)."""
     try:
         frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
         raise InputError(f"{source} is not a readable per-query CSV ({exc}).") from None
-    return restore_formulas(frame).replace("", pd.NA)  # the score stage quotes formula-like text
+    frame = restore_formulas(frame).replace("", pd.NA)  # the score stage quotes formula-like text
+    check_per_query(frame, source)
+    return frame
 
 
 def evaluated(spec: str, repo: str | Path = ".") -> dict[str, str]:
@@ -94,7 +97,8 @@ def load(spec: str, repo: str | Path = ".") -> tuple[pd.DataFrame, str]:
     shown = _git("show", f"{commit}:{TABLE}", cwd=repo)
     if shown.returncode == 0:
         return read_table(shown.stdout, f"{spec}:{TABLE}"), f"{spec} ({commit[:7]}):{TABLE}"
-    return read_table(_from_dvc_cache(spec, commit, repo), f"{spec}:{FULL_TABLE}"), f"{spec} ({commit[:7]}):{FULL_TABLE}"
+    full = read_table(_from_dvc_cache(spec, commit, repo), f"{spec}:{FULL_TABLE}")
+    return full, f"{spec} ({commit[:7]}):{FULL_TABLE}"
 
 
 def _from_dvc_cache(spec: str, commit: str, repo: Path) -> str:

@@ -4,7 +4,6 @@ tables, and the recall@K curve. Plain functions over numpy arrays and pandas fra
 
 from __future__ import annotations
 
-import re
 from typing import Sequence
 
 import numpy as np
@@ -13,51 +12,7 @@ import pandas as pd
 from recallk.score.metrics import mean
 from recallk.score.ranking import Ranking
 from recallk.score.resample import bootstrap_means, percentile_interval
-
-
-# ---------------------------------------------------------------------------------- spreadsheet formulas
-
-#: A text cell that a spreadsheet would run as a formula: it starts with ``=``, ``+``, ``-``, ``@``, a tab or
-#: a carriage return (after any ``'``, so that the escape below can be undone exactly).
-_FORMULA = re.compile(r"^'*[=+\-@\t\r]")
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return text == text.strip()
-
-
-def _needs_quote(text: str) -> bool:
-    return bool(_FORMULA.match(text)) and not _is_number(text)
-
-
-def _text_columns(frame: pd.DataFrame) -> list:
-    return [c for c in frame.columns if not (pd.api.types.is_numeric_dtype(frame[c])
-                                             or pd.api.types.is_bool_dtype(frame[c]))]
-
-
-def neutralise_formulas(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with every text cell that a spreadsheet would run as a formula (``=cmd|...``, ``@SUM(..)``,
-    ``+1+1``, ``-2+3``) prefixed with ``'``, which spreadsheets show as text (OWASP's advice on CSV
-    injection). Numbers (``-1``, ``+2.5``) and other text are unchanged, and a value that begins with
-    ``'`` before such a character gets one more ``'``, so :func:`restore_formulas` gives back the exact
-    value. Applied to the score stage's report tables (labels, ids, top-1 labels)."""
-    out = frame.copy()
-    for column in _text_columns(out):
-        out[column] = out[column].map(lambda v: f"'{v}" if isinstance(v, str) and _needs_quote(v) else v)
-    return out
-
-
-def restore_formulas(frame: pd.DataFrame) -> pd.DataFrame:
-    """The inverse of :func:`neutralise_formulas` on a table read back as text (``recallk compare``)."""
-    out = frame.copy()
-    for column in _text_columns(out):
-        out[column] = out[column].map(lambda v: v[1:] if isinstance(v, str) and v.startswith("'")
-                                      and _needs_quote(v[1:]) else v)
-    return out
+from recallk.tables_contract import TASK_COLUMNS, check_per_query, headline_key, per_query_column
 
 
 def bootstrap_ci(values: dict[str, np.ndarray], resamples: int, confidence: float, seed: int,
@@ -107,29 +62,6 @@ def per_class(values: dict[str, np.ndarray], labels: Sequence[str]) -> tuple[pd.
     return table.reset_index(), means
 
 
-#: Per-query column of a headline metric whose per-query name differs (recall@K -> hit@K, see :func:`per_query_column`).
-_PER_QUERY_NAMES = {"map@r": "ap@r", "map": "ap", "mrr": "rr"}
-#: Columns identifying each query and its task, first in both per-query tables.
-TASK_COLUMNS = ("image_id", "label", "num_positives", "num_retrievable")
-
-
-def per_query_column(key: str) -> str:
-    """The per-query column of headline metric ``key``: ``recall@K`` -> ``hit@K``, ``map@r`` -> ``ap@r``,
-    ``map`` -> ``ap``, ``mrr`` -> ``rr``; ``precision@K`` and ``r_precision`` keep their names."""
-    if key.startswith("recall@"):
-        return "hit@" + key.split("@", 1)[1]
-    return _PER_QUERY_NAMES.get(key, key)
-
-
-def headline_key(column: str) -> str | None:
-    """The inverse of :func:`per_query_column`; None for a column that is not a per-query metric."""
-    name, _, k = column.partition("@")
-    if name in ("hit", "precision") and k.isdigit():
-        return f"{'recall' if name == 'hit' else 'precision'}@{k}"
-    inverse = {v: k for k, v in _PER_QUERY_NAMES.items()}
-    return inverse.get(column, "r_precision" if column == "r_precision" else None)
-
-
 def per_query(image_ids: Sequence[str], labels: Sequence[str], ranking: Ranking,
               values: dict[str, np.ndarray], neighbors: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per query, sorted by image_id: its task (label, positives, retrievable items), its first
@@ -137,7 +69,8 @@ def per_query(image_ids: Sequence[str], labels: Sequence[str], ranking: Ranking,
     (:func:`per_query_column` names them: ``hit@K``, ``precision@K``, ``r_precision``, ``ap@r``, ``ap``, ``rr``)
     and, with ``neighbors`` (:func:`neighbors`), what it retrieved first (``top1_id``, ``top1_label``).
 
-    Excluded queries (no positive) have empty ranks and metric values.
+    Excluded queries (no positive) have empty ranks and metric values. The table is checked against its
+    contract, :class:`recallk.tables_contract.PerQueryTable`, which ``recallk compare`` reads it back with.
     """
     first = ranking.first_rank
     frame = pd.DataFrame({
@@ -157,7 +90,9 @@ def per_query(image_ids: Sequence[str], labels: Sequence[str], ranking: Ranking,
         first_item = neighbors[neighbors["rank"] == 1].set_index("image_id")
         frame["top1_id"] = frame["image_id"].map(first_item["gallery_id"])
         frame["top1_label"] = frame["image_id"].map(first_item["gallery_label"])
-    return frame.sort_values("image_id", kind="stable").reset_index(drop=True)
+    frame = frame.sort_values("image_id", kind="stable").reset_index(drop=True)
+    check_per_query(frame, "the per-query table")
+    return frame
 
 
 def neighbors(query_ids: Sequence[str], query_labels: Sequence[str], gallery_ids: Sequence[str],

@@ -103,7 +103,7 @@ def test_paired_bootstrap_interval_brackets_the_mean_and_clusters_widen_it():
 
 def test_a_system_compared_with_itself_has_no_difference():
     a = table([1, 0, 1, 1, 0, 1], [0.9, 0.1, 0.5, 0.7, 0.2, 1.0])
-    result = paired.compare(a, a.copy(), resamples=500, permutations=500)
+    result = paired.compare(a, a.copy(), paired.CompareSettings(resamples=500, permutations=500))
     for name in ("recall@1", "map"):
         m = result["metrics"][name]
         assert (m["delta"], m["ci_low"], m["ci_high"], m["p"], m["p_holm"]) == (0.0, 0.0, 0.0, 1.0, 1.0)
@@ -115,7 +115,7 @@ def test_a_system_compared_with_itself_has_no_difference():
 def test_hand_checked_comparison():
     a = table([1, 0, 0, 0, 1, 0], [1.0, 0.2, 0.3, 0.25, 0.5, 0.1], labels=list("aabbcc"))
     b = table([1, 1, 1, 0, 0, 1], [1.0, 0.7, 0.8, 0.25, 0.5, 0.6], labels=list("aabbcc"))
-    result = paired.compare(a, b, resamples=1000, permutations=10_000)
+    result = paired.compare(a, b, paired.CompareSettings(resamples=1000, permutations=10_000))
     r1 = result["metrics"]["recall@1"]
     assert (r1["mean_a"], r1["mean_b"]) == (pytest.approx(2 / 6), pytest.approx(4 / 6))
     assert r1["delta"] == pytest.approx(2 / 6) and (r1["wins"], r1["ties"], r1["losses"]) == (3, 2, 1)
@@ -150,13 +150,13 @@ def test_patterns_counted_by_hand_for_the_example_above():
 def test_different_tasks_are_refused(b_changes, message):
     a = table([1, 0, 1, 1])
     with pytest.raises(InputError, match=message):
-        paired.compare(a, b_changes(a.copy()), resamples=10, permutations=10)
+        paired.compare(a, b_changes(a.copy()), paired.CompareSettings(resamples=10, permutations=10))
 
 
 def test_intersect_compares_the_common_queries_and_counts_the_dropped():
     a = table([1, 0, 1, 1], ids=["q0", "q1", "q2", "q3"])
     b = table([1, 1, 1], ids=["q1", "q2", "q9"])
-    result = paired.compare(a, b, intersect=True, resamples=10, permutations=10)
+    result = paired.compare(a, b, paired.CompareSettings(intersect=True, resamples=10, permutations=10))
     assert result["queries"] == 2 and result["dropped"] == {"A": 2, "B": 1}
     assert result["metrics"]["recall@1"]["delta"] == pytest.approx(0.5)
 
@@ -165,7 +165,7 @@ def test_excluded_queries_are_left_out_of_both_sides():
     a, b = table([1, 0, 1]), table([1, 1, 1])
     for t in (a, b):
         t.loc[2, ["hit@1", "ap"]] = pd.NA  # q02 has no positive
-    result = paired.compare(a, b, resamples=10, permutations=10)
+    result = paired.compare(a, b, paired.CompareSettings(resamples=10, permutations=10))
     assert result["queries"] == 2 and result["excluded"] == 1
 
 

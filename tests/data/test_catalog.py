@@ -11,7 +11,6 @@ from helpers import build, save_image, write_csv, write_images
 from recallk.data import catalog, contract
 from recallk.errors import InputError
 
-
 # ---------------------------------------------------------------- folder scan
 
 

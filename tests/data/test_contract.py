@@ -96,5 +96,6 @@ def test_contract_rejects_a_label_on_both_sides_under_class_disjoint(work):
         contract.validate(frame, contract.image_table_schema(class_disjoint=True), source="data/", csv_lines=False)
     assert "path 'a/000.png'" in str(info.value) and "path 'a/001.png'" in str(info.value)
     assert "b/000.png" not in str(info.value)
-    contract.validate(frame, contract.image_table_schema(class_disjoint=False), source="data/", csv_lines=False)  # fine for per_class
+    # fine for per_class
+    contract.validate(frame, contract.image_table_schema(class_disjoint=False), source="data/", csv_lines=False)
 

@@ -1,6 +1,6 @@
 """Leakage checks without DVC: the three near-duplicate policies of prepare_all(), their params, and the
-split stage's pairs table. The Hamming search and pHash are in test_phash_search.py, the embedding check in
-tests/score/test_embedding_near_copies.py, the embeddings-only mode in test_embeddings_only.py."""
+split stage's pairs table. The Hamming search and pHash are in test_phash.py, the embedding check in
+tests/score/test_embedding_copies.py, the embeddings-only mode in test_embeddings_only.py."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 
 from helpers import SPLIT_FRACTIONS, run_module
-from leakage_helpers import LEAK_LABELS as LABELS, LEAK_PLANTED as PLANTED, planted_pairs, run_prepare, \
-    write_planted_images
+from leakage_helpers import LEAK_LABELS as LABELS
+from leakage_helpers import LEAK_PLANTED as PLANTED
+from leakage_helpers import planted_pairs, run_prepare, write_planted_images
 from recallk.data import phash, prepare, splitting
 from recallk.errors import InputError
 from stages.params import validate_section
-
 
 # ---------------------------------------------------------------------------------------- policies
 
@@ -142,7 +142,8 @@ def test_group_under_given_stops_on_a_crossing_pair(tmp_path, monkeypatch):
             "xc,a/copy.png,a,gallery"]
     (tmp_path / "data" / "m.csv").write_text("\n".join(rows) + "\n")
     with pytest.raises(InputError, match=r"(?s)`split.strategy: given` fixes every split.*'x1' \(a, val\) ~ 'xc'"):
-        run_prepare(Path("data"), csv="m.csv", strategy="given", near_duplicates={"policy": "group", "max_distance": 10})
+        run_prepare(Path("data"), csv="m.csv", strategy="given",
+                    near_duplicates={"policy": "group", "max_distance": 10})
 
 # ---------------------------------------------------------------------------------------- params
 
@@ -175,6 +176,7 @@ def test_new_params_defaults():
 # ---------------------------------------------------------------------------------------- the split stage
 
 
+@pytest.mark.stage
 def test_split_stage_writes_the_pairs_and_their_counts(planted_root, tmp_path):
     params = {"split": {"data_root": "data", "strategy": "per_class", "seed": 1}}
     (tmp_path / "params.yaml").write_text(json.dumps(params))
@@ -185,5 +187,6 @@ def test_split_stage_writes_the_pairs_and_their_counts(planted_root, tmp_path):
     prov = json.loads((tmp_path / "data/prepared/provenance.json").read_text())
     assert prov["images"] == "files" and prov["near_duplicates"]["pairs"] == 4
     assert prov["near_duplicates"]["near_duplicates_cross_label"] == 1
-    if prov["near_duplicates"]["near_duplicates_train_eval"] or prov["near_duplicates"]["near_duplicates_query_gallery"]:
+    counts = prov["near_duplicates"]
+    if counts["near_duplicates_train_eval"] or counts["near_duplicates_query_gallery"]:
         assert "WARNING recallk.data.prepare: near-duplicates (pHash within 10 of 64 bits): 4 pair(s)" in proc.stderr

@@ -7,8 +7,8 @@ import hashlib
 import pandas as pd
 import pytest
 
-from recallk.errors import InputError
 from recallk.data.splitting import SPLITS, assign_splits, queries_without_positive, roles, stable_rank_key
+from recallk.errors import InputError
 
 DEFAULT = {"train": 0.5, "val": 0.25, "gallery": 0.25}
 

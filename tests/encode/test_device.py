@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
+from extras import extra
 from recallk.encode import device as dev
 from recallk.errors import InputError
 
@@ -60,7 +60,13 @@ def test_unknown_values(request_, dtype, fragment):
         dev.resolve(request_, dtype, True, found=GPU)
 
 
-def test_machine_reads_torch(monkeypatch):
+@pytest.fixture
+def torch():
+    """The torch module: the tests that take it are skipped without the torch extra."""
+    return extra("torch", "torch")
+
+
+def test_machine_reads_torch(torch, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     found = dev.machine()
     assert found == dev.Machine(cuda_available=False, torch=torch.__version__, cuda=torch.version.cuda)
@@ -96,7 +102,7 @@ def test_cuda_fingerprint_fields():
 
 
 @pytest.fixture
-def torch_switches():
+def torch_switches(torch):
     """Restore torch's global switches after a test that sets them."""
     saved = (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
              torch.backends.cudnn.benchmark, torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
@@ -106,7 +112,7 @@ def torch_switches():
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[3], saved[4]
 
 
-def test_reproducible_mode_sets_torch_switches(torch_switches, monkeypatch):
+def test_reproducible_mode_sets_torch_switches(torch, torch_switches, monkeypatch):
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     torch.backends.cudnn.benchmark = True
     before = dev.current_flags()
@@ -124,7 +130,7 @@ def test_reproducible_mode_sets_torch_switches(torch_switches, monkeypatch):
 
 # --- through the registry and the params --------------------------------------------------------------------
 
-def test_cpu_cache_key_is_shared_across_batch_sizes_and_kept_from_before(monkeypatch):
+def test_cpu_cache_key_is_shared_across_batch_sizes_and_kept_from_before(torch, monkeypatch):
     from recallk.encode.registry import get_backbone
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # auto resolves to cpu
@@ -133,7 +139,7 @@ def test_cpu_cache_key_is_shared_across_batch_sizes_and_kept_from_before(monkeyp
     assert keys == {get_backbone("efficientnet_lite0").fingerprint}  # no request: the same CPU float32 key
 
 
-def test_bfloat16_on_cpu_runs_and_has_its_own_key():
+def test_bfloat16_on_cpu_runs_and_has_its_own_key(torch):
     from recallk.encode.registry import get_backbone
 
     rng = np.random.default_rng(0)
@@ -161,7 +167,7 @@ def test_params_are_checked(key, value, fragment):
                                                                "reproducible": True}[key]
 
 
-def test_cuda_branch_encodes_whole_batches(monkeypatch):
+def test_cuda_branch_encodes_whole_batches(torch, monkeypatch):
     """The CUDA branch of image_encoder (one forward per batch, outputs back as float32 rows), with the
     host-to-device copy redirected to the CPU, as this machine has no GPU: bench/gpu_check.py is the real check."""
     from recallk.encode.backbones import torch_common as tc

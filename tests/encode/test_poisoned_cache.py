@@ -75,6 +75,7 @@ def test_cache_hits_of_a_callable_are_judged_by_a_fresh_vector(tmp_path, monkeyp
     assert again.tobytes() == fresh.tobytes() and (n_enc, n_hit) == (1, 3)
 
 
+@pytest.mark.stage
 def test_encode_stage_output_does_not_depend_on_a_poisoned_cache(project, tmp_path, monkeypatch):
     monkeypatch.setenv("RECALLK_CACHE_DIR", str(tmp_path / "cache"))
     assert run_module("stages.split", cwd=project).returncode == 0

@@ -4,13 +4,17 @@ strict loading, the per-image loop, the runtime fingerprint; and the params that
 from __future__ import annotations
 
 import pytest
+
+from extras import extra
+from recallk.encode.base import NO_FILE
+from recallk.errors import InputError
+from stages.params import validate_section
+
+extra("torch", "torch")  # without it, this file is skipped
 import torch
 from torchvision import transforms
 
 from recallk.encode.backbones import torch_common as tc
-from recallk.encode.base import NO_FILE
-from recallk.errors import InputError
-from stages.params import validate_section
 from torch_helpers import save_state_dict
 
 

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from PIL import Image
+
+from extras import extra
+from recallk.encode.registry import get_backbone
+from recallk.errors import InputError
+
+extra("torch", "torch")  # without it, this file is skipped
 import torch
 import torchvision
-from PIL import Image
 from torchvision.models.feature_extraction import create_feature_extractor
 
 from recallk.encode.backbones import torchvision as tvb
-from recallk.encode.registry import get_backbone
-from recallk.errors import InputError
 
 PRESET = "ResNet18_Weights.IMAGENET1K_V1"
 EXPLICIT = {"resize": 40, "crop": 32, "mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3], "interpolation": "bicubic"}
@@ -44,7 +48,7 @@ def options(weights: str, **more) -> dict:
 
 def test_embeddings_equal_torchvisions_own_forward(resnet18_file, photos):
     path, state = resnet18_file
-    backbone = get_backbone(f"torchvision:resnet18", options(path, preset=PRESET))
+    backbone = get_backbone("torchvision:resnet18", options(path, preset=PRESET))
     got = backbone.encode(photos)
     # the oracle: torchvision's own model, weights, preset transform and feature extractor (the pooled node)
     model = random_model("resnet18", seed=1)

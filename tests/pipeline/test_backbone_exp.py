@@ -9,10 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from extras import extra
+from helpers import EMBEDDINGS, copy_pipeline, dvc, git_init, read_metrics
+
+extra("timm", "timm")  # without it, this file is skipped
 import timm
 import torch
 
-from helpers import EMBEDDINGS, copy_pipeline, dvc, git_init, read_metrics
 from torch_helpers import save_state_dict
 
 pytestmark = pytest.mark.pipeline

@@ -16,8 +16,23 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import (ALL_OUTPUTS, CATALOG, ENCODE_OUTPUTS, SCORE_OUTPUTS, STAGES, copy_digits, copy_pipeline,
-                     copy_tree, git_init, new_project, read_bytes, repro, run_ok, set_params, tool_env)
+from helpers import (
+    ALL_OUTPUTS,
+    CATALOG,
+    ENCODE_OUTPUTS,
+    SCORE_OUTPUTS,
+    STAGES,
+    copy_digits,
+    copy_pipeline,
+    copy_tree,
+    git_init,
+    new_project,
+    read_bytes,
+    repro,
+    run_ok,
+    set_params,
+    tool_env,
+)
 
 pytestmark = pytest.mark.pipeline
 

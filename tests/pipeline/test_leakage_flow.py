@@ -18,8 +18,10 @@ import pandas as pd
 import pytest
 
 from helpers import PROJECT_CACHE, ROOT, cache_in, dvc, git, run_module, set_params
-from leakage_helpers import LEAK_LABELS as LABELS, LEAK_PLANTED as PLANTED, planted_pairs, \
-    write_planted_images as write_images
+from leakage_helpers import LEAK_LABELS as LABELS
+from leakage_helpers import LEAK_PLANTED as PLANTED
+from leakage_helpers import planted_pairs
+from leakage_helpers import write_planted_images as write_images
 
 pytestmark = pytest.mark.pipeline
 

@@ -15,8 +15,27 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from helpers import (CATALOG, CURVE, EMBEDDINGS, IDS, METRICS, RAN_RE, ROOT, SPLIT, STAGES, commit, copy_pipeline, dvc,
-                     git, git_init, read_metrics, repro, run_module, save_image, set_params)
+from helpers import (
+    CATALOG,
+    CURVE,
+    EMBEDDINGS,
+    IDS,
+    METRICS,
+    RAN_RE,
+    ROOT,
+    SPLIT,
+    STAGES,
+    commit,
+    copy_pipeline,
+    dvc,
+    git,
+    git_init,
+    read_metrics,
+    repro,
+    run_module,
+    save_image,
+    set_params,
+)
 
 pytestmark = pytest.mark.pipeline
 

@@ -8,8 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from helpers import EMBEDDINGS, SPLIT, commit, copy_digits, copy_pipeline, dvc, git, git_init, read_csv, \
-    read_metrics, repro, save_image
+from helpers import (
+    EMBEDDINGS,
+    SPLIT,
+    commit,
+    copy_digits,
+    copy_pipeline,
+    dvc,
+    git,
+    git_init,
+    read_csv,
+    read_metrics,
+    repro,
+    save_image,
+)
 
 pytestmark = pytest.mark.pipeline
 

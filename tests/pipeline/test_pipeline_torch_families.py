@@ -7,10 +7,13 @@ import re
 from pathlib import Path
 
 import pytest
+
+from extras import extra
+from helpers import EMBEDDINGS, commit, copy_pipeline, dvc, git_init, repro, set_params
+
+extra("torch", "torch")  # without it, this file is skipped
 import torch
 import torchvision
-
-from helpers import EMBEDDINGS, commit, copy_pipeline, dvc, git_init, repro, set_params
 
 pytestmark = pytest.mark.pipeline
 

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from ranking_cases import *  # noqa: F401,F403  (the oracle, the cases, the helpers)
+import logging
+import re
+
+import numpy as np
+import pytest
+
+from ranking_cases import LOO_KINDS, MIB, assert_same_ranking, make_case, rank_case, ranking_logs, tile_count
+from recallk.errors import InputError
+from recallk.score.metrics import METRICS
+from recallk.score.ranking import Budget, Problem
+from recallk.score.ranking import engine as ranking
 from recallk.score.data import RetrievalData
 
 
@@ -36,13 +46,13 @@ def test_smaller_budget_tiles_never_change_a_number(kind, monkeypatch, caplog):
     for names in (METRICS, ["recall"]):
         with caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
             caplog.clear()
-            expected = _rank(case, names, max_memory_mb=1e-6)
+            expected = rank_case(case, names, max_memory_mb=1e-6)
             monkeypatch.setattr(Budget, "MIN_PAIRS", 1)
-            got = _rank(case, names, max_memory_mb=1e-6)
+            got = rank_case(case, names, max_memory_mb=1e-6)
             monkeypatch.undo()
-        before, after = _ranking_logs(caplog)
-        assert _tiles(after) > _tiles(before), (before, after)
-        _assert_same_ranking(got, expected)
+        before, after = ranking_logs(caplog)
+        assert tile_count(after) > tile_count(before), (before, after)
+        assert_same_ranking(got, expected)
 
 
 @pytest.mark.parametrize("kind, same_set", [("leave_one_out", True),         # same vectors, labels and ids
@@ -64,10 +74,10 @@ def test_explicit_same_set_gives_the_ranks_of_detection(kind, same_set, caplog):
     for names in (METRICS, ["recall"]):
         with caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
             caplog.clear()
-            detected = _rank(case, names)
-            explicit = _rank(case, names, same_set=same_set)
-        assert ["leave-one-out" in line for line in _ranking_logs(caplog)] == [True, same_set]
-        _assert_same_ranking(explicit, detected)
+            detected = rank_case(case, names)
+            explicit = rank_case(case, names, same_set=same_set)
+        assert ["leave-one-out" in line for line in ranking_logs(caplog)] == [True, same_set]
+        assert_same_ranking(explicit, detected)
 
 
 ROW_FOR_ROW = "`same_set=True` needs the queries to be the gallery row for row"

@@ -10,12 +10,13 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from ranking_cases import BIG_KINDS, KINDS, METRICS, _assert_same_ranking, _rank, make_big_case, make_case
+from ranking_cases import BIG_KINDS, KINDS, METRICS, assert_same_ranking, make_big_case, make_case, rank_case
 from recallk.score.data import RetrievalData
 from recallk.score.metrics import retrieval_summary
 from recallk.score.passes import Pass
 from recallk.score.ranking import Budget, Problem, rank_positives
-from recallk.score.ranking import fast as fast_module, schedule as schedule_module
+from recallk.score.ranking import fast as fast_module
+from recallk.score.ranking import schedule as schedule_module
 from recallk.score.ranking.problem import UnitRows
 from recallk.score.similarity import l2_normalize
 
@@ -63,9 +64,9 @@ def test_rows_read_per_tile_never_change_a_number(kind, metrics, taller_runs, mo
         if taller_runs:  # nothing held; one thread: one run of every query, in blocks of 20 rows
             mp.setattr(Budget, "UNIT_SHARE", 0.0)
             mp.setattr(fast_module, "worker_count", lambda: 1)
-        read = _rank(case, metrics, ranks=ranks, max_memory_mb=mb)
+        read = rank_case(case, metrics, ranks=ranks, max_memory_mb=mb)
     monkeypatch.setattr(Budget, "UNIT_SHARE", 1e12)
-    _assert_same_ranking(_rank(case, metrics, ranks=ranks, max_memory_mb=mb), read)
+    assert_same_ranking(rank_case(case, metrics, ranks=ranks, max_memory_mb=mb), read)
 
 
 def test_problem_holds_only_the_copies_that_fit():

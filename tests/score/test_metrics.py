@@ -3,7 +3,15 @@ the README example among them), edge cases, the error tables of bad input, and t
 
 from __future__ import annotations
 
-from ranking_cases import *  # noqa: F401,F403  (the oracle, the cases, the helpers)
+import math
+import re
+
+import numpy as np
+import pytest
+
+from extras import extra
+from ranking_cases import INF_ROWS, NAN_ROW2, TIES, TOY, call_kwargs, make_case, oracle, ranks_per_query, similarities
+from recallk.score.metrics import mean, per_query, retrieval_metrics, retrieval_summary
 from recallk.score.passes import Pass
 from recallk.score.ranking import rank_positives
 from recallk.settings.score import ScoreSettings
@@ -85,54 +93,55 @@ def test_summary_default_is_recall_only():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (_kwargs(gallery_emb=np.empty((0, 3)), gallery_labels=[]), "gallery_emb` is empty"),  # no gallery
-    (_kwargs(query_emb=np.empty((0, 3)), query_labels=[]), "query_emb` is empty"),  # no queries
+    (call_kwargs(gallery_emb=np.empty((0, 3)), gallery_labels=[]), "gallery_emb` is empty"),  # no gallery
+    (call_kwargs(query_emb=np.empty((0, 3)), query_labels=[]), "query_emb` is empty"),  # no queries
     # every query excluded: NaN with a warning (tests/score/test_api_training_loop.py)
-    (_kwargs(gallery_emb=NAN_ROW2, gallery_labels=[0, 1, 2, 3]),
+    (call_kwargs(gallery_emb=NAN_ROW2, gallery_labels=[0, 1, 2, 3]),
      r"`gallery_emb` has NaN or inf in 1 row\(s\), first rows \[2\]"),  # NaN row named
-    (_kwargs(query_emb=INF_ROWS), r"`query_emb` has NaN or inf in 1 row\(s\), first rows \[1\]"),  # -inf
-    (_kwargs(gallery_emb=np.eye(4), gallery_labels=[0, 1, 2, 3]), "same dimension. Got 3 and 4 instead"),
-    (_kwargs(query_emb=np.ones(3), query_labels=[0, 1, 2]), "2-D"),  # 1-D embeddings
-    (_kwargs(query_emb=np.array([["a", "b", "c"]] * 2)), "real numbers"),  # strings, not numbers
-    (_kwargs(metrics=["recall", "recall"]), "`metrics` must be distinct names"),  # repeated
-    (_kwargs(metrics=[]), "`metrics` must be distinct names"),  # empty
-    (_kwargs(metrics=["recal"]), r"Did you mean `recall`\?"),  # typo -> suggestion
-    (_kwargs(metrics=["map@R"]), r"Did you mean `map@r`\?"),  # case matters
-    (_kwargs(metrics=["ndcg"]), r"Got \['ndcg'\] instead\.$"),  # no close name: no suggestion
-    (_kwargs(backend="Faiss"), re.escape("`backend` must be one of numpy, faiss. Got 'Faiss' instead. Did you mean `faiss`?")),
-    (_kwargs(backend="torch"), "`backend` must be one of numpy, faiss"),
-    (_kwargs(ks=[0, 5]), re.escape("`ks` must be positive integers. Got [0, 5] instead.")),
-    (_kwargs(ks=[2.0]), "positive integers"),  # float, even integral
-    (_kwargs(ks=[True]), "positive integers"),  # bool is not a count
-    (_kwargs(ks=[]), "positive integers"),  # empty
-    (_kwargs(query_ids=["a", "b"], gallery_ids=["a", "a", "c"]), "`gallery_ids` must be unique"),
-    (_kwargs(query_labels=[0]), "query_labels` must have one entry per row"),  # 1 label for 2 rows
-    (_kwargs(exclude=[(["c"], ["c", "c", "d"])]), r"each `exclude` entry must be a \(query values"),
-    (_kwargs(exclude=[(["c", "d"], ["c", "d"])]), r"each `exclude` entry must be a \(query values"),
-    (_kwargs(exclude=[["c", "d"]]), r"each `exclude` entry must be a \(query values"),  # not a pair
-    (_kwargs(exclude=None), r"each `exclude` entry must be a \(query values"),  # not a list
-    (_kwargs(exclude=[(np.zeros((2, 2)), np.zeros((3, 2)))]), r"pair of 1-D sequences"),  # 2-D values
-    (_kwargs(ks=5), "`ks` must be positive integers. Got 5 instead."),  # a bare number
-    (_kwargs(ks=None), "`ks` must be positive integers. Got None instead."),  # nothing
-    (_kwargs(ks=[1, 1]), re.escape("`ks` must not repeat a value. Got [1, 1] instead.")),  # as score.ks
-    (_kwargs(ks=[2**64]), r"`ks` must be at most 2\*\*62"),  # beyond int64: no OverflowError
-    (_kwargs(metrics=5), "`metrics` must be distinct names"),  # a bare number
-    (_kwargs(query_emb=np.ones((2, 0)), gallery_emb=np.ones((3, 0))), r"`query_emb` has dimension 0"),
-    (_kwargs(query_emb=[[1.0, 0.0, 0.0], [1.0]]), "rows of one length"),  # ragged rows
-    (_kwargs(query_ids=["a", "b"]), r"pass both `query_ids` and `gallery_ids`"),  # else self-matches count
-    (_kwargs(gallery_ids=["a", "b", "c"]), r"pass both `query_ids` and `gallery_ids`"),
-    (_kwargs(query_labels=[[0, 1], [1, 0]]), r"`query_labels` must be a 1-D sequence.*Got shape \(2, 2\)"),
-    (_kwargs(query_labels=[0, None]), r"`query_labels` has missing .* at rows \[1\]"),  # None is no class
-    (_kwargs(gallery_labels=[0.0, np.nan, 2.0]), r"`gallery_labels` has missing .* at rows \[1\]"),  # NaN
-    (_kwargs(gallery_labels=["a", "", "c"]), r"`gallery_labels` has missing .* at rows \[1\]"),  # empty
-    (_kwargs(query_ids=[None, "b"], gallery_ids=[None, "x", "y"]), r"`query_ids` has missing"),  # no self-match
-    (_kwargs(query_ids=[{1}, {2}], gallery_ids=["a", "b", "c"]), r"`query_ids` has missing or unhashable"),
-    (_kwargs(max_memory_mb=0), re.escape("`max_memory_mb` must be a positive number. Got 0 instead.")),
-    (_kwargs(max_memory_mb=-1.0), "`max_memory_mb` must be a positive number"),  # negative
-    (_kwargs(max_memory_mb=float("nan")), "`max_memory_mb` must be a positive number"),  # NaN
-    (_kwargs(max_memory_mb=float("inf")), "`max_memory_mb` must be a positive number"),  # no bound at all
-    (_kwargs(max_memory_mb="512"), "`max_memory_mb` must be a positive number"),  # text
-    (_kwargs(max_memory_mb=True), "`max_memory_mb` must be a positive number"),  # a bool is not a size
+    (call_kwargs(query_emb=INF_ROWS), r"`query_emb` has NaN or inf in 1 row\(s\), first rows \[1\]"),  # -inf
+    (call_kwargs(gallery_emb=np.eye(4), gallery_labels=[0, 1, 2, 3]), "same dimension. Got 3 and 4 instead"),
+    (call_kwargs(query_emb=np.ones(3), query_labels=[0, 1, 2]), "2-D"),  # 1-D embeddings
+    (call_kwargs(query_emb=np.array([["a", "b", "c"]] * 2)), "real numbers"),  # strings, not numbers
+    (call_kwargs(metrics=["recall", "recall"]), "`metrics` must be distinct names"),  # repeated
+    (call_kwargs(metrics=[]), "`metrics` must be distinct names"),  # empty
+    (call_kwargs(metrics=["recal"]), r"Did you mean `recall`\?"),  # typo -> suggestion
+    (call_kwargs(metrics=["map@R"]), r"Did you mean `map@r`\?"),  # case matters
+    (call_kwargs(metrics=["ndcg"]), r"Got \['ndcg'\] instead\.$"),  # no close name: no suggestion
+    (call_kwargs(backend="Faiss"),
+     re.escape("`backend` must be one of numpy, faiss. Got 'Faiss' instead. Did you mean `faiss`?")),
+    (call_kwargs(backend="torch"), "`backend` must be one of numpy, faiss"),
+    (call_kwargs(ks=[0, 5]), re.escape("`ks` must be positive integers. Got [0, 5] instead.")),
+    (call_kwargs(ks=[2.0]), "positive integers"),  # float, even integral
+    (call_kwargs(ks=[True]), "positive integers"),  # bool is not a count
+    (call_kwargs(ks=[]), "positive integers"),  # empty
+    (call_kwargs(query_ids=["a", "b"], gallery_ids=["a", "a", "c"]), "`gallery_ids` must be unique"),
+    (call_kwargs(query_labels=[0]), "query_labels` must have one entry per row"),  # 1 label for 2 rows
+    (call_kwargs(exclude=[(["c"], ["c", "c", "d"])]), r"each `exclude` entry must be a \(query values"),
+    (call_kwargs(exclude=[(["c", "d"], ["c", "d"])]), r"each `exclude` entry must be a \(query values"),
+    (call_kwargs(exclude=[["c", "d"]]), r"each `exclude` entry must be a \(query values"),  # not a pair
+    (call_kwargs(exclude=None), r"each `exclude` entry must be a \(query values"),  # not a list
+    (call_kwargs(exclude=[(np.zeros((2, 2)), np.zeros((3, 2)))]), r"pair of 1-D sequences"),  # 2-D values
+    (call_kwargs(ks=5), "`ks` must be positive integers. Got 5 instead."),  # a bare number
+    (call_kwargs(ks=None), "`ks` must be positive integers. Got None instead."),  # nothing
+    (call_kwargs(ks=[1, 1]), re.escape("`ks` must not repeat a value. Got [1, 1] instead.")),  # as score.ks
+    (call_kwargs(ks=[2**64]), r"`ks` must be at most 2\*\*62"),  # beyond int64: no OverflowError
+    (call_kwargs(metrics=5), "`metrics` must be distinct names"),  # a bare number
+    (call_kwargs(query_emb=np.ones((2, 0)), gallery_emb=np.ones((3, 0))), r"`query_emb` has dimension 0"),
+    (call_kwargs(query_emb=[[1.0, 0.0, 0.0], [1.0]]), "rows of one length"),  # ragged rows
+    (call_kwargs(query_ids=["a", "b"]), r"pass both `query_ids` and `gallery_ids`"),  # else self-matches count
+    (call_kwargs(gallery_ids=["a", "b", "c"]), r"pass both `query_ids` and `gallery_ids`"),
+    (call_kwargs(query_labels=[[0, 1], [1, 0]]), r"`query_labels` must be a 1-D sequence.*Got shape \(2, 2\)"),
+    (call_kwargs(query_labels=[0, None]), r"`query_labels` has missing .* at rows \[1\]"),  # None is no class
+    (call_kwargs(gallery_labels=[0.0, np.nan, 2.0]), r"`gallery_labels` has missing .* at rows \[1\]"),  # NaN
+    (call_kwargs(gallery_labels=["a", "", "c"]), r"`gallery_labels` has missing .* at rows \[1\]"),  # empty
+    (call_kwargs(query_ids=[None, "b"], gallery_ids=[None, "x", "y"]), r"`query_ids` has missing"),  # no self-match
+    (call_kwargs(query_ids=[{1}, {2}], gallery_ids=["a", "b", "c"]), r"`query_ids` has missing or unhashable"),
+    (call_kwargs(max_memory_mb=0), re.escape("`max_memory_mb` must be a positive number. Got 0 instead.")),
+    (call_kwargs(max_memory_mb=-1.0), "`max_memory_mb` must be a positive number"),  # negative
+    (call_kwargs(max_memory_mb=float("nan")), "`max_memory_mb` must be a positive number"),  # NaN
+    (call_kwargs(max_memory_mb=float("inf")), "`max_memory_mb` must be a positive number"),  # no bound at all
+    (call_kwargs(max_memory_mb="512"), "`max_memory_mb` must be a positive number"),  # text
+    (call_kwargs(max_memory_mb=True), "`max_memory_mb` must be a positive number"),  # a bool is not a size
 ])
 def test_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -142,10 +151,11 @@ def test_errors(kwargs, match):
 
 
 def test_faiss_backend_reports_the_same_errors():
+    extra("faiss", "faiss")
     with pytest.raises(ValueError, match="gallery_emb` is empty"):
-        retrieval_metrics(**_kwargs(gallery_emb=np.empty((0, 3)), gallery_labels=[], backend="faiss"))
+        retrieval_metrics(**call_kwargs(gallery_emb=np.empty((0, 3)), gallery_labels=[], backend="faiss"))
     with pytest.warns(RuntimeWarning, match="every one of the 2 queries"):  # NaN, as with numpy
-        assert np.isnan(retrieval_metrics(**_kwargs(query_labels=["x", "y"], backend="faiss"))["recall@1"])
+        assert np.isnan(retrieval_metrics(**call_kwargs(query_labels=["x", "y"], backend="faiss"))["recall@1"])
 
 
 def test_incomplete_ranking_refuses_metrics_that_need_every_positive():
@@ -162,7 +172,7 @@ def test_zero_vectors_tie_at_similarity_zero():
     g = [[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]
     got = retrieval_summary(q, g, ["a", "a"], ["b", "a", "a"], ks=[1, 2], metrics=None)
     assert not any(isinstance(v, float) and math.isnan(v) for v in got.values())
-    assert _ranks_per_query(rank_positives(q, g, ["a", "a"], ["b", "a", "a"])) == [[1, 2], [1, 2]]
+    assert ranks_per_query(rank_positives(q, g, ["a", "a"], ["b", "a", "a"])) == [[1, 2], [1, 2]]
     assert got == {"recall@1": 0.0, "recall@2": 1.0, "precision@1": 0.0, "precision@2": 0.5,
                    "r_precision": 0.5, "map@r": 0.25, "map": pytest.approx((1 / 2 + 2 / 3) / 2, rel=1e-15),
                    "mrr": 0.5, "num_queries": 2, "num_excluded_queries": 0,
@@ -177,7 +187,7 @@ def test_exclude_values_compared_as_strings_and_missing_never_match():
     cams_q, cams_g = [1, float("nan"), None, ""], ["1", float("nan")]
     got = rank_positives(q, g, ["a"] * 4, ["a", "a"], exclude=[(cams_q, cams_g)])
     assert got.n_retrievable.tolist() == [1, 2, 2, 2]
-    assert _ranks_per_query(got) == [[0], [0, 1], [0, 1], [0, 1]]
+    assert ranks_per_query(got) == [[0], [0, 1], [0, 1], [0, 1]]
 
 
 @pytest.mark.parametrize("nan", [
@@ -192,7 +202,7 @@ def test_nan_exclusion_value_never_matches_whatever_its_float_type(nan, containe
     q, g = [[1.0, 0.0]], [[1.0, 0.0], [0.6, 0.8]]
     got = rank_positives(q, g, ["a"], ["a", "a"], exclude=[(container([nan]), container([nan, "x"]))])
     assert got.n_retrievable.tolist() == [2]
-    assert _ranks_per_query(got) == [[0, 1]]
+    assert ranks_per_query(got) == [[0, 1]]
 
 
 def test_self_and_exclusion_counted_once_in_m_q():
@@ -209,6 +219,8 @@ def test_self_and_exclusion_counted_once_in_m_q():
 @pytest.mark.parametrize("backend", ["numpy", "faiss"])
 @pytest.mark.parametrize("metrics", [["recall"], None])
 def test_tie_sensitivity(g, gl, expected, backend, metrics):
+    if backend == "faiss":
+        extra("faiss", "faiss")
     ks = sorted({int(key.split("@")[1]) for key in expected})
     got = retrieval_summary([[1.0, 0.0]], g, ["pos"], gl, ks=ks, metrics=metrics, backend=backend)
     assert {key: got[key] for key in expected} == expected

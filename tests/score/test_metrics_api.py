@@ -18,7 +18,6 @@ from recallk.score.data import RetrievalData
 from recallk.score.metrics import first_positive_ranks, rank, retrieval_metrics
 from recallk.settings.score import ScoreSettings
 
-
 # --------------------------------------------------------------------------- the wrappers
 
 def make_case(kind, seed):
@@ -142,7 +141,8 @@ def test_labels_compared_as_strings():
     assert recall_at_k(q, g, np.array(["1"]), np.array([1, 2]), ks=[1]) == {"recall@1": 1.0}
 
 
-# --------------------------------------------------------------------------- errors (the rest of the table is in tests/score/test_metrics.py)
+# --------------------------------------------------------------------------- errors
+# (the rest of the table is in tests/score/test_metrics.py)
 
 def _kwargs(**over):
     kw = dict(query_emb=np.ones((2, 3)), gallery_emb=np.eye(3), query_labels=[0, 1], gallery_labels=[0, 1, 2],
@@ -159,7 +159,8 @@ INF[2, 0] = np.inf
     (_kwargs(ks=[1, -5]), "positive integers"),  # negative
     (_kwargs(ks="5"), "positive integers"),  # a string, not a list
     (_kwargs(gallery_emb=INF), r"first rows \[2\]"),  # inf row named
-    (_kwargs(query_emb=np.full((2, 3), np.nan)), r"`query_emb` has NaN or inf in 2 row\(s\), first rows \[0, 1\]"),  # every row named
+    # every row named
+    (_kwargs(query_emb=np.full((2, 3), np.nan)), r"`query_emb` has NaN or inf in 2 row\(s\), first rows \[0, 1\]"),
     (_kwargs(gallery_labels=[0, 1]), "gallery_labels` must have one entry per row"),  # 2 labels for 3 rows
 ])
 def test_errors(kwargs, match):

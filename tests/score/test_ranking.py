@@ -1,14 +1,42 @@
 """The exact ranking engine against a brute-force oracle: every metric, the ranks and tie sensitivity on
-seeded synthetic cases, for the complete ranking, the first-positive path, the faiss backend and the
-smallest memory bounds (FAISS-contrib style)."""
+seeded synthetic cases, for the complete ranking, the first-positive path and the smallest memory bounds
+(FAISS-contrib style); the faiss backend against it: tests/score/test_faiss_backend.py."""
 
 from __future__ import annotations
 
-from ranking_cases import *  # noqa: F401,F403  (the oracle, the cases, the helpers)
+import dataclasses
+import logging
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from ranking_cases import (
+    ALL_KEYS,
+    BIG_KINDS,
+    KINDS,
+    KS,
+    SEEDS,
+    assert_matches_oracle,
+    assert_same_ranking,
+    assert_scratch_within_budget,
+    case_oracle,
+    case_summary,
+    make_big_case,
+    make_case,
+    rank_case,
+    ranking_logs,
+    ranks_per_query,
+)
+from recallk.score.metrics import METRICS, per_query, retrieval_metrics, retrieval_summary
+from recallk.score.ranking import Budget
+from recallk.score.ranking import counting as counting_module
+from recallk.score.ranking import engine as ranking
+from recallk.score.ranking import fast as fast_module
+from recallk.score.ranking import scan as scan_module
 from recallk.score import values as values_module
 from recallk.score.passes import Pass
 from recallk.settings.score import ScoreSettings
-
 
 # --------------------------------------------------------------------------- 1. oracle cross-check
 
@@ -16,11 +44,11 @@ from recallk.settings.score import ScoreSettings
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_metric_matches_brute_force(kind, seed):
     case = make_case(kind, seed)
-    expected, detail = _oracle(case)
-    got = _summary(case)
+    expected, detail = case_oracle(case)
+    got = case_summary(case)
     assert list(got) == ALL_KEYS + ["num_queries", "num_excluded_queries"] + [f"tie_sensitive@{k}" for k in KS] \
         + ["num_gallery", "embedding_dim"]
-    _assert_matches_oracle(got, expected)
+    assert_matches_oracle(got, expected)
     assert (got["num_gallery"], got["embedding_dim"]) == np.asarray(case["gallery_emb"]).shape
     # retrieval_metrics: the same numbers, only the metric keys, in report order
     metrics = retrieval_metrics(ks=KS, **case)
@@ -28,9 +56,9 @@ def test_every_metric_matches_brute_force(kind, seed):
     assert metrics == {key: got[key] for key in ALL_KEYS}
 
     # the ranking itself: every positive's rank, M_q and the opposite-rule first rank
-    ranking = _rank(case)
+    ranking = rank_case(case)
     assert ranking.complete
-    assert _ranks_per_query(ranking) == detail["ranks"]
+    assert ranks_per_query(ranking) == detail["ranks"]
     assert ranking.n_retrievable.tolist() == detail["n_retrievable"]
     assert ranking.first_rank_opposite.tolist() == detail["opposite"]
     assert ranking.first_rank.tolist() == [r[0] if r else -1 for r in detail["ranks"]]
@@ -41,11 +69,11 @@ def test_every_metric_matches_brute_force(kind, seed):
 def test_first_positive_path_matches_brute_force(kind, seed):
     # recall and mrr need only the first positive: a cheaper pass (fast float32 product + exact window)
     case = make_case(kind, seed)
-    expected, detail = _oracle(case)
-    got = _summary(case, metrics=["recall", "mrr"])
+    expected, detail = case_oracle(case)
+    got = case_summary(case, metrics=["recall", "mrr"])
     assert list(got)[:len(KS) + 1] == [f"recall@{k}" for k in KS] + ["mrr"]
-    _assert_matches_oracle(got, expected)
-    ranking = _rank(case, metrics=["recall", "mrr"])
+    assert_matches_oracle(got, expected)
+    ranking = rank_case(case, metrics=["recall", "mrr"])
     assert not ranking.complete
     assert ranking.first_rank.tolist() == [r[0] if r else -1 for r in detail["ranks"]]
     assert ranking.n_positives.tolist() == [len(r) for r in detail["ranks"]]
@@ -58,13 +86,13 @@ def test_first_positive_path_matches_brute_force(kind, seed):
 def test_recall_only_capped_path_matches_brute_force(kind, seed):
     # recall@K alone lets a query stop counting once max(K) items surely beat its best positive
     case = make_case(kind, seed)
-    expected, detail = _oracle(case)
-    _assert_matches_oracle(_summary(case, metrics=["recall"]), expected)
+    expected, detail = case_oracle(case)
+    assert_matches_oracle(case_summary(case, metrics=["recall"]), expected)
     assert retrieval_metrics(ks=KS, metrics=["recall"], **case) == {f"recall@{k}": expected[f"recall@{k}"] for k in KS}
     first = np.array([r[0] if r else -1 for r in detail["ranks"]])
     opposite = np.array(detail["opposite"])
     for cap in (1, 2, 5):  # ranks of cap or more read cap (the opposite-rule rank too); -1 stays -1
-        ranking = _rank(case, metrics=["recall"], ranks=Pass.first(cap))
+        ranking = rank_case(case, metrics=["recall"], ranks=Pass.first(cap))
         assert ranking.cap == cap
         np.testing.assert_array_equal(ranking.first_rank, np.minimum(first, cap))
         np.testing.assert_array_equal(ranking.first_rank_opposite, np.minimum(opposite, cap))
@@ -76,9 +104,9 @@ def test_capped_ranks_are_the_full_ranks_cut_at_the_cap(kind, memory):
     # Queries stop counting at different tiles, leave-one-out tiles shrink to their live rows and
     # columns: every first rank (and the opposite-rule one) must still be min(full rank, cap).
     case = make_big_case(kind, 4) if kind in BIG_KINDS else make_case(kind, 4)
-    full = _rank(case, ["recall"], max_memory_mb=memory)
+    full = rank_case(case, ["recall"], max_memory_mb=memory)
     for cap in (1, 3, 10_000):
-        capped = _rank(case, ["recall"], ranks=Pass.first(cap), max_memory_mb=memory)
+        capped = rank_case(case, ["recall"], ranks=Pass.first(cap), max_memory_mb=memory)
         np.testing.assert_array_equal(capped.first_rank, np.minimum(full.first_rank, cap))
         np.testing.assert_array_equal(capped.first_rank_opposite, np.minimum(full.first_rank_opposite, cap))
         np.testing.assert_array_equal(capped.n_positives, full.n_positives)
@@ -118,10 +146,10 @@ def test_capped_ranking_serves_only_recall_up_to_its_cap(metrics, ks):
 @pytest.mark.parametrize("kind", BIG_KINDS)
 def test_big_cases_match_brute_force(kind):
     case = make_big_case(kind, 0)
-    expected, detail = _oracle(case)
-    _assert_matches_oracle(_summary(case), expected)
-    _assert_matches_oracle(_summary(case, metrics=["recall", "mrr"]), expected)
-    assert _ranks_per_query(_rank(case)) == detail["ranks"]
+    expected, detail = case_oracle(case)
+    assert_matches_oracle(case_summary(case), expected)
+    assert_matches_oracle(case_summary(case, metrics=["recall", "mrr"]), expected)
+    assert ranks_per_query(rank_case(case)) == detail["ranks"]
 
 
 # --------------------------------------------------------------------------- 2. block-size invariance
@@ -133,8 +161,8 @@ def test_memory_bound_never_changes_a_number(kind, memory):
     # block, 4096 cells per fast block); 0.02 MB: a few blocks. Counts are integers: results are identical.
     case = make_big_case(kind, 1) if kind in BIG_KINDS else make_case(kind, 1)
     for names in (METRICS, ["recall"]):  # complete ranking and first-positive path
-        _assert_same_ranking(_rank(case, names, max_memory_mb=memory), _rank(case, names))
-    assert _summary(case, max_memory_mb=memory) == _summary(case)
+        assert_same_ranking(rank_case(case, names, max_memory_mb=memory), rank_case(case, names))
+    assert case_summary(case, max_memory_mb=memory) == case_summary(case)
 
 
 @pytest.mark.parametrize("window_cells", [0, 5])  # undecided cells handed on one chunk at a time; every few
@@ -143,10 +171,10 @@ def test_handing_on_undecided_cells_never_changes_a_number(kind, window_cells, m
     # The scan hands its undecided cells on to be re-decided once too many have gathered (from both
     # threads at once on leave-one-out mirror blocks): the counts must be those of one final hand-over.
     case = make_big_case(kind, 3) if kind in BIG_KINDS else make_case(kind, 3)
-    expected = _rank(case, ["recall"], max_memory_mb=0.02)
+    expected = rank_case(case, ["recall"], max_memory_mb=0.02)
     monkeypatch.setattr(scan_module, "_CHUNK_CELLS", 7)
     monkeypatch.setattr(counting_module, "_WINDOW_CELLS", window_cells)
-    _assert_same_ranking(_rank(case, ["recall"], max_memory_mb=0.02), expected)
+    assert_same_ranking(rank_case(case, ["recall"], max_memory_mb=0.02), expected)
 
 
 @pytest.mark.parametrize("few_lines", [0, 10**9])  # always compare only the lines that reach; never
@@ -155,10 +183,10 @@ def test_comparing_only_lines_that_reach_their_window_never_changes_a_number(kin
     # A scan skips lines whose maximum is below their window and, when few lines remain, compares a
     # copy of those lines only (rows, or leave-one-out columns): counts and cells must map back exactly.
     case = make_big_case(kind, 5) if kind in BIG_KINDS else make_case(kind, 5)
-    expected = _rank(case, ["recall", "mrr"], max_memory_mb=0.02)
+    expected = rank_case(case, ["recall", "mrr"], max_memory_mb=0.02)
     monkeypatch.setattr(scan_module, "_FEW_LINES", few_lines)
     monkeypatch.setattr(scan_module, "_CHUNK_CELLS", 64)
-    _assert_same_ranking(_rank(case, ["recall", "mrr"], max_memory_mb=0.02), expected)
+    assert_same_ranking(rank_case(case, ["recall", "mrr"], max_memory_mb=0.02), expected)
 
 
 def test_all_zero_queries_stay_within_the_memory_bound():
@@ -196,9 +224,9 @@ def test_queries_in_chunks_never_change_a_number(kind, monkeypatch):
     # budget. Here every chunk is as small as it gets (about one query each); leave-one-out chunks are
     # not symmetric, so they take the query x gallery path. Counts are integers: results are identical.
     case = make_big_case(kind, 2) if kind in BIG_KINDS else make_case(kind, 2)
-    expected = _rank(case)
+    expected = rank_case(case)
     monkeypatch.setattr(Budget, "POSITIVE_BYTES", 2**40)
-    _assert_same_ranking(_rank(case), expected)
+    assert_same_ranking(rank_case(case), expected)
 
 
 @pytest.mark.parametrize("counts, most, runs", [
@@ -218,7 +246,7 @@ def test_consecutive_runs(counts, most, runs):
 def test_per_query_values_in_spans_never_change_a_number(kind, span, monkeypatch):
     # per_query takes spans of queries with at most SPAN_PAIRS positives between them at a time.
     case = make_big_case(kind, 4) if kind in BIG_KINDS else make_case(kind, 4)
-    ranked = _rank(case)
+    ranked = rank_case(case)
     settings = ScoreSettings(ks=KS, metrics=METRICS)
     expected = per_query(ranked, settings)
     monkeypatch.setattr(values_module, "SPAN_PAIRS", span)
@@ -244,7 +272,7 @@ def test_complete_ranking_of_few_large_labels_stays_near_the_budget():
     pairs = int(got.n_positives.sum())
     assert pairs > 4_000_000
     assert peak <= 16 + 8 * pairs / 2**20 + 4, f"{peak:.0f} MiB"  # + 4: unit copies, labels and ids
-    assert _ranks_per_query(got) == _ranks_per_query(ranking.rank_positives(g, g, gl, gl, query_ids=ids,
+    assert ranks_per_query(got) == ranks_per_query(ranking.rank_positives(g, g, gl, gl, query_ids=ids,
                                                                              gallery_ids=ids))
 
 
@@ -302,9 +330,9 @@ def test_compare_chunk_size_never_changes_a_number(kind, chunk_cells, monkeypatc
     # The fast path compares each block in cache-sized chunks of rows: chunk boundaries, in rows
     # (query x gallery) and in the mirror's columns (leave-one-out), must not change a count.
     case = make_big_case(kind, 2) if kind in BIG_KINDS else make_case(kind, 2)
-    expected = _rank(case, ["recall"], max_memory_mb=0.02)
+    expected = rank_case(case, ["recall"], max_memory_mb=0.02)
     monkeypatch.setattr(scan_module, "_CHUNK_CELLS", chunk_cells)
-    _assert_same_ranking(_rank(case, ["recall"], max_memory_mb=0.02), expected)
+    assert_same_ranking(rank_case(case, ["recall"], max_memory_mb=0.02), expected)
 
 
 @pytest.mark.parametrize("kind, memory", [("leave_one_out_grid", 1e-6), ("leave_one_out_exclude", 1e-6),
@@ -317,8 +345,9 @@ def test_symmetric_path_equals_query_gallery_path(kind, memory):
     doubled = dict(case, gallery_emb=np.asarray(case["gallery_emb"]) * 2.0)
     for metrics in (None, ["recall"]):
         names = METRICS if metrics is None else metrics
-        _assert_same_ranking(_rank(case, names, max_memory_mb=memory), _rank(doubled, names, max_memory_mb=memory))
-        assert _summary(case, metrics=metrics, max_memory_mb=memory) == _summary(doubled, metrics=metrics,
+        assert_same_ranking(rank_case(case, names, max_memory_mb=memory),
+                            rank_case(doubled, names, max_memory_mb=memory))
+        assert case_summary(case, metrics=metrics, max_memory_mb=memory) == case_summary(doubled, metrics=metrics,
                                                                                  max_memory_mb=memory)
 
 
@@ -327,7 +356,7 @@ def test_direct_path_equals_the_tiles(kind, seed, monkeypatch, caplog):
     # Small problems take the direct path (one exact product of every cell, ranks from order keys); the
     # Budget's DIRECT_CELLS forces each path. Every field of the Ranking must be identical, and the oracle's.
     case = make_big_case(kind, seed) if kind in BIG_KINDS else make_case(kind, seed)
-    _, detail = _oracle(case)
+    _, detail = case_oracle(case)
     oracle_first = np.array([r[0] if r else -1 for r in detail["ranks"]])
     for names, cap in ((METRICS, None), (["recall", "mrr"], None), (["recall"], 1), (["recall"], 5)):
         got = {}
@@ -335,8 +364,8 @@ def test_direct_path_equals_the_tiles(kind, seed, monkeypatch, caplog):
             with monkeypatch.context() as patch, caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
                 patch.setattr(Budget, "DIRECT_CELLS", cells)
                 caplog.clear()
-                got[path] = _rank(case, names, ranks=None if cap is None else Pass.first(cap))
-            assert ("direct path" in _ranking_logs(caplog)[0]) is (path == "direct")
+                got[path] = rank_case(case, names, ranks=None if cap is None else Pass.first(cap))
+            assert ("direct path" in ranking_logs(caplog)[0]) is (path == "direct")
         for field in dataclasses.fields(ranking.Ranking):
             a, b = getattr(got["direct"], field.name), getattr(got["tiles"], field.name)
             assert type(a) is type(b), field.name
@@ -349,20 +378,4 @@ def test_direct_path_equals_the_tiles(kind, seed, monkeypatch, caplog):
                                       else np.minimum(detail["opposite"], cap))
         assert direct.n_retrievable.tolist() == detail["n_retrievable"]
         if direct.complete:
-            assert _ranks_per_query(direct) == detail["ranks"]
-
-
-# --------------------------------------------------------------------------- 3. faiss backend
-
-@pytest.mark.parametrize("kind, seed", [(k, s) for k in KINDS for s in SEEDS] + [(k, 0) for k in BIG_KINDS])
-def test_faiss_backend_is_identical_to_numpy(kind, seed):
-    case = make_big_case(kind, seed) if kind in BIG_KINDS else make_case(kind, seed)
-    _assert_same_ranking(_rank(case, backend="faiss"), _rank(case))
-    assert _summary(case, backend="faiss") == _summary(case)
-    assert retrieval_metrics(ks=KS, backend="faiss", **case) == retrieval_metrics(ks=KS, **case)
-
-
-def test_faiss_backend_small_memory_bound():
-    # one query per FAISS search block
-    case = make_case("exclude_two_pairs", 0)
-    assert _summary(case, backend="faiss", max_memory_mb=1e-6) == _summary(case)
+            assert ranks_per_query(direct) == detail["ranks"]

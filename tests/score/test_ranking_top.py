@@ -4,7 +4,33 @@ each of its routes (candidates pruned, queries too deep or overflowing, first ra
 
 from __future__ import annotations
 
-from ranking_cases import *  # noqa: F401,F403  (the oracle, the cases, the helpers)
+import logging
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given
+
+from ranking_cases import (
+    BIG_KINDS,
+    KINDS,
+    KS,
+    PROPERTY,
+    SEEDS,
+    assert_matches_oracle,
+    assert_scratch_within_budget,
+    case_oracle,
+    case_summary,
+    make_big_case,
+    make_case,
+    rank_case,
+    ranking_logs,
+)
+from ranking_strategies import integer_problems
+from recallk.score import metrics as metrics_module
+from recallk.score.metrics import METRICS, metric_keys, per_query, retrieval_metrics
+from recallk.score.ranking import Budget, Problem
+from recallk.score.ranking import engine as ranking
 from recallk.score.ranking import top as top_module
 from recallk.score.ranking.problem import UnitRows
 from recallk.score.ranking.schedule import threads
@@ -15,6 +41,7 @@ from recallk.settings.score import ScoreSettings
 #: The metrics the top-L pass serves (everything but full map).
 TOP_METRICS = ["recall", "precision", "r_precision", "map@r", "mrr"]
 TOP_KEYS = metric_keys(TOP_METRICS, KS)
+DEPTH = max(KS)
 ROUTE_KINDS = BIG_KINDS + ["near_ties", "duplicates", "zero_rows", "exclude_two_pairs", "leave_one_out_exclude"]
 
 
@@ -36,7 +63,7 @@ def _case(kind, seed=0):
 
 
 def _top_logs(caplog) -> list[str]:
-    return [line for line in _ranking_logs(caplog) if "top-L pass" in line]
+    return [line for line in ranking_logs(caplog) if "top-L pass" in line]
 
 
 def _route_counts(line: str) -> dict[str, int]:
@@ -45,7 +72,7 @@ def _route_counts(line: str) -> dict[str, int]:
     return dict(zip(("served", "deep", "overflow", "beyond"), (int(x) for x in found.groups())))
 
 
-def _assert_cut_of(top, full, depth=max(KS)):
+def _assert_cut_of(top, full, depth=DEPTH):
     """``top`` (a depth ranking) is ``full`` (the complete ranking) cut at each query's depth."""
     assert top.depth is not None and full.depth is None
     np.testing.assert_array_equal(top.n_positives, full.n_positives)
@@ -62,14 +89,14 @@ def _assert_cut_of(top, full, depth=max(KS)):
 def test_top_pass_matches_brute_force(kind, seed, caplog):
     # every served metric as the oracle's, and the ranks within the depth
     case = _case(kind, seed)
-    expected, detail = _oracle(case)
+    expected, detail = case_oracle(case)
     with caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
-        got = _summary(case, metrics=TOP_METRICS)
-        top = _rank(case, TOP_METRICS, ranks=Pass.top(max(KS)))
+        got = case_summary(case, metrics=TOP_METRICS)
+        top = rank_case(case, TOP_METRICS, ranks=Pass.top(max(KS)))
     assert len(_top_logs(caplog)) == 2
     assert _route_counts(_top_logs(caplog)[1])["served"] == sum(map(bool, detail["ranks"]))  # every query
     assert list(got)[:len(TOP_KEYS)] == TOP_KEYS
-    _assert_matches_oracle(got, expected)
+    assert_matches_oracle(got, expected)
     assert top.complete and top.cap is None
     for i, every in enumerate(detail["ranks"]):
         assert top.ranks[top.offsets[i]:top.offsets[i + 1]].tolist() == [r for r in every if r < top.depth[i]]
@@ -96,10 +123,10 @@ def test_every_route_of_the_top_pass_gives_the_complete_rankings_numbers(route, 
     with threads(1):
         for kind in ROUTE_KINDS:
             case = _case(kind)
-            full = _rank(case, TOP_METRICS, max_memory_mb=memory)
+            full = rank_case(case, TOP_METRICS, max_memory_mb=memory)
             caplog.clear()
             with caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
-                top = _rank(case, names, ranks=Pass.top(depth, cap), max_memory_mb=memory)
+                top = rank_case(case, names, ranks=Pass.top(depth, cap), max_memory_mb=memory)
             for name, count in _route_counts(_top_logs(caplog)[0]).items():
                 seen[name] += count
             if cap is None:
@@ -117,8 +144,8 @@ def test_every_route_of_the_top_pass_gives_the_complete_rankings_numbers(route, 
 @pytest.mark.parametrize("kind", ROUTE_KINDS)
 def test_memory_bound_never_changes_a_top_number(kind, memory, monkeypatch):
     case = _case(kind)
-    _assert_cut_of(_rank(case, TOP_METRICS, ranks=Pass.top(max(KS)), max_memory_mb=memory),
-                   _rank(case, TOP_METRICS, max_memory_mb=512))
+    _assert_cut_of(rank_case(case, TOP_METRICS, ranks=Pass.top(max(KS)), max_memory_mb=memory),
+                   rank_case(case, TOP_METRICS, max_memory_mb=512))
 
 
 def test_few_large_labels_take_the_complete_ranking_by_the_default_rule(monkeypatch, caplog):
@@ -180,9 +207,9 @@ def test_the_cheapest_pass_that_serves_the_metrics_is_taken(names, path, monkeyp
     case = make_big_case("big_query_gallery", 0)
     with caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
         got = retrieval_metrics(ks=KS, metrics=names, **case)
-    assert path in _ranking_logs(caplog)[0]
-    expected, _ = _oracle(case)
-    _assert_matches_oracle(got, {key: expected[key] for key in got})
+    assert path in ranking_logs(caplog)[0]
+    expected, _ = case_oracle(case)
+    assert_matches_oracle(got, {key: expected[key] for key in got})
 
 
 def test_top_pass_scratch_stays_under_the_budget(monkeypatch):
@@ -203,6 +230,6 @@ def test_property_top_pass_is_the_complete_ranking_cut_at_its_depth(case):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(Budget, "DIRECT_CELLS", 0)
         patch.setattr(Budget, "TOP_DEPTH_SHARE", 1.0)
-        top = _rank(case, TOP_METRICS, ranks=Pass.top(max(KS)))
-        full = _rank(case, TOP_METRICS)
+        top = rank_case(case, TOP_METRICS, ranks=Pass.top(max(KS)))
+        full = rank_case(case, TOP_METRICS)
     _assert_cut_of(top, full)

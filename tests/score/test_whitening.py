@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 
 from helpers import CATALOG, EMBEDDINGS, IDS, SPLIT
-from score_oracle import KS, METRIC_KEYS, approx, eval_sets, fmean, oracle
 from recallk.errors import InputError
 from recallk.report import suite
-from recallk.score.similarity import l2_normalize
 from recallk.report.suite import score_split
+from recallk.score.similarity import l2_normalize
+from score_oracle import KS, METRIC_KEYS, approx, eval_sets, fmean, oracle
 from recallk.settings.base import from_mapping
 from recallk.settings.score import ScoreSettings
 from stages.params import load_section

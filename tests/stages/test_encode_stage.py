@@ -13,11 +13,24 @@ import time
 
 import numpy as np
 import pandas as pd
+import pytest
 
-from helpers import CATALOG, EMBEDDINGS, ENCODE_OUTPUTS, IDS, SCORE_OUTPUTS, assert_no_outputs, run_fails, run_ok, \
-    set_params, tool_env
+from helpers import (
+    CATALOG,
+    EMBEDDINGS,
+    ENCODE_OUTPUTS,
+    IDS,
+    SCORE_OUTPUTS,
+    assert_no_outputs,
+    run_fails,
+    run_ok,
+    set_params,
+    tool_env,
+)
 from recallk import images
 from recallk.encode.registry import get_backbone
+
+pytestmark = pytest.mark.stage  # every test here runs stage scripts as subprocesses
 
 
 def _encode(project):
@@ -52,7 +65,8 @@ def test_stage_precomputed_follows_catalog_order(split_project, tmp_path, monkey
     order = np.random.default_rng(2).permutation(len(ids))
     np.savez(split_project / "pre.npz", ids=np.append(ids[order], "extra"),
              embeddings=np.vstack([want[order], np.ones(6)]))
-    set_params(split_project, {"encode.backbone": "precomputed", "encode.precomputed": {"path": "pre.npz", "ids": "recallk/encode/no_file.txt"}})
+    set_params(split_project, {"encode.backbone": "precomputed",
+                               "encode.precomputed": {"path": "pre.npz", "ids": "recallk/encode/no_file.txt"}})
     log, _ = _encode(split_project)
     assert "loaded 200 precomputed embeddings (dim 6)" in log
     np.testing.assert_array_equal(np.load(split_project / EMBEDDINGS), want)

@@ -5,10 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from extras import extra
+from helpers import ENCODE_OUTPUTS, assert_no_outputs, run_fails, run_ok, set_params
+
+extra("torch", "torch")  # without it, this file is skipped
 import torch
 import torchvision
 
-from helpers import ENCODE_OUTPUTS, assert_no_outputs, run_fails, run_ok, set_params
+pytestmark = pytest.mark.stage  # every test here runs stage scripts as subprocesses
 
 TORCHVISION = {"encode.backbone": "torchvision:squeezenet1_1", "encode.torchvision.weights": "sq.pth",
                "encode.torchvision.preset": "SqueezeNet1_1_Weights.IMAGENET1K_V1"}

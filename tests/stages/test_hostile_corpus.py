@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import io
 import re
-import shutil
 import struct
 import zlib
 from pathlib import Path
@@ -29,12 +28,43 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from helpers import (CATALOG, EMBEDDINGS, IDS, SCORE_OUTPUTS, SKIPPED, SPLIT, SPLIT_OUTPUTS, STAGES,
-                     assert_no_outputs, assert_user_error, new_project, plant_stale, read_csv, read_metrics, run_module,
-                     run_ok, save_image, set_params)
-from recallk.data import contract
-from recallk.encode.registry import encode_pixels
-from hostile_cases import *  # noqa: F401,F403 - the corpus's project, manifests and output checks
+from helpers import (
+    CATALOG,
+    SKIPPED,
+    SPLIT_OUTPUTS,
+    STAGES,
+    assert_no_outputs,
+    assert_user_error,
+    plant_stale,
+    read_csv,
+    read_metrics,
+    run_module,
+    run_ok,
+    save_image,
+    set_params,
+)
+from hostile_cases import (
+    LABELS,
+    PER_LABEL,
+    RES,
+    assert_line_names,
+    base_rows,
+    data_root,
+    embeddings,
+    line_of,
+    make_project,
+    manifest,
+    pipeline,
+    pixels_of,
+    rgb_block,
+)
+
+pytestmark = pytest.mark.stage  # every test here runs stage scripts as subprocesses
+
+
+@pytest.fixture
+def proj(tmp_path: Path) -> Path:
+    return make_project(tmp_path)
 
 
 # ---------------------------------------------------------------- hostile files

@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import (CATALOG, SPLIT_OUTPUTS, assert_no_outputs, new_project, read_csv, run_fails, run_ok, save_image,
-                     set_params, tiny_project)
+from helpers import CATALOG, SPLIT_OUTPUTS, assert_no_outputs, read_csv, run_fails, run_ok, set_params, tiny_project
 from recallk import images
 from recallk.data import catalog, contract
 from recallk.encode import batches
@@ -46,6 +45,7 @@ def big_bilevel_png(width: int, height: int) -> bytes:
 OVER_LIMIT = (12_000, 10_000)
 
 
+@pytest.mark.stage
 def test_an_image_between_1x_and_2x_the_pixel_limit_is_refused_from_its_header(proj):
     data = big_bilevel_png(*OVER_LIMIT)
     assert len(data) < 100_000  # a 36 KB file
@@ -109,6 +109,7 @@ def test_batches_are_cut_by_images_and_bytes(sizes, batch_size, max_bytes, want)
 # ---------------------------------------------------------------- ids, headers, archives
 
 
+@pytest.mark.stage
 def test_a_very_long_image_id_is_refused(proj):
     """One 5,000-character id made ids.npy 64 MB for 16 images (fixed-width strings)."""
     long_id = "x" * 5_000
@@ -121,9 +122,11 @@ def test_a_very_long_image_id_is_refused(proj):
     assert len(proc.stderr) < 5_000  # the id is quoted cut short
 
 
+@pytest.mark.stage
 def test_an_id_at_the_length_limit_is_accepted(proj):
     text = "image_id,path,label\n" + "".join(
-        f"{label}{i}{'y' * (contract.MAX_ID_LENGTH - 2)},{label}/{i}.png,{label}\n" for label in "abcd" for i in range(3))
+        f"{label}{i}{'y' * (contract.MAX_ID_LENGTH - 2)},{label}/{i}.png,{label}\n"
+        for label in "abcd" for i in range(3))
     (proj / "data" / "digits" / "manifest.csv").write_text(text, encoding="utf-8")
     set_params(proj, {"split.csv": "manifest.csv"})
     run_ok(proj, "split")
@@ -136,6 +139,7 @@ def _npy_header(shape: tuple, descr: str = "<f4") -> bytes:
     return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header
 
 
+@pytest.mark.stage
 def test_an_npy_header_claiming_10_12_rows_is_refused_before_allocation(proj):
     """It was allocated first: ``_ArrayMemoryError: Unable to allocate 29.1 TiB`` (a traceback)."""
     run_ok(proj, "split")
@@ -181,6 +185,7 @@ def test_a_system_folder_is_refused_as_data_root(root):
         catalog.check_root(Path(root).expanduser())
 
 
+@pytest.mark.stage
 def test_a_system_folder_is_refused_by_the_split_stage(proj):
     set_params(proj, {"split.data_root": "/"})
     run_fails(proj, "split", "data root '/' is a system folder", "`split.data_root`")

@@ -4,25 +4,51 @@ on the tiny project of tests/hostile_cases.py (the contract: tests/stages/test_h
 
 from __future__ import annotations
 
-import io
-import re
 import shutil
-import struct
-import zlib
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
-import pandas as pd
 import pytest
 from PIL import Image
 
-from helpers import (CATALOG, EMBEDDINGS, IDS, SCORE_OUTPUTS, SKIPPED, SPLIT, SPLIT_OUTPUTS, STAGES,
-                     assert_no_outputs, assert_user_error, new_project, plant_stale, read_csv, read_metrics, run_module,
-                     run_ok, save_image, set_params)
+from helpers import (
+    CATALOG,
+    EMBEDDINGS,
+    IDS,
+    SCORE_OUTPUTS,
+    SPLIT,
+    SPLIT_OUTPUTS,
+    assert_no_outputs,
+    assert_user_error,
+    plant_stale,
+    read_csv,
+    read_metrics,
+    run_module,
+    run_ok,
+    save_image,
+    set_params,
+)
+from hostile_cases import (
+    LABELS,
+    PER_LABEL,
+    assert_line_names,
+    base_rows,
+    data_root,
+    given_rows,
+    line_of,
+    make_project,
+    manifest,
+    pipeline,
+    rgb_block,
+)
 from recallk.data import contract
-from recallk.encode.registry import encode_pixels
-from hostile_cases import *  # noqa: F401,F403 - the corpus's project, manifests and output checks
+
+pytestmark = pytest.mark.stage  # every test here runs stage scripts as subprocesses
+
+
+@pytest.fixture
+def proj(tmp_path: Path) -> Path:
+    return make_project(tmp_path)
 
 
 UNICODE_LABELS = ("café crème", "日本 語", "Ünïcödé", "plain")
@@ -135,7 +161,8 @@ def test_manifest_same_file_under_two_ids_is_rejected(proj):
     """The same path as query (x1) and gallery item (x2) would let x1 retrieve its own file (its only
     same-label gallery item), since the score stage tells images apart by image_id: the data contract
     rejects it (PATH_ONCE_RULE), naming both CSV lines, and the split writes nothing."""
-    rows = [f"{label}{i},{label}/{i}.png,{label},{s}" for label in "ab" for i, s in enumerate(("val", "gallery", "gallery"))]
+    rows = [f"{label}{i},{label}/{i}.png,{label},{s}"
+            for label in "ab" for i, s in enumerate(("val", "gallery", "gallery"))]
     rows += ["x1,c/0.png,c,val", "x2,c/0.png,c,gallery"] + [f"d{i},d/{i}.png,d,train" for i in range(PER_LABEL)]
     manifest(proj, rows, header="image_id,path,label,split", strategy="given")
     plant_stale(proj, SPLIT_OUTPUTS)

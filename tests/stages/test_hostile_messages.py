@@ -17,8 +17,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import (CATALOG, EMBEDDINGS, ENCODE_OUTPUTS, SPLIT_OUTPUTS, assert_no_outputs, new_project, read_csv,
-                     run_fails, run_module, run_ok, save_image, set_params, tiny_project)
+from helpers import (
+    CATALOG,
+    EMBEDDINGS,
+    ENCODE_OUTPUTS,
+    SPLIT_OUTPUTS,
+    assert_no_outputs,
+    read_csv,
+    run_fails,
+    run_ok,
+    save_image,
+    set_params,
+    tiny_project,
+)
 from recallk.data import catalog, contract
 from recallk.errors import InputError, os_advice
 from stages import runner
@@ -51,6 +62,7 @@ def catalog_ids(proj: Path) -> list[str]:
 # ================================================================ manifests and names (split)
 
 
+@pytest.mark.stage
 def test_nul_byte_in_a_manifest_path_is_a_contract_failure(proj):
     """traceback: ``ValueError: embedded null byte`` from os.stat; now the path rule names the row."""
     manifest(proj, "path,label\n" + rows() + "a/\x000.png,a\n")
@@ -58,6 +70,7 @@ def test_nul_byte_in_a_manifest_path_is_a_contract_failure(proj):
     assert_no_outputs(proj, SPLIT_OUTPUTS)
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize("header, shown", [
     ("path,label,label ", "'label' as 'label', 'label '"),  # traceback: collide once stripped (AttributeError)
     ("path,label,label", "'label' as 'label', 'label'"),    # silent: pandas renamed the second `label.1`
@@ -68,6 +81,7 @@ def test_manifest_header_naming_a_column_twice_is_refused(proj, header, shown):
     run_fails(proj, "split", "names a column more than once in its header", shown, "give every column its own name")
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize("where", ["file", "folder"])
 def test_non_utf8_names_are_named_not_a_traceback(proj, where):
     """traceback: ``UnicodeEncodeError`` at the catalog CSV write; now every such name is listed."""
@@ -79,12 +93,14 @@ def test_non_utf8_names_are_named_not_a_traceback(proj, where):
     assert_no_outputs(proj, SPLIT_OUTPUTS)
 
 
+@pytest.mark.stage
 def test_line_break_in_a_manifest_label_is_refused_like_a_label_folder(proj):
     """silent: a label ``"a\\nb"`` from a manifest was a fifth label (folder mode refused it): one rule now."""
     manifest(proj, "path,label\n" + rows().replace("a/0.png,a", 'a/0.png,"a\nb"'))
     run_fails(proj, "split", contract.LABEL_TEXT_RULE, "CSV line 2")
 
 
+@pytest.mark.stage
 def test_label_rule_is_the_same_for_folders(tmp_path):
     """The one label rule, in folder mode (a label folder with a tab in its name)."""
     proj = tiny(tmp_path, labels=("a", "b\tc", "d"))
@@ -94,6 +110,7 @@ def test_label_rule_is_the_same_for_folders(tmp_path):
 # ================================================================ misleading messages (split)
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize("make, said", [
     (lambda p: os.mkfifo(p), "is not a regular file (a FIFO, socket or device)"),  # was "file does not exist"
     (lambda p: p.mkdir(), "is a folder, not an image file"),                       # was "file does not exist"
@@ -105,6 +122,7 @@ def test_fifo_and_folder_say_what_they_are(proj, make, said):
     assert "does not exist" not in proc.stderr
 
 
+@pytest.mark.stage
 def test_colon_in_a_label_folder_is_an_ordinary_character(tmp_path):
     """message: ``type:A/0.png`` was refused as an unsafe path; only drive letters and URL schemes are."""
     proj = tiny(tmp_path, labels=("type:A", "type:B", "c", "d"))
@@ -139,6 +157,7 @@ def test_os_errors_get_the_advice_of_their_errno(code, advice, not_advice):
     assert advice in got and not_advice not in got
 
 
+@pytest.mark.stage
 def test_a_too_long_output_name_is_not_blamed_on_disk_space(proj):
     """The real thing: an output name of 300 characters (ENAMETOOLONG at the temp file)."""
     proc = run_fails(proj, "split", "too long for the file system",
@@ -166,6 +185,7 @@ def split_done(proj: Path) -> Path:
     return proj
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize("body, said", [
     ("def f(images):\n    raise RuntimeError('boom')\n", "raised RuntimeError: boom"),  # traceback before
     ("import sys\ndef f(images):\n    sys.exit(0)\n", "called sys.exit(0)"),          # exit 0, no outputs before
@@ -178,6 +198,7 @@ def test_a_callable_that_raises_or_exits_is_a_message(split_done, body, said):
     assert_no_outputs(split_done, ENCODE_OUTPUTS)
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize("spec", ["callable:builtins:eval", "callable:math:sqrt"])
 def test_a_builtin_callable_is_refused(split_done, spec):
     """traceback: ``TypeError: <module 'builtins'> is a built-in module`` from the fingerprint."""
@@ -192,6 +213,7 @@ def _precomputed(proj: Path, path: str, ids: str | None = None) -> None:
     set_params(proj, change)
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize("members, fragment", [
     # traceback: ``AttributeError: 'bytes' object has no attribute 'ndim'`` (numpy returns raw bytes)
     ({"ids": b"a,b,c", "embeddings.npy": b"not an array"}, "(member 'ids') is not an .npy array"),
@@ -213,6 +235,7 @@ def npy_with_header(path: Path, header: str, data: bytes = b"") -> None:
     path.write_bytes(b"\x93NUMPY\x01\x00" + len(raw).to_bytes(2, "little") + raw + data)
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize("header", [
     "{'descr': '<f4', 'fortran_order': False, 'shape': (-3, 4), }",   # a negative dimension
     "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 'x'), }",  # not an integer
@@ -225,6 +248,7 @@ def test_an_npy_header_with_an_impossible_shape_is_a_message(split_done, header)
     run_fails(split_done, "encode", "precomputed embeddings 'e.npy'")
 
 
+@pytest.mark.stage
 def test_complex_precomputed_embeddings_are_refused(split_done):
     """silent: complex vectors were cast to their real part with exit 0."""
     ids = catalog_ids(split_done)
@@ -235,6 +259,7 @@ def test_complex_precomputed_embeddings_are_refused(split_done):
     assert_no_outputs(split_done, ENCODE_OUTPUTS)
 
 
+@pytest.mark.stage
 def test_a_bom_in_ids_txt_is_not_part_of_the_first_id(split_done):
     """message: a UTF-8 BOM (Windows editors) made the first id unknown: '1 catalog image(s) have no embedding'."""
     ids = catalog_ids(split_done)

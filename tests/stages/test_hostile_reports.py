@@ -18,7 +18,7 @@ import pytest
 
 from helpers import STAGES, new_project, run_module, run_ok, save_image, set_params
 from recallk.compare.sources import read_table
-from recallk.report.tables import neutralise_formulas, restore_formulas
+from recallk.tables_contract import neutralise_formulas, restore_formulas
 
 REPORT_TABLES = ("metrics/per_class.csv", "metrics/confusions.csv", "metrics/per_query.csv",
                  "data/scores/per_query.csv", "data/scores/neighbors.csv")
@@ -38,6 +38,7 @@ def intervals(proj: Path) -> dict:
     return json.loads((proj / "metrics/intervals.json").read_text(encoding="utf-8"))
 
 
+@pytest.mark.stage
 def test_renaming_files_never_moves_the_bootstrap_bounds(tmp_path):
     labels = [f"l{j}" for j in range(6)]
     before = project(tmp_path / "before", labels, 8)
@@ -45,12 +46,14 @@ def test_renaming_files_never_moves_the_bootstrap_bounds(tmp_path):
     for proj in (before, after):
         run_ok(proj, *STAGES)
     a, b = intervals(before), intervals(after)
-    assert json.loads((before / "metrics/recall.json").read_text()) == json.loads((after / "metrics/recall.json").read_text())
+    headline = "metrics/recall.json"
+    assert json.loads((before / headline).read_text()) == json.loads((after / headline).read_text())
     assert a == b  # every bound of every metric, and the class means
     lows = {k: v for k, v in a.items() if k.endswith("_ci_low")}
     assert len(set(lows.values())) > 1  # not a degenerate case: the intervals are real
 
 
+@pytest.mark.stage
 def test_renaming_files_never_moves_the_curve_band(tmp_path):
     labels = [f"l{j}" for j in range(4)]
     runs = []
@@ -73,6 +76,7 @@ def formula_run(tmp_path_factory) -> Path:
     return proj
 
 
+@pytest.mark.stage
 @pytest.mark.parametrize("rel", REPORT_TABLES)
 def test_formula_like_labels_are_quoted_in_report_tables(formula_run, rel):
     raw = pd.read_csv(formula_run / rel, dtype=str, keep_default_na=False)
@@ -82,6 +86,7 @@ def test_formula_like_labels_are_quoted_in_report_tables(formula_run, rel):
     assert not [v for c in raw.columns for v in raw[c] if v[:1] in "=+@"], rel
 
 
+@pytest.mark.stage
 def test_per_class_numbers_are_untouched(formula_run):
     raw = pd.read_csv(formula_run / "metrics/per_class.csv", dtype=str, keep_default_na=False)
     assert sorted(raw["label"]) == sorted(["'" + f for f in FORMULAS] + ["plain"])
@@ -89,6 +94,7 @@ def test_per_class_numbers_are_untouched(formula_run):
     assert raw["recall@1"].astype(float).between(0, 1).all()
 
 
+@pytest.mark.stage
 def test_compare_reads_the_quoted_labels_back(formula_run):
     text = (formula_run / "metrics/per_query.csv").read_text(encoding="utf-8")
     table = read_table(text, "metrics/per_query.csv")
@@ -120,6 +126,7 @@ def test_neutralise_and_restore_are_exact_inverses(value, written):
 # ---------------------------------------------------------------- every output names what was evaluated
 
 
+@pytest.mark.stage
 def test_every_report_csv_names_what_was_evaluated(formula_run):
     """Issue 13: the CSV outputs did not say what they measured; now a last column ``evaluated`` holds the
     id that metrics/evaluated.json spells out (a column, so the files stay plain CSV for dvc plots)."""

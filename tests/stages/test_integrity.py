@@ -20,9 +20,8 @@ from PIL import Image
 
 from helpers import ROOT, run_module, save_image, set_dotted
 from recallk import images
-from recallk.errors import quote
 from recallk.data import catalog, contract, prepare
-from recallk.errors import InputError
+from recallk.errors import InputError, quote
 from recallk.settings.base import from_mapping
 from recallk.settings.split import SplitSettings
 from stages.params import load_section
@@ -109,6 +108,7 @@ def test_byte_identical_files_in_train_only_are_fine(work):
     assert len(cat) == 9
 
 
+@pytest.mark.stage
 def test_split_stage_refuses_a_self_retrieving_alias(project):
     """End to end: the stage exits 2 with one message instead of a leave_one_out recall@1 of 1.0."""
     root = project / "data" / "digits"
@@ -187,6 +187,7 @@ def test_linked_sub_folder_is_scanned_not_dropped(work):
     assert "a/more/x.png" in catalog.scan_folder(Path("data"))["path"].tolist()
 
 
+@pytest.mark.stage
 def test_split_stage_names_a_symlink_loop_without_a_traceback(project):
     (project / "data" / "digits" / "3" / "loop.png").symlink_to("loop.png")
     proc = run_module("stages.split", cwd=project)

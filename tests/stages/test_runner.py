@@ -13,6 +13,8 @@ import pytest
 
 from helpers import EMBEDDINGS, ENCODE_OUTPUTS, SCORE_OUTPUTS, assert_user_error, read_bytes, set_params, tool_env
 
+pytestmark = pytest.mark.stage  # every test here runs stage scripts as subprocesses
+
 
 def _limited(limit_bytes: int):
     """preexec_fn: a file-size limit like `ulimit -f`; Python ignores SIGXFSZ, so writes fail with EFBIG."""

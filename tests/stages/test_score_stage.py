@@ -10,9 +10,26 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import CATALOG, EMBEDDINGS, IDS, METRICS, PER_QUERY, SCORE_OUTPUTS, SPLIT, assert_no_outputs, \
-    edit_params, plant_stale, read_metrics, run_fails, run_module, run_ok, set_params
+from helpers import (
+    CATALOG,
+    EMBEDDINGS,
+    IDS,
+    METRICS,
+    PER_QUERY,
+    SCORE_OUTPUTS,
+    SPLIT,
+    assert_no_outputs,
+    edit_params,
+    plant_stale,
+    read_metrics,
+    run_fails,
+    run_module,
+    run_ok,
+    set_params,
+)
 from recallk import retrieval_summary
+
+pytestmark = pytest.mark.stage  # every test here runs stage scripts as subprocesses
 
 
 def test_metrics_file_is_flat_and_matches_the_api(scored_base):
@@ -116,7 +133,8 @@ def _duplicate_first_catalog_row(project):
     # the split names an image the catalog does not have (outputs of two different runs)
     (lambda p: _drop_catalog_row_of_first_query(p), "1 split images are not in the catalog"),
     # the catalog is not a CSV any more
-    (lambda p: (p / "data/prepared/catalog.csv").write_bytes(b"\x00\x01garbage"), "catalog.csv lacks column(s) image_id"),
+    (lambda p: (p / "data/prepared/catalog.csv").write_bytes(b"\x00\x01garbage"),
+     "catalog.csv lacks column(s) image_id"),
     # the split file is gone
     (lambda p: (p / "data/prepared/split.csv").unlink(), "split.csv not found; run the earlier stages first"),
 ])

@@ -9,6 +9,8 @@ import pytest
 
 from helpers import CATALOG, SPLIT, assert_no_outputs, edit_params, run_fails, set_dotted, set_params
 
+pytestmark = pytest.mark.stage  # every test here runs stage scripts as subprocesses
+
 
 def first_image(project: Path, label: str) -> Path:
     return sorted((project / "data" / "digits" / label).iterdir())[0]

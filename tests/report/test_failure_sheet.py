@@ -9,8 +9,8 @@ import pytest
 import yaml
 from PIL import Image
 
-from recallk.report import failure_sheet
 from helpers import run_module
+from recallk.report import failure_sheet
 
 
 @pytest.mark.parametrize("rows, want", [
@@ -53,15 +53,18 @@ def _stage(project, **failures):
     return Image.open(project / "plots/failures.png"), (project / "plots/failures.png").read_bytes()
 
 
+@pytest.mark.stage
 def test_the_score_stage_draws_the_worst_queries_byte_identically(project):
     image, first = _stage(project, queries=3, k=4)
     step = failure_sheet.THUMB + 2 * failure_sheet.FRAME + failure_sheet.GAP
-    assert image.size == (6 * step + failure_sheet.GAP, 3 * (step + failure_sheet.CAPTION) + failure_sheet.GAP)  # 3 rows of 1+4+1
+    # 3 rows of 1 + 4 + 1 tiles
+    assert image.size == (6 * step + failure_sheet.GAP, 3 * (step + failure_sheet.CAPTION) + failure_sheet.GAP)
     proc = run_module("stages.score", cwd=project)
     assert proc.returncode == 0
     assert hashlib.sha256((project / "plots/failures.png").read_bytes()).digest() == hashlib.sha256(first).digest()
 
 
+@pytest.mark.stage
 def test_zero_queries_turns_the_gallery_off(project):
     image, _ = _stage(project, queries=0)
     assert image.size == (1, 1)

@@ -11,7 +11,6 @@ import hashlib
 import re
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 

@@ -31,7 +31,8 @@ window.addEventListener("error", e => {
   else probe.errors.push(String(e.message));
 }, true);
 window.addEventListener("load", () => {
-  for (const img of document.images) if (!(img.complete && img.naturalWidth > 0)) probe.failed.push(img.src.slice(0, 80));
+  for (const img of document.images)
+    if (!(img.complete && img.naturalWidth > 0)) probe.failed.push(img.src.slice(0, 80));
   probe.fetched = performance.getEntriesByType("resource").map(r => r.name).filter(n => !n.startsWith("data:"));
   document.documentElement.setAttribute("data-probe", JSON.stringify(probe));
 });

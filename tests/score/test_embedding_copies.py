@@ -7,10 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from recallk.score import embedding_copies as copies
 from recallk.report.block import format_report
 from recallk.report.provenance import provenance
-from recallk.report.suite import SplitSets, score_split
+from recallk.report.suite import score_split
+from recallk.score import embedding_copies as copies
+from recallk.report.suite import SplitSets
 from recallk.score.data import RetrievalData
 from recallk.settings.score import BootstrapSettings, EmbeddingCopySettings, FailureSettings, ScoreSettings
 

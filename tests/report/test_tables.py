@@ -14,13 +14,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import (CURVE, EMBEDDINGS, PER_CLASS, PER_QUERY, RANKING_OUTPUTS, SCORE_OUTPUTS, read_metrics, run_ok,
-                     set_params)
-from score_oracle import KS, METRIC_KEYS, approx, eval_sets, fmean, oracle, read_per_query
+from helpers import (
+    CURVE,
+    EMBEDDINGS,
+    PER_CLASS,
+    PER_QUERY,
+    SCORE_OUTPUTS,
+    assert_faiss_keeps_the_outputs,
+    read_metrics,
+    run_ok,
+    set_params,
+)
 from recallk.report import suite, tables
 from recallk.score.metrics import first_positive_ranks, mean
 from recallk.score.similarity import cosine_block, l2_normalize
-
+from score_oracle import KS, METRIC_KEYS, approx, eval_sets, fmean, oracle, read_per_query
 
 # ---------------------------------------------------------------------------------------------- 1: tables and curve
 
@@ -165,12 +173,7 @@ def test_exact_ties_fill_the_other_tie_rule_column(uneven):
     for key in METRIC_KEYS:
         assert m[key] == approx(fmean(want["values"][key]), rel=1e-12), key
 
-    # the faiss backend resolves the exact ties the same way
-    before = {rel: (uneven / rel).read_bytes() for rel in RANKING_OUTPUTS}
-    set_params(uneven, {"score.backend": "faiss"})
-    run_ok(uneven, "score")
-    for rel in RANKING_OUTPUTS:
-        assert (uneven / rel).read_bytes() == before[rel], rel
+    assert_faiss_keeps_the_outputs(uneven)  # the faiss backend resolves the exact ties the same way
 
 
 def test_recall_curve_matches_recall_at_k_and_never_decreases(uneven_scored_base):

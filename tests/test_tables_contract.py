@@ -1,0 +1,79 @@
+"""recallk.tables_contract: the per-query table's model (what the score stage writes is what ``recallk compare``
+reads) and its column names; compare imports no rendering code. (The formula quoting of the report tables:
+tests/stages/test_hostile_reports.py.)"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from helpers import ROOT
+from recallk.errors import InputError
+from recallk.tables_contract import TASK_COLUMNS, check_per_query, headline_key, per_query_column
+
+KEYS = ["recall@1", "recall@10", "precision@5", "r_precision", "map@r", "map", "mrr"]
+
+
+def written() -> pd.DataFrame:
+    """A per-query table as recallk.report.tables.per_query builds it (typed; the second query has no positive)."""
+    return pd.DataFrame({
+        "image_id": ["q0", "q1"], "label": ["a", "b"], "num_positives": np.array([2, 0], dtype=np.int32),
+        "num_retrievable": [9, 9], "first_positive_rank": pd.array([1, pd.NA], dtype="Int64"),
+        "first_positive_rank_other_tie_rule": pd.array([2, pd.NA], dtype="Int64"),
+        **{per_query_column(k): [0.5, np.nan] for k in KEYS}, "top1_id": ["g3", "g1"], "top1_label": ["a", "a"]})
+
+
+def read_back(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` as recallk.compare.sources reads the CSV: every cell text, empty cells missing."""
+    text = frame.to_csv(index=False, float_format="%.10g")
+    return pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False).replace("", pd.NA)
+
+
+def test_column_names_round_trip():
+    assert [per_query_column(k) for k in KEYS] == ["hit@1", "hit@10", "precision@5", "r_precision", "ap@r", "ap",
+                                                    "rr"]
+    assert [headline_key(per_query_column(k)) for k in KEYS] == KEYS
+    assert [headline_key(c) for c in TASK_COLUMNS + ("top1_id", "hit@x", "evaluated")] == [None] * 7
+
+
+def test_the_written_table_and_its_csv_meet_the_model():
+    check_per_query(written(), "written")
+    check_per_query(read_back(written()).assign(evaluated="abc"), "read back")  # other columns pass
+    check_per_query(read_back(written()[list(TASK_COLUMNS) + ["hit@1"]]), "compact")  # the copy kept in git
+
+
+@pytest.mark.parametrize("column, value, rule", [
+    ("num_positives", "two", "a whole number, 0 or more"),
+    ("num_retrievable", "-1", "a whole number, 0 or more"),
+    ("first_positive_rank", "0", "1 or more"),
+    ("hit@1", "1.5", "a number from 0 to 1"),
+    ("ap", "abc", "a number from 0 to 1"),
+    ("image_id", "q1", "each once"),
+    ("label", pd.NA, "never empty"),
+])
+def test_a_bad_cell_is_one_message_naming_the_file_the_column_and_the_line(column, value, rule):
+    frame = read_back(written())
+    frame.loc[0, column] = value
+    with pytest.raises(InputError, match="per_query.csv breaks the per-query table's contract") as err:
+        check_per_query(frame, "metrics/per_query.csv")
+    assert f"column `{column}` must hold" in str(err.value) and rule in str(err.value)
+    assert "CSV line 2" in str(err.value) and str(err.value).count("  - column") == 1
+
+
+def test_missing_columns_are_named():
+    with pytest.raises(InputError, match=r"old\.csv lacks column\(s\) num_retrievable of the per-query table"):
+        check_per_query(read_back(written()).drop(columns=["num_retrievable"]), "old.csv")
+    with pytest.raises(InputError, match=r"old\.csv has no per-query metric column"):
+        check_per_query(read_back(written())[list(TASK_COLUMNS)], "old.csv")
+
+
+def test_compare_imports_no_rendering_code():
+    code = ("import sys, recallk.compare.cli; "
+            "print(sorted(m for m in sys.modules if m.startswith('recallk.report')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
