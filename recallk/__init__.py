@@ -22,8 +22,14 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time each name is i
     from recallk.errors import InputError
     from recallk.evaluation import encode_all, evaluate
     from recallk.report.block import format_report
-    from recallk.score.metrics import (METRICS, Scorer, first_positive_ranks, recall_at_k, retrieval_metrics,
-                                       retrieval_summary)
+    from recallk.score.metrics import (
+        METRICS,
+        Scorer,
+        first_positive_ranks,
+        recall_at_k,
+        retrieval_metrics,
+        retrieval_summary,
+    )
     from recallk.score.passes import Pass
     from recallk.score.ranking import Ranking, rank_positives
 

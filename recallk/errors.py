@@ -12,7 +12,6 @@ import difflib
 import errno
 from typing import Any, Sequence
 
-
 # ------------------------------------------------------------------ text helpers of every message
 
 

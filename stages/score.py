@@ -29,8 +29,15 @@ from recallk.settings.base import as_params
 from recallk.settings.score import ScoreSettings
 from recallk.tables_contract import neutralise_formulas
 from stages.params import load_settings
-from stages.runner import (json_file, output_paths, parse_stage_args, read_input_csv, remove_outputs, run_stage,
-                           write_all)
+from stages.runner import (
+    json_file,
+    output_paths,
+    parse_stage_args,
+    read_input_csv,
+    remove_outputs,
+    run_stage,
+    write_all,
+)
 from stages.score_inputs import load_inputs
 
 #: What the stage reads and writes, by option name (``--catalog PATH`` ...): dvc.yaml's deps and outs

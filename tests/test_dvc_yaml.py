@@ -152,7 +152,8 @@ def test_each_stage_runs_its_own_settings_only() -> None:
     section's (stages/params.py reads those by name for their key names only), so an encode-only rule
     change re-runs encode alone (tests/pipeline/test_pipeline.py proves it with dvc status)."""
     for name in STAGES:
-        sections = {m for m in _closure(f"stages.{name}") if m.rsplit(".", 1)[-1] in STAGES and m.startswith("recallk.settings.")}
+        sections = {m for m in _closure(f"stages.{name}")
+                    if m.rsplit(".", 1)[-1] in STAGES and m.startswith("recallk.settings.")}
         assert sections == {f"recallk.settings.{name}"}, name
 
 

@@ -21,10 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from recallk.errors import clip, quote
 from recallk.data.contract import is_safe_relative
 from recallk.data.phash import phash
-from recallk.errors import InputError
+from recallk.errors import InputError, clip, quote
 from recallk.images import DECODE_ERRORS, decode, describe_error
 from recallk.progress import Progress
 
@@ -146,7 +145,8 @@ def scan_folder(root: Path) -> pd.DataFrame:
                         rows, problems)
     if problems:
         raise InputError(f"data root {quote(str(root))}: {len(problems)} folder(s) or link(s) cannot be scanned "
-                         "(or have a name that is not UTF-8), so their images would be missing from the catalog:\n  - " + "\n  - ".join(problems))
+                         "(or have a name that is not UTF-8), so their images would be missing from the catalog:\n  - "
+                         + "\n  - ".join(problems))
     if loose:
         log.warning("ignoring %d file(s) directly under %s (images belong in a folder per label): %s",
                     len(loose), root, ", ".join(loose[:5]))

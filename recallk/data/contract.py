@@ -19,8 +19,7 @@ from pathlib import PurePosixPath
 import pandas as pd
 import pandera.pandas as pa
 
-from recallk.errors import quote
-from recallk.errors import InputError
+from recallk.errors import InputError, quote
 
 SPLITS = ("train", "val", "gallery")
 EVAL_SPLITS = ("val", "gallery")

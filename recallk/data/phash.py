@@ -121,7 +121,8 @@ def _group_pairs(keys: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         lo = hi
 
 
-def _distinct_pairs(codes: np.ndarray, max_distance: int, bands: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _distinct_pairs(codes: np.ndarray, max_distance: int,
+                    bands: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pairs ``(a, b, distance)``, ``a < b``, of *distinct* codes within ``max_distance`` (indices into ``codes``)."""
     n = codes.size
     m = bands or plan(n, max_distance)

@@ -26,10 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from recallk.errors import quote
-from recallk.data import catalog, contract, splitting
-from recallk.data import phash
-from recallk.errors import InputError
+from recallk.data import catalog, contract, phash, splitting
+from recallk.errors import InputError, quote
 from recallk.settings.base import as_params
 from recallk.settings.split import NearDuplicateSettings, SplitSettings
 
@@ -207,7 +205,8 @@ def _check_pairs(table: pd.DataFrame, query: dict, gallery: dict, near: NearDupl
     text = (f"near-duplicates (pHash within {d} of 64 bits): {len(table)} pair(s); "
             f"{counts['near_duplicates_train_eval']} across train and val/gallery, "
             f"{counts['near_duplicates_query_gallery']} query-gallery, "
-            f"{counts['near_duplicates_cross_label']} with different labels; listed in data/prepared/near_duplicates.csv")
+            f"{counts['near_duplicates_cross_label']} with different labels; listed in "
+            "data/prepared/near_duplicates.csv")
     if len(leaks):
         hint = ("under leave_one_out every eval image is a query, so no split keeps eval pairs apart; "
                 "remove the copies or check score.near_duplicates.min_cosine" if protocol == "leave_one_out"

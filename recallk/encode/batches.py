@@ -20,10 +20,9 @@ import pandas as pd
 from PIL import Image
 
 from recallk.checks import unusable_rows
-from recallk.errors import clip, quote
 from recallk.encode.base import Backbone
 from recallk.encode.cache import EmbeddingCache
-from recallk.errors import InputError
+from recallk.errors import InputError, clip, quote
 from recallk.images import DECODE_ERRORS, decode
 from recallk.progress import Progress
 

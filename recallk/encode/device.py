@@ -127,7 +127,8 @@ def apply_flags(runtime: Runtime) -> None:
     Reproducible mode: ``torch.use_deterministic_algorithms(True)``, ``cudnn.deterministic = True``,
     ``cudnn.benchmark = False``, TF32 off for matmuls and cuDNN (``allow_tf32 = False``: torch 2.14
     reads these back consistently, which it refuses once the newer ``fp32_precision`` API is mixed in), and
-    ``CUBLAS_WORKSPACE_CONFIG`` set when the environment does not set it. Otherwise torch's defaults are left as they are. CPU: nothing.
+    ``CUBLAS_WORKSPACE_CONFIG`` set when the environment does not set it. Otherwise torch's defaults are left
+    as they are. CPU: nothing.
     """
     import torch
 

@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from recallk.errors import clip
 from recallk.data.contract import has_files
 from recallk.encode import precomputed
 from recallk.encode.base import file_sha256
@@ -16,7 +15,7 @@ from recallk.encode.batches import encode_catalog
 from recallk.encode.cache import EmbeddingCache, default_path
 from recallk.encode.device import Request
 from recallk.encode.registry import get_backbone, options_key
-from recallk.errors import InputError
+from recallk.errors import InputError, clip
 from recallk.settings.encode import EncodeSettings
 
 log = logging.getLogger(__name__)

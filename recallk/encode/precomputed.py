@@ -26,9 +26,8 @@ from typing import IO, Sequence
 import numpy as np
 
 from recallk.checks import unusable_rows
-from recallk.errors import clip, quote
 from recallk.encode.base import NO_FILE, is_no_file
-from recallk.errors import InputError
+from recallk.errors import InputError, clip, quote
 
 NAME = "precomputed"
 #: The defaults of ``encode.precomputed.path`` and ``encode.precomputed.ids``: the committed file standing
@@ -101,8 +100,8 @@ def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray]:
         if missing:
             raise InputError(f"{quote(path)} lacks array(s) {', '.join(missing)}; save it with "
                              "numpy.savez(path, ids=..., embeddings=...).")
-        members = {key: archive.getinfo(f"{key}.npy" if f"{key}.npy" in names else key) for key in ("ids", "embeddings")}
-        for key, member in members.items():  # every header and size first, then any data
+        members = [archive.getinfo(f"{key}.npy" if f"{key}.npy" in names else key) for key in ("ids", "embeddings")]
+        for member in members:  # every header and size first, then any data
             source = f"precomputed embeddings {quote(path)} (member {quote(member.filename)})"
             if not member.filename.endswith(".npy"):
                 raise InputError(f"{source} is not an .npy array; save the archive with numpy.savez(path, ids=..., "

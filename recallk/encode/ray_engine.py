@@ -25,7 +25,7 @@ import numpy as np
 
 from recallk.cluster import connect
 from recallk.encode.base import Backbone
-from recallk.encode.batches import BatchSource, run_backbone, read_checked
+from recallk.encode.batches import BatchSource, read_checked, run_backbone
 from recallk.encode.registry import get_backbone
 from recallk.errors import InputError
 from recallk.settings.encode import EncodeRaySettings

@@ -23,9 +23,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from recallk.errors import clip, did_you_mean, quote
 from recallk.encode.base import NO_FILE, Backbone, fingerprint, is_no_file
-from recallk.errors import InputError
+from recallk.errors import InputError, clip, did_you_mean, quote
 
 REGISTRY: dict[str, Callable[..., Backbone]] = {}
 #: ``family -> factory(model, **options)`` for ``encode.backbone: <family>:<model>``.
@@ -83,7 +82,8 @@ def encode_pixels(images: Sequence[Image.Image], *, resolution: int) -> np.ndarr
 @register("pixels")
 def pixels(resolution: int = 16) -> Backbone:
     """Baseline with no learned weights: the resized image's pixels are the embedding."""
-    return Backbone(name="pixels", dim=3 * resolution**2, encode=functools.partial(encode_pixels, resolution=resolution),
+    return Backbone(name="pixels", dim=3 * resolution**2,
+                    encode=functools.partial(encode_pixels, resolution=resolution),
                     fingerprint=fingerprint("pixels", "1", resolution=resolution), input_size=resolution)
 
 

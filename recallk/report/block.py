@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-
 #: Keys that go to the second metrics file (metrics/intervals.json): each metric's interval and class mean.
 DETAIL_SUFFIXES = ("_ci_low", "_ci_high", "_class_mean")
 #: Each metric over the queries the embedding check did not flag (score.near_duplicates.min_cosine).

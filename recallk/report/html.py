@@ -28,7 +28,9 @@ STYLE = ("body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}table{bo
 
 
 def _number(x: Any) -> str:
-    return "n/a" if x is None or isinstance(x, float) and math.isnan(x) else (f"{x:.4f}" if isinstance(x, float) else str(x))
+    if x is None or isinstance(x, float) and math.isnan(x):
+        return "n/a"
+    return f"{x:.4f}" if isinstance(x, float) else str(x)
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:

@@ -46,7 +46,8 @@ WHAT = ("ks", "metrics", "exclude_same", "whiten", "near_duplicates")
 def evaluation_id(split: dict[str, Any] | None, encode: dict[str, Any] | None, score: dict[str, Any]) -> str:
     """A short id (12 hex digits) of what was evaluated: sha256 over the split and encode stages'
     provenance (data, split, backbone fingerprint) and the score params that decide what is measured
-    (:data:`WHAT`; not ``backend``, ``max_memory_mb``, ``bootstrap`` or ``failures``). Every report CSV carries it in its last column ``evaluated`` and
+    (:data:`WHAT`; not ``backend``, ``max_memory_mb``, ``bootstrap`` or ``failures``). Every report CSV
+    carries it in its last column ``evaluated`` and
     ``metrics/evaluated.json`` under ``id``, so a table found on its own says what it measured."""
     blob = json.dumps({"split": split, "encode": encode,
                        "score": {k: score.get(k) for k in WHAT}},

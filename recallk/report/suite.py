@@ -18,9 +18,8 @@ from PIL import Image
 
 from recallk.checks import check_exclude_columns, is_missing
 from recallk.errors import InputError
-from recallk.report import failure_sheet
+from recallk.report import failure_sheet, tables
 from recallk.score import embedding_copies
-from recallk.report import tables
 from recallk.score.data import RetrievalData
 from recallk.score.metrics import rank
 from recallk.score.ranking.neighbors import top_k

@@ -32,7 +32,8 @@ def flagged_pairs(cols: np.ndarray, scores: np.ndarray, data: RetrievalData, min
     line, rank = np.nonzero(hit)
     g = cols[line, rank]
     return pd.DataFrame({"image_id": np.asarray(queries)[line], "label": np.asarray(q_labels)[line],
-                         "rank": rank + 1, "gallery_id": np.asarray(gallery)[g], "gallery_label": np.asarray(g_labels)[g],
+                         "rank": rank + 1, "gallery_id": np.asarray(gallery)[g],
+                         "gallery_label": np.asarray(g_labels)[g],
                          "cosine": scores[line, rank].astype(np.float64)}, columns=COLUMNS)
 
 

@@ -162,8 +162,8 @@ class EncodeSettings:
     where the cache misses are encoded (``engine``) and how torch backbones run (``device``, ...)."""
 
     backbone: str = setting("pixels", name_problem,
-                            "`pixels`, `efficientnet_lite0`, `timm:<model>`, `open_clip:<model>`, `torchvision:<model>`, "
-                            "`hf:<dir>`, `precomputed` or `callable:package.module:function` "
+                            "`pixels`, `efficientnet_lite0`, `timm:<model>`, `open_clip:<model>`, "
+                            "`torchvision:<model>`, `hf:<dir>`, `precomputed` or `callable:package.module:function` "
                             "([Backbones](../README.md#backbones))")
     batch_size: int = setting(64, integer(1, 65536), "images per call of the backbone")
     num_workers: int = setting(2, integer(1, 256),

@@ -15,7 +15,8 @@ from typing import Any
 from recallk.settings import SECTIONS
 from recallk.settings.base import default_of, fields, section_class
 
-BEGIN = "<!-- the {section} table: generated from recallk/settings/{section}.py (python -m recallk.settings.markdown) -->"
+BEGIN = ("<!-- the {section} table: generated from recallk/settings/{section}.py "
+         "(python -m recallk.settings.markdown) -->")
 END = "<!-- end of the {section} table -->"
 
 
@@ -45,7 +46,8 @@ def render(text: str) -> str:
         pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), re.DOTALL)
         if not pattern.search(text):
             raise ValueError(f"docs/params.md has no {begin!r} ... {end!r} block for the {section} table")
-        text = pattern.sub(lambda _: f"{begin}\n{table(section_class(section))}\n{end}", text, count=1)
+        block = f"{begin}\n{table(section_class(section))}\n{end}"
+        text = pattern.sub(lambda _, block=block: block, text, count=1)
     return text
 
 

@@ -6,8 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from recallk.checks import (BACKENDS, choice, columns_problem, integer, is_int, ks_problem,
-                            positive_number_problem, ray_address_problem)
+from recallk.checks import (
+    BACKENDS,
+    choice,
+    columns_problem,
+    integer,
+    is_int,
+    ks_problem,
+    positive_number_problem,
+    ray_address_problem,
+)
 from recallk.errors import quote
 from recallk.score.registry import METRIC_NAMES, metrics_problem
 from recallk.settings.base import setting

@@ -102,8 +102,9 @@ def test_encode_without_files_needs_the_precomputed_backbone(tmp_path):
         embed(cat, from_mapping(EncodeSettings, {"backbone": "pixels", "batch_size": 4, "num_workers": 1,
                                                  "pixels": {"resolution": 4}}))
     np.savez(tmp_path / "e.npz", ids=np.array(["b", "a"]), embeddings=np.array([[1.0, 0], [0, 1.0]]))
-    emb, prov = embed(cat, from_mapping(EncodeSettings, {"backbone": "precomputed", "batch_size": 4, "num_workers": 1,
-                                                         "precomputed": {"path": str(tmp_path / "e.npz"), "ids": None}}))
+    given = {"backbone": "precomputed", "batch_size": 4, "num_workers": 1,
+             "precomputed": {"path": str(tmp_path / "e.npz"), "ids": None}}
+    emb, prov = embed(cat, from_mapping(EncodeSettings, given))
     np.testing.assert_array_equal(emb, [[0, 1], [1, 0]])
     assert prov["backbone"] == "precomputed"
 

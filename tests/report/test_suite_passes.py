@@ -9,9 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from recallk.report.suite import score_split
+from recallk.report.suite import SplitSets, score_split
 from recallk.score.ranking import Budget
-from recallk.report.suite import SplitSets
 from recallk.settings.score import BootstrapSettings, FailureSettings, ScoreSettings
 
 TOP = ["recall", "precision", "r_precision", "map@r", "mrr"]

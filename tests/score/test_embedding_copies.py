@@ -9,9 +9,8 @@ import pytest
 
 from recallk.report.block import format_report
 from recallk.report.provenance import provenance
-from recallk.report.suite import score_split
+from recallk.report.suite import SplitSets, score_split
 from recallk.score import embedding_copies as copies
-from recallk.report.suite import SplitSets
 from recallk.score.data import RetrievalData
 from recallk.settings.score import BootstrapSettings, EmbeddingCopySettings, FailureSettings, ScoreSettings
 

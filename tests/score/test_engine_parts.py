@@ -10,10 +10,10 @@ import pytest
 
 from ranking_cases import LOO_KINDS, MIB, assert_same_ranking, make_case, rank_case, ranking_logs, tile_count
 from recallk.errors import InputError
+from recallk.score.data import RetrievalData
 from recallk.score.metrics import METRICS
 from recallk.score.ranking import Budget, Problem
 from recallk.score.ranking import engine as ranking
-from recallk.score.data import RetrievalData
 
 
 @pytest.mark.parametrize("mb, rule, args, expected", [

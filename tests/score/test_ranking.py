@@ -28,14 +28,14 @@ from ranking_cases import (
     ranking_logs,
     ranks_per_query,
 )
+from recallk.score import values as values_module
 from recallk.score.metrics import METRICS, per_query, retrieval_metrics, retrieval_summary
+from recallk.score.passes import Pass
 from recallk.score.ranking import Budget
 from recallk.score.ranking import counting as counting_module
 from recallk.score.ranking import engine as ranking
 from recallk.score.ranking import fast as fast_module
 from recallk.score.ranking import scan as scan_module
-from recallk.score import values as values_module
-from recallk.score.passes import Pass
 from recallk.settings.score import ScoreSettings
 
 # --------------------------------------------------------------------------- 1. oracle cross-check

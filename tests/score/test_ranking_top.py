@@ -28,14 +28,14 @@ from ranking_cases import (
 )
 from ranking_strategies import integer_problems
 from recallk.score import metrics as metrics_module
+from recallk.score.data import RetrievalData
 from recallk.score.metrics import METRICS, metric_keys, per_query, retrieval_metrics
+from recallk.score.passes import Pass
 from recallk.score.ranking import Budget, Problem
 from recallk.score.ranking import engine as ranking
 from recallk.score.ranking import top as top_module
 from recallk.score.ranking.problem import UnitRows
 from recallk.score.ranking.schedule import threads
-from recallk.score.data import RetrievalData
-from recallk.score.passes import Pass
 from recallk.settings.score import ScoreSettings
 
 #: The metrics the top-L pass serves (everything but full map).

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from recallk.checks import distinct_ids, same_values
-from recallk.score.metrics import summarize
-from recallk.score.ranking.problem import code_columns, own_rows
 from recallk.score.data import ids_match
+from recallk.score.metrics import summarize
 from recallk.score.passes import Pass
 from recallk.score.ranking import rank_positives
-from recallk.settings.score import ScoreSettings
+from recallk.score.ranking.problem import code_columns, own_rows
 from recallk.score.similarity import l2_normalize
+from recallk.settings.score import ScoreSettings
 
 
 def _text_codes(*columns):

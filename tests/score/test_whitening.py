@@ -14,9 +14,9 @@ from recallk.errors import InputError
 from recallk.report import suite
 from recallk.report.suite import score_split
 from recallk.score.similarity import l2_normalize
-from score_oracle import KS, METRIC_KEYS, approx, eval_sets, fmean, oracle
 from recallk.settings.base import from_mapping
 from recallk.settings.score import ScoreSettings
+from score_oracle import KS, METRIC_KEYS, approx, eval_sets, fmean, oracle
 from stages.params import load_section
 from stages.score_inputs import load_inputs
 

@@ -55,8 +55,8 @@ def test_resources_the_cluster_lacks_are_named(ray_cluster, tmp_path):
     from recallk.encode.ray_engine import ray_source
     from recallk.encode.registry import get_backbone
     from recallk.score.data import RetrievalData
-    from recallk.settings.encode import EncodeRaySettings
     from recallk.score.metrics import rank
+    from recallk.settings.encode import EncodeRaySettings
     from recallk.settings.score import RaySettings, ScoreSettings
 
     cat, backbone = image_catalog(tmp_path, range(2)), get_backbone("pixels", {"resolution": 2})

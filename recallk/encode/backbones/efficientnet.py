@@ -23,8 +23,15 @@ try:
     from efficientnet_pytorch.utils import BlockDecoder, GlobalParams
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'efficientnet_lite0'", "torch", "torch, efficientnet_pytorch", exc) from None
+from recallk.encode.backbones.torch_common import (
+    CPU,
+    image_encoder,
+    per_image,
+    place,
+    runtime_fingerprint,
+    weights_sha256,
+)
 from recallk.encode.device import Request
-from recallk.encode.backbones.torch_common import CPU, image_encoder, per_image, place, runtime_fingerprint, weights_sha256
 
 NAME = "efficientnet_lite0"
 #: Bump whenever a code change could change the embeddings.

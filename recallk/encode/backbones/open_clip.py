@@ -23,18 +23,26 @@ import json
 import logging
 from typing import Any, Iterator
 
-from recallk.errors import clip, did_you_mean
 from recallk.encode.base import Backbone, fingerprint
-from recallk.errors import InputError, MissingExtraError
+from recallk.errors import InputError, MissingExtraError, clip, did_you_mean
 
 try:
     import open_clip
     import torch
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'open_clip:<model>'", "open-clip", "open_clip_torch", exc) from None
+from recallk.encode.backbones.torch_common import (
+    LOCAL_DIR,
+    WeightsSource,
+    image_encoder,
+    load_state_dict_file,
+    place,
+    resize_side,
+    resolve_weights,
+    runtime_fingerprint,
+    strict_load,
+)
 from recallk.encode.device import Request
-from recallk.encode.backbones.torch_common import (LOCAL_DIR, WeightsSource, image_encoder, load_state_dict_file, place,
-                                         resize_side, resolve_weights, runtime_fingerprint, strict_load)
 
 FAMILY = "open_clip"
 PARAM = "encode.open_clip.weights"

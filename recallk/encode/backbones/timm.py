@@ -23,9 +23,8 @@ import logging
 import os
 from pathlib import Path
 
-from recallk.errors import clip, did_you_mean
 from recallk.encode.base import Backbone, fingerprint
-from recallk.errors import InputError, MissingExtraError
+from recallk.errors import InputError, MissingExtraError, clip, did_you_mean
 
 try:
     import timm
@@ -35,9 +34,18 @@ try:
     from huggingface_hub import try_to_load_from_cache
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'timm:<model>'", "timm", "timm, huggingface-hub", exc) from None
+from recallk.encode.backbones.torch_common import (
+    LOCAL_DIR,
+    WeightsSource,
+    image_encoder,
+    load_state_dict_file,
+    place,
+    resize_side,
+    resolve_weights,
+    runtime_fingerprint,
+    strict_load,
+)
 from recallk.encode.device import Request
-from recallk.encode.backbones.torch_common import (LOCAL_DIR, WeightsSource, image_encoder, load_state_dict_file, place,
-                                         resize_side, resolve_weights, runtime_fingerprint, strict_load)
 
 log = logging.getLogger(__name__)
 

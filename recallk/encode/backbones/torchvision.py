@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from recallk.errors import did_you_mean
-from recallk.errors import InputError, MissingExtraError
+from recallk.errors import InputError, MissingExtraError, did_you_mean
 
 try:
     import torch
@@ -140,9 +139,9 @@ def build(model: str, settings: TorchvisionSettings | None = None, runtime: Requ
     model : str
         A classification model of ``torchvision.models.list_models(module=torchvision.models)``.
     settings : TorchvisionSettings, optional
-        ``encode.torchvision`` (default: its defaults): ``weights``, a state dict file of the whole classification model, loaded
-        strictly (:func:`recallk.encode.backbones.torch_common.strict_load`); ``preset``, a weights enum
-        member whose ``transforms()`` is the preprocessing, else the explicit ``resize``, ``crop``,
+        ``encode.torchvision`` (default: its defaults): ``weights``, a state dict file of the whole
+        classification model, loaded strictly (:func:`recallk.encode.backbones.torch_common.strict_load`);
+        ``preset``, a weights enum member whose ``transforms()`` is the preprocessing, else the explicit ``resize``, ``crop``,
         ``mean``, ``std``, ``interpolation``: resize the shorter side to ``resize``, center-crop ``crop``,
         scale to [0, 1], ``(x - mean) / std`` per channel. Refused together with ``preset`` (one source only).
     runtime : recallk.encode.device.Request, optional
@@ -174,4 +173,5 @@ def build(model: str, settings: TorchvisionSettings | None = None, runtime: Requ
     options = {"model": model, "preset": preset, "preprocess": transform_config(transform), "head_removed": head,
                "weights_sha256": torch_common.weights_sha256(path)}
     spec = ModelSpec(f"{PREFIX}{model}", VERSION, options, libraries=("torchvision",))
-    return torch_common.torch_backbone(spec, net, transform, net, runtime=runtime, input_size=min(transform.resize_size))
+    return torch_common.torch_backbone(spec, net, transform, net, runtime=runtime,
+                                       input_size=min(transform.resize_size))

@@ -14,8 +14,7 @@ from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.counting import RankCounter
 from recallk.score.ranking.problem import Problem
 from recallk.score.ranking.scan import exact_product
-from recallk.score.ranking.schedule import (Select, TileWorker, each_core, tile_count, worker_count, job_tiles,
-                                            tiling)
+from recallk.score.ranking.schedule import Select, TileWorker, each_core, job_tiles, tile_count, tiling, worker_count
 
 #: Exact tiles' cells: the float64 product needs no cache residence (the sort reads one row at a time),
 #: and taller tiles multiply faster.
@@ -60,7 +59,7 @@ class ExactWorker(TileWorker):
         for c0 in range(0, m, width):
             c1 = min(c0 + width, m)
             sims, product = exact_product(left, self._float64("right", p.gp[c0:c1]), self.scratch)
-            self.counter.exact_tile(sims, rows, c0, c1, lambda k: product[k].astype(np.float32))
+            self.counter.exact_tile(sims, rows, c0, c1, lambda k, product=product: product[k].astype(np.float32))
             self.tiles_done()
 
     def symmetric_tile(self, r0: int, c0: int) -> None:

@@ -13,6 +13,7 @@ reference, not the fast path.
 from __future__ import annotations
 
 import logging
+
 import numpy as np
 
 from recallk.errors import MissingExtraError

@@ -17,8 +17,7 @@ from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.counting import RankCounter, Undecided
 from recallk.score.ranking.problem import Problem, UnitRows
 from recallk.score.ranking.scan import scan_block
-from recallk.score.ranking.schedule import (Select, TileWorker, each_core, tile_count, worker_count, job_tiles,
-                                            tiling)
+from recallk.score.ranking.schedule import Select, TileWorker, each_core, job_tiles, tile_count, tiling, worker_count
 
 #: Cells of one thread's tile (4 MiB of float32). Each thread multiplies its own tiles with
 #: single-threaded BLAS and scans each tile while it is still in the cache: as fast a product as big
@@ -72,7 +71,8 @@ class FastWorker(TileWorker):
         Rows of one tile: a taller query run is multiplied in blocks of ``height`` rows (None: a run at once).
     """
 
-    def __init__(self, p: Problem, counter: RankCounter, width: int, cap: int | None, height: int | None = None) -> None:
+    def __init__(self, p: Problem, counter: RankCounter, width: int, cap: int | None,
+                 height: int | None = None) -> None:
         super().__init__(p, counter, width)
         self.cap, self.height, self.undecided = cap, height or p.q.shape[0] or 1, Undecided(counter)
 

@@ -40,7 +40,7 @@ from recallk.score.ranking.direct import BELOW, value_keys
 from recallk.score.ranking.fast import READ_BLOCKS
 from recallk.score.ranking.problem import Problem, UnitRows
 from recallk.score.ranking.scan import Buffers, exact_pairs, round_outward, sparse_cells, word_mask
-from recallk.score.ranking.schedule import TILE_WIDTH, TileWorker, each_core, worker_count, rows_to_csr
+from recallk.score.ranking.schedule import TILE_WIDTH, TileWorker, each_core, rows_to_csr, worker_count
 
 #: Below every similarity (cosines lie in [-1 - tol, 1 + tol]): a row's threshold before it has one, which
 #: still drops the excluded cells (-inf).
