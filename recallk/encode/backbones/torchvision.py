@@ -141,9 +141,10 @@ def build(model: str, settings: TorchvisionSettings | None = None, runtime: Requ
     settings : TorchvisionSettings, optional
         ``encode.torchvision`` (default: its defaults): ``weights``, a state dict file of the whole
         classification model, loaded strictly (:func:`recallk.encode.backbones.torch_common.strict_load`);
-        ``preset``, a weights enum member whose ``transforms()`` is the preprocessing, else the explicit ``resize``, ``crop``,
-        ``mean``, ``std``, ``interpolation``: resize the shorter side to ``resize``, center-crop ``crop``,
-        scale to [0, 1], ``(x - mean) / std`` per channel. Refused together with ``preset`` (one source only).
+        ``preset``, a weights enum member whose ``transforms()`` is the preprocessing, else the explicit
+        ``resize``, ``crop``, ``mean``, ``std``, ``interpolation``: resize the shorter side to ``resize``,
+        center-crop ``crop``, scale to [0, 1], ``(x - mean) / std`` per channel. Refused together with
+        ``preset`` (one source only).
     runtime : recallk.encode.device.Request, optional
         ``encode.device``, ``encode.dtype``, ``encode.reproducible`` and the batch size; default CPU float32.
 
