@@ -31,17 +31,7 @@ try:
     import torch
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'open_clip:<model>'", "open-clip", "open_clip_torch", exc) from None
-from recallk.encode.backbones.torch_common import (
-    LOCAL_DIR,
-    WeightsSource,
-    image_encoder,
-    load_state_dict_file,
-    place,
-    resize_side,
-    resolve_weights,
-    runtime_fingerprint,
-    strict_load,
-)
+from recallk.encode.backbones import torch_common
 from recallk.encode.device import Request
 
 FAMILY = "open_clip"
@@ -107,12 +97,12 @@ def _quiet_random_init() -> Iterator[None]:
         root.removeFilter(quiet)
 
 
-def _create(model: str, source: WeightsSource, tag: str | None) -> tuple[torch.nn.Module, Any]:
+def _create(model: str, source: torch_common.WeightsSource, tag: str | None) -> tuple[torch.nn.Module, Any]:
     if source.folder is not None:
         if tag is not None:
             raise InputError(f"`encode.open_clip.tag` is for a lone checkpoint file; {PARAM} is a folder, whose "
                              "open_clip_config.json sets the preprocessing: set the tag to null.")
-        name, options = f"{LOCAL_DIR}{source.folder}", {}
+        name, options = f"{torch_common.LOCAL_DIR}{source.folder}", {}
     else:
         name, options = model, _tag_preprocess(model, tag)
     try:
@@ -153,23 +143,26 @@ def build(model: str, *, weights: str | None = None, tag: str | None = None,
     if model not in open_clip.list_models():
         raise InputError(f"`encode.backbone: open_clip:{clip(model)}`: open_clip has no model config {model!r}."
                          f"{did_you_mean(model, open_clip.list_models())} List them with open_clip.list_models().")
-    source = resolve_weights(weights, param=PARAM, config_name="open_clip_config.json", preferred=WEIGHTS_FILES)
+    source = torch_common.resolve_weights(weights, param=PARAM, config_name="open_clip_config.json",
+                                          preferred=WEIGHTS_FILES)
     if source is None:
         raise InputError(f"`encode.backbone: open_clip:{model}` needs `{PARAM}`: a checkpoint file, or a folder "
                          f"with open_clip_config.json and the weights; nothing is downloaded at run time."
                          f"{_hub_hint(model)}")
     net, preprocess = _create(model, source, tag)
-    strict_load(net, load_state_dict_file(source.file), f"weights file {str(source.file)!r} for open_clip:{model}")
+    torch_common.strict_load(net, torch_common.load_state_dict_file(source.file),
+                             f"weights file {str(source.file)!r} for open_clip:{model}")
     net.eval()
     preprocess_cfg = json.loads(json.dumps(net.visual.preprocess_cfg))
     with torch.inference_mode():
         side = preprocess_cfg["size"]
         side = (side, side) if isinstance(side, int) else tuple(side)
         dim = int(net.encode_image(torch.zeros((1, 3, *side))).shape[-1])
-    placement = place(net, runtime)
+    placement = torch_common.place(net, runtime)
     fp = fingerprint(f"{FAMILY}:{model}", VERSION, weights=source.fingerprint(), tag=tag,
                      preprocess_cfg=preprocess_cfg, transform=repr(preprocess),
-                     runtime=runtime_fingerprint("open_clip_torch", "timm", "torchvision", placement=placement))
-    encode = image_encoder(preprocess, net.encode_image, dim, placement=placement)
+                     runtime=torch_common.runtime_fingerprint("open_clip_torch", "timm", "torchvision",
+                                                              placement=placement))
+    encode = torch_common.image_encoder(preprocess, net.encode_image, dim, placement=placement)
     return Backbone(name=f"{FAMILY}:{model}", dim=dim, encode=encode, fingerprint=fp,
-                    input_size=resize_side(preprocess))
+                    input_size=torch_common.resize_side(preprocess))

@@ -34,17 +34,7 @@ try:
     from huggingface_hub import try_to_load_from_cache
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'timm:<model>'", "timm", "timm, huggingface-hub", exc) from None
-from recallk.encode.backbones.torch_common import (
-    LOCAL_DIR,
-    WeightsSource,
-    image_encoder,
-    load_state_dict_file,
-    place,
-    resize_side,
-    resolve_weights,
-    runtime_fingerprint,
-    strict_load,
-)
+from recallk.encode.backbones import torch_common
 from recallk.encode.device import Request
 
 log = logging.getLogger(__name__)
@@ -87,9 +77,9 @@ def _create(name: str) -> torch.nn.Module:
     return timm.create_model(name, pretrained=False, num_classes=0)
 
 
-def _create_from_folder(arch: str, source: WeightsSource) -> torch.nn.Module:
+def _create_from_folder(arch: str, source: torch_common.WeightsSource) -> torch.nn.Module:
     try:
-        model = _create(f"{LOCAL_DIR}{source.folder}")
+        model = _create(f"{torch_common.LOCAL_DIR}{source.folder}")
     except (ValueError, KeyError, RuntimeError) as exc:  # json.JSONDecodeError is a ValueError
         raise InputError(f"cannot build a timm model from {str(source.config)!r} ({type(exc).__name__}: {exc}); "
                          "it must be timm's config.json (architecture, pretrained_cfg), as on the hub.") from None
@@ -101,7 +91,7 @@ def _create_from_folder(arch: str, source: WeightsSource) -> torch.nn.Module:
     return model
 
 
-def _cached_hub_weights(model: torch.nn.Module, name: str) -> WeightsSource:
+def _cached_hub_weights(model: torch.nn.Module, name: str) -> torch_common.WeightsSource:
     """timm's pretrained weights for ``model`` in the local Hugging Face cache, else one InputError
     saying what to fetch."""
     cfg = model.pretrained_cfg
@@ -120,7 +110,7 @@ def _cached_hub_weights(model: torch.nn.Module, name: str) -> WeightsSource:
         found = try_to_load_from_cache(repo, filename, cache_dir=cache, revision=revision or None)
         if isinstance(found, str):
             log.info("timm:%s: weights from the Hugging Face cache, %s", name, found)
-            return WeightsSource(file=Path(found))
+            return torch_common.WeightsSource(file=Path(found))
     raise InputError(
         f"`encode.backbone: timm:{name}` needs weights: `{PARAM}` is not set and timm's pretrained weights, "
         f"{repo}/{files[0]} on the Hugging Face hub, are not in the local cache ({cache}); nothing is downloaded at "
@@ -161,21 +151,22 @@ def build(model: str, *, weights: str | None = None, runtime: Request | None = N
         timm / torchvision / torch versions; ``input_size`` = the transform's resize side.
     """
     arch = _check_name(model)
-    source = resolve_weights(weights, param=PARAM, config_name="config.json", preferred=WEIGHTS_FILES)
+    source = torch_common.resolve_weights(weights, param=PARAM, config_name="config.json", preferred=WEIGHTS_FILES)
     net = _create_from_folder(arch, source) if source is not None and source.folder is not None else _create(model)
     if source is None:
         source = _cached_hub_weights(net, model)
-    state = _drop_classifier(load_state_dict_file(source.file), net)
-    strict_load(net, state, f"weights file {str(source.file)!r} for timm:{model}")
+    state = _drop_classifier(torch_common.load_state_dict_file(source.file), net)
+    torch_common.strict_load(net, state, f"weights file {str(source.file)!r} for timm:{model}")
     net.eval()
     data_config = timm.data.resolve_model_data_config(net)
     transform = timm.data.create_transform(**data_config, is_training=False)
     with torch.inference_mode():
         dim = int(net(torch.zeros((1, *data_config["input_size"]))).shape[-1])
-    placement = place(net, runtime)
+    placement = torch_common.place(net, runtime)
     fp = fingerprint(f"{FAMILY}:{model}", VERSION, architecture=net.pretrained_cfg.get("architecture", arch),
                      weights=source.fingerprint(), data_config=json.loads(json.dumps(data_config)),
                      transform=repr(transform),
-                     runtime=runtime_fingerprint("timm", "torchvision", placement=placement))
-    return Backbone(name=f"{FAMILY}:{model}", dim=dim, encode=image_encoder(transform, net, dim, placement=placement),
-                    fingerprint=fp, input_size=resize_side(transform))
+                     runtime=torch_common.runtime_fingerprint("timm", "torchvision", placement=placement))
+    return Backbone(name=f"{FAMILY}:{model}", dim=dim,
+                    encode=torch_common.image_encoder(transform, net, dim, placement=placement),
+                    fingerprint=fp, input_size=torch_common.resize_side(transform))
