@@ -100,8 +100,9 @@ def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray]:
         if missing:
             raise InputError(f"{quote(path)} lacks array(s) {', '.join(missing)}; save it with "
                              "numpy.savez(path, ids=..., embeddings=...).")
-        members = [archive.getinfo(f"{key}.npy" if f"{key}.npy" in names else key) for key in ("ids", "embeddings")]
-        for member in members:  # every header and size first, then any data
+        members = {key: archive.getinfo(f"{key}.npy" if f"{key}.npy" in names else key)
+                   for key in ("ids", "embeddings")}
+        for member in members.values():  # every header and size first, then any data
             source = f"precomputed embeddings {quote(path)} (member {quote(member.filename)})"
             if not member.filename.endswith(".npy"):
                 raise InputError(f"{source} is not an .npy array; save the archive with numpy.savez(path, ids=..., "
