@@ -150,7 +150,7 @@ def test_closure_walker_skips_type_checking_imports(tmp_path, monkeypatch) -> No
 def test_each_stage_runs_its_own_settings_only() -> None:
     """A stage imports the settings module of its own section (its defaults and rules: a dep) and no other
     section's (stages/params.py reads those by name for their key names only), so an encode-only rule
-    change re-runs encode alone (tests/pipeline/test_pipeline.py proves it with dvc status)."""
+    change re-runs encode alone (tests/pipeline/test_settings_deps.py proves it with dvc status)."""
     for name in STAGES:
         sections = {m for m in _closure(f"stages.{name}")
                     if m.rsplit(".", 1)[-1] in STAGES and m.startswith("recallk.settings.")}

@@ -301,7 +301,7 @@ def longest_line(message: str) -> int:
 @pytest.mark.parametrize("dotted, value", [
     ("split.strategy", "x" * 100_000),              # choice
     ("score.ks", list(range(-1, 2_000))),           # list rule from recallk.checks
-    ("split.seed", "s" * 100_000),                  # integer rule from stages/params.py
+    ("split.seed", "s" * 100_000),                  # integer rule from recallk.checks
     ("encode", ["not", "a", "mapping"] * 1_000),    # a section that is not a mapping
 ])
 def test_params_messages_quote_values_within_bounds(tmp_path, dotted, value):
