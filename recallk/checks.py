@@ -192,7 +192,9 @@ def check_exclude_columns(columns: Sequence[str], available: Sequence[str], name
 
 
 def check_exclude_pairs(exclude: Any, n_queries: int, n_gallery: int) -> list[tuple[Any, Any]]:
-    """``exclude``: (query values, gallery values) pairs of 1-D sequences with one value per row."""
+    """``exclude``: (query values, gallery values) pairs of 1-D sequences with one value per row, or of 2-D
+    arrays with one row per item and the same number of columns on both sides (a joint exclusion,
+    :mod:`recallk.score.exclusion`)."""
     try:
         pairs = list(exclude)
     except TypeError:
@@ -200,12 +202,16 @@ def check_exclude_pairs(exclude: Any, n_queries: int, n_gallery: int) -> list[tu
     for pair in pairs:
         try:
             qv, gv = pair
-            ok = all(np.ndim(v) == 1 and len(v) == n for v, n in ((qv, n_queries), (gv, n_gallery)))
+            dims = (np.ndim(qv), np.ndim(gv))
+            ok = dims in ((1, 1), (2, 2)) and len(qv) == n_queries and len(gv) == n_gallery
+            if ok and dims == (2, 2):
+                ok = np.shape(qv)[1] == np.shape(gv)[1] >= 1
         except (TypeError, ValueError):
             ok = False
         if not ok:
             raise InputError("each `exclude` entry must be a (query values, gallery values) pair of 1-D sequences, "
-                             "with one value per query and one per gallery item.")
+                             "with one value per query and one per gallery item (or of 2-D arrays with one row "
+                             "per item and the same columns on both sides: a joint exclusion).")
     return pairs
 
 

@@ -32,7 +32,8 @@ def provenance(split: dict[str, Any] | None, encode: dict[str, Any] | None, scor
     boot = score["bootstrap"]
     intervals = (f"{boot['resamples']} bootstrap resamples by {boot['unit']}, {boot['confidence']:.0%}"
                  if boot["resamples"] else "off")
-    out["scoring"] = (f"exclude_same {list(score['exclude_same'])}, whiten {score['whiten']}, "
+    rules = "".join(f", {k} {score[k]}" for k in OPTIONAL_WHAT if score.get(k))
+    out["scoring"] = (f"exclude_same {list(score['exclude_same'])}{rules}, whiten {score['whiten']}, "
                       f"backend {score['backend']}, intervals {intervals}")
     out["id"] = evaluation_id(split, encode, score)
     return out
@@ -41,6 +42,9 @@ def provenance(split: dict[str, Any] | None, encode: dict[str, Any] | None, scor
 #: Score params that decide what the tables measure (the others decide how it is computed, the
 #: intervals or the failure gallery, and never change a table's numbers): the score part of :func:`evaluation_id`.
 WHAT = ("ks", "metrics", "exclude_same", "whiten", "near_duplicates")
+#: Score params that decide what is measured too, hashed only when set (so the ids of runs without them stay
+#: as they were): the joint exclusion and the junk column (:mod:`recallk.score.exclusion`).
+OPTIONAL_WHAT = ("exclude_same_all", "junk")
 
 
 def evaluation_id(split: dict[str, Any] | None, encode: dict[str, Any] | None, score: dict[str, Any]) -> str:
@@ -50,6 +54,7 @@ def evaluation_id(split: dict[str, Any] | None, encode: dict[str, Any] | None, s
     carries it in its last column ``evaluated`` and
     ``metrics/evaluated.json`` under ``id``, so a table found on its own says what it measured."""
     blob = json.dumps({"split": split, "encode": encode,
-                       "score": {k: score.get(k) for k in WHAT}},
+                       "score": {**{k: score.get(k) for k in WHAT},
+                                 **{k: score[k] for k in OPTIONAL_WHAT if score.get(k)}}},
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:12]

@@ -16,6 +16,7 @@ import numpy as np
 
 from recallk.checks import check_exclude_pairs, check_inputs, integer_ids, same_values
 from recallk.errors import InputError
+from recallk.score.exclusion import one_column_pairs
 
 
 def user_stacklevel() -> int:
@@ -54,7 +55,11 @@ class RetrievalData:
     exclude : sequence of (query values, gallery values) pairs
         1-D sequences with one value per query and one per gallery item: a gallery item that shares the
         query's value in any pair is not retrievable (e.g. the same camera); missing values never match.
-        Held as a tuple of pairs.
+        A pair of 2-D arrays (one row per item, the same columns on both sides) is a joint exclusion: an
+        item is excluded when it shares the query's value in every column (re-ID junk: the same person and
+        camera), and a row with a missing value never matches. Junk for every query is the pair of
+        :func:`~recallk.score.exclusion.junk_pair`. Held as a tuple of 1-D pairs (joint pairs folded into
+        joint keys, :mod:`recallk.score.exclusion`).
     same_set : bool or None
         Leave-one-out: the queries *are* the gallery, row for row, with the same ids and exclusion values,
         as the caller knows it (the score stage, from the split protocol); the engine then multiplies only
@@ -84,7 +89,12 @@ class RetrievalData:
     def __post_init__(self) -> None:
         q, g = check_inputs(self.query_emb, self.gallery_emb, self.query_labels, self.gallery_labels,
                             self.query_ids, self.gallery_ids)
-        pairs = check_exclude_pairs(self.exclude, q.shape[0], g.shape[0])
+        pairs = one_column_pairs(check_exclude_pairs(self.exclude, q.shape[0], g.shape[0]))
+        if self.same_set and any(not np.array_equal(np.asarray(qv, dtype=object).astype(str),
+                                                    np.asarray(gv, dtype=object).astype(str)) for qv, gv in pairs):
+            raise InputError("`same_set=True` needs the same exclusion values on both sides (each query is its "
+                             "gallery row); junk for every query hides gallery items only, so under leave-one-out "
+                             "drop those items from the data instead.")
         if self.same_set and not (self.query_ids is not None and ids_match(self.query_ids, self.gallery_ids)
                                   and q.shape == g.shape):
             raise InputError("`same_set=True` needs the queries to be the gallery row for row: the same ids "

@@ -37,6 +37,28 @@ def cosine_problem(v: Any) -> str | None:
     return None
 
 
+def joint_columns_problem(v: Any) -> str | None:
+    """``exclude_same_all``: [] or at least two distinct column names, not ``image_id``."""
+    problem = columns_problem(v)
+    if problem:
+        return problem
+    if len(v) == 1:
+        return (f"needs at least two columns that exclude together (one column alone belongs in "
+                f"score.exclude_same). Got {quote(v)} instead.")
+    if "image_id" in v:
+        return f"must not name image_id (a query's own image is always excluded). Got {quote(v)} instead."
+    return None
+
+
+def junk_column_problem(v: Any) -> str | None:
+    """``junk``: null, or one catalog column name other than label and image_id."""
+    if v is None:
+        return None
+    if not isinstance(v, str) or not v or v in ("label", "image_id"):
+        return f"must be a catalog column of true/false flags (e.g. junk), or null. Got {quote(v)} instead."
+    return None
+
+
 @dataclass(frozen=True)
 class RaySettings:
     """``score.ray``: where the ranking's tile jobs run with ``score.engine: ray``."""
@@ -103,6 +125,15 @@ class ScoreSettings:
     exclude_same: tuple[str, ...] = setting([], columns_problem,
                                             "catalog columns (e.g. `[camera]`): an item sharing the query's value is "
                                             "neither retrieved nor a positive; empty values never match")
+    exclude_same_all: tuple[str, ...] = setting([], joint_columns_problem,
+                                                "catalog columns (`label` allowed) that exclude together: an item "
+                                                "sharing the query's value in every one of them is neither "
+                                                "retrieved nor a positive (re-ID junk: `[label, camera]`); a "
+                                                "missing value never matches; `[]`: off ([Datasets](datasets.md))")
+    junk: str | None = setting(None, junk_column_problem,
+                               "catalog column of true/false flags: a true gallery item is junk for every query, "
+                               "never retrieved nor a positive, so it changes no metric (Market-1501's `-1` files); "
+                               "not under `leave_one_out`; `null`: off ([Datasets](datasets.md))")
     whiten: str = setting("none", choice("none", "pca"),
                           "`pca`: PCA whitening fitted on the train split only (at least 2 images), applied to "
                           "queries and gallery")
