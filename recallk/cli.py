@@ -1,11 +1,12 @@
-"""The ``recallk`` console script: ``recallk compare A B`` (see ``recallk compare --help``)."""
+"""The ``recallk`` console script: ``recallk compare A B`` (see ``recallk compare --help``), ``recallk datasets
+prepare NAME ROOT`` (``recallk datasets --help``)."""
 
 from __future__ import annotations
 
 import sys
 from typing import Sequence
 
-COMMANDS = {"compare": "recallk.compare.cli"}
+COMMANDS = {"compare": "recallk.compare.cli", "datasets": "recallk.datasets.cli"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
