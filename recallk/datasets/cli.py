@@ -50,7 +50,7 @@ def params_yaml(params: dict) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="warning: %(message)s")
+    logging.getLogger("recallk.datasets").addHandler(logging.NullHandler())  # the warning is printed below, once
     try:
         result = prepare(args.name, args.root, out=args.out, strict=args.strict)
         if args.apply:
@@ -58,6 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
+    if result.differences:
+        sys.stderr.write(f"warning: {args.name}: counts differ from the official release "
+                         f"({DATASETS[args.name].release}): {'; '.join(result.differences)}\n")
     counts = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in result.counts.items())
     sys.stdout.write(f"# {args.name}: wrote {result.manifest} ({counts})\n")
     sys.stdout.write(params_yaml(result.params))
