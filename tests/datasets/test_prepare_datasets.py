@@ -22,7 +22,7 @@ from recallk.errors import InputError
 from recallk.report.suite import SplitSets, score_split
 from recallk.settings.score import BootstrapSettings, ScoreSettings
 from recallk.settings.split import SplitSettings
-from score.test_reid_protocol import eval_market1501, pml_leave_one_out, similarity
+from reference_evals import eval_market1501, pml_leave_one_out, similarity
 
 #: What each dataset's protocol selects (split.protocol, the score rules).
 PROTOCOLS = {"cub200": "leave_one_out", "cars196": "leave_one_out", "sop": "leave_one_out",
