@@ -193,7 +193,9 @@ def retrieval_metrics(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labe
         positive. Compared as strings, like the labels.
     exclude : sequence of (query values, gallery values), optional
         A gallery item that shares the query's value in any pair is not retrievable
-        (e.g. the same camera); missing values (None, NaN, "") never match.
+        (e.g. the same camera); missing values (None, NaN, "") never match. A pair of 2-D
+        arrays excludes on every column at once (re-ID: person and camera);
+        :func:`recallk.score.exclusion.junk_pair` hides items from every query.
     ks : iterable of positive int, default (1, 5, 10)
     metrics : iterable of str, optional
         Names from :data:`METRICS`; default all of them.

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from dataset_fixtures import WRITERS, write_cars_folders, write_cub, write_reid
+from helpers import ROOT
 from recallk.data.prepare import prepare_all
 from recallk.datasets import DATASETS, prepare
 from recallk.datasets.cli import main
@@ -214,3 +215,13 @@ def test_cli_errors_exit_2_with_one_line(tmp_path, capsys, args, message):
     err = capsys.readouterr().err
     assert code == 2 and message.format(root=tmp_path) in err and err.count("error:") == 1
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", list(DATASETS))
+def test_each_docs_page_states_the_official_counts_and_the_source(name):
+    page = (ROOT / "docs" / "datasets" / f"{name}.md").read_text(encoding="utf-8")
+    ds = DATASETS[name]
+    for key, value in ds.official.items():
+        assert not value or f"{value:,}" in page, (name, key)
+    assert f"recallk datasets prepare {name} " in page and "Protocol source" in page
+    assert ds.source.split(",")[0] in page
