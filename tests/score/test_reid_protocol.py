@@ -136,3 +136,38 @@ def test_leave_one_out_conventions_agree_with_pytorch_metric_learning():
         assert abs(got["precision@1"] - want["precision@1"]) <= 1e-12
         for key in ("r_precision", "map@r", "recall@4"):
             assert abs(got[key] - want[key]) <= 1e-12, key
+
+
+@pytest.mark.ray
+def test_ray_engine_honours_the_reid_rules(ray_cluster):
+    from recallk.score.data import RetrievalData
+    from recallk.score.metrics import rank
+    from recallk.settings.score import RaySettings, ScoreSettings
+
+    rng = np.random.default_rng(8)
+    q, g, q_pid, g_pid, q_cam, g_cam = reid_problem(rng)
+    exclude = [(np.c_[q_pid, q_cam], np.c_[g_pid, g_cam]), junk_pair(len(q_pid), g_pid == -1)]
+    data = RetrievalData(q, g, q_pid, g_pid, exclude=exclude)
+    local = rank(data, ScoreSettings(max_memory_mb=1))
+    remote = rank(data, ScoreSettings(max_memory_mb=1, engine="ray", ray=RaySettings(num_cpus=1)))
+    for name in ("n_positives", "n_retrievable", "offsets", "ranks", "first_rank_opposite"):
+        assert np.asarray(getattr(remote, name)).tobytes() == np.asarray(getattr(local, name)).tobytes(), name
+    assert (local.n_retrievable < len(g_pid)).all()  # the rules really removed items
+
+
+@pytest.mark.parametrize("exclude, same_set, message", [
+    # a junk pair under leave-one-out: each query is its own gallery row, so the values must be the same
+    ("junk", True, r"`same_set=True` needs the same exclusion values on both sides"),
+    # a joint pair with different column counts
+    ("ragged", None, r"each `exclude` entry must be .* the same columns on both sides"),
+])
+def test_exclusion_pairs_refused(exclude, same_set, message):
+    from recallk.errors import InputError
+    from recallk.score.data import RetrievalData
+
+    x = np.eye(4, dtype=np.float32)
+    ids = np.arange(4)
+    pair = junk_pair(4, [True, False, False, False]) if exclude == "junk" else (np.ones((4, 2)), np.ones((4, 3)))
+    with pytest.raises(InputError, match=message):
+        RetrievalData(x, x, [0, 0, 1, 1], [0, 0, 1, 1], query_ids=ids, gallery_ids=ids, exclude=[pair],
+                      same_set=same_set)
