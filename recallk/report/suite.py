@@ -107,6 +107,11 @@ def score_split(sets: SplitSets, catalog: pd.DataFrame, settings: ScoreSettings,
         raise InputError(f"every query is excluded: with `score.exclude_same: {list(settings.exclude_same)}` no "
                          "query keeps a same-label gallery item it may retrieve. Remove those columns from "
                          "score.exclude_same.")
+    if (settings.exclude_same_all or settings.junk) and not ranking.n_positives.any():
+        raise InputError(f"every query is excluded: with `score.exclude_same_all: {list(settings.exclude_same_all)}`"
+                         f" and `score.junk: {settings.junk}` no query keeps a same-label gallery item it may "
+                         "retrieve (each one's matches are all junk). Check the catalog's columns, or turn the "
+                         "rules off ([] and null).")
     summary, values = summarize(ranking, settings)
     keys = metric_keys(settings.metrics, settings.ks)
     table, class_means = tables.per_class({k: values[k] for k in keys}, q_labels)

@@ -127,9 +127,15 @@ def test_unknown_dataset():
         prepare("cub", ".")
 
 
-def scored(tmp_path, name):
-    """prepare -> the split library -> random embeddings -> the score suite under the printed score params."""
+def scored(tmp_path, name, score=None, edit=None):
+    """prepare -> the split library -> random embeddings -> the score suite under the printed score params
+    (``score``: params replaced; ``edit(manifest frame)``: the manifest changed before the split)."""
     result = prepare(name, tmp_path)
+    if edit is not None:
+        frame = pd.read_csv(result.manifest, dtype=str, keep_default_na=False)
+        edit(frame)
+        frame.to_csv(result.manifest, index=False)
+    result.params["score"].update(score or {})
     out = prepare_all(SplitSettings(**result.params["split"]))
     catalog, split = out.catalog.set_index("image_id"), out.split
     ids = catalog.index.to_numpy()
@@ -158,6 +164,29 @@ def test_market_protocol_through_the_suite_agrees_with_torchreid(tmp_path):
     for k in range(1, 6):
         assert abs(metrics[f"recall@{k}"] - cmc[k - 1]) <= 1e-12
     assert abs(metrics["map"] - m_ap) <= 1e-12
+
+
+def _junk_value(frame):
+    frame.loc[frame["junk"] == "True", "junk"] = "maybe"
+
+
+@pytest.mark.parametrize("name, score, edit, message", [
+    # a junk column that is not flags
+    ("market1501", {}, _junk_value, r"junk column `junk` must hold true/false .* Got 'maybe'"),
+    # junk under leave-one-out: a gallery item is also a query there
+    ("cub200", {"junk": "label_text"}, lambda f: f.insert(3, "label_text", "False"),
+     r"`score.junk` hides gallery items from every query, but under `split.protocol: leave_one_out`"),
+    # a joint column the catalog lacks
+    ("market1501", {"exclude_same_all": ["label", "cam"]}, None,
+     r"`score.exclude_same_all` names \['cam'\], which the catalog does not have\. Did you mean `camera`\?"),
+    # every query's matches are junk
+    ("market1501", {"exclude_same_all": ["label", "split_copy"]}, lambda f: f.insert(3, "split_copy", "x"),
+     r"every query is excluded: with `score.exclude_same_all: \['label', 'split_copy'\]`"),
+])
+def test_score_rules_refused_in_the_suite(tmp_path, name, score, edit, message):
+    WRITERS[name](tmp_path)
+    with pytest.raises(InputError, match=message):
+        scored(tmp_path, name, score, edit)
 
 
 def test_cub_protocol_through_the_suite_agrees_with_pml_conventions(tmp_path):
