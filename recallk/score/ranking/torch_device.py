@@ -48,10 +48,7 @@ def resolve(torch, device: str, matmul: str, query_emb: Any = None, gallery_emb:
         if held is not None and held.type != device:
             raise InputError(f"the embeddings are tensors on {held} but `score.device` is {device}: move them "
                              f"(`.to('{device}')`) or set `score.device: auto` to rank where they are.")
-    kind = torch.device(chosen).type
-    if kind not in ("cpu", "cuda"):
-        raise InputError(f"the torch backend runs on `cpu` or `cuda`; the embeddings are on {chosen}, which "
-                         "lacks float64 for the exact re-score; move them to the CPU or a CUDA GPU.")
+    kind = check_kind(torch.device(chosen))
     if matmul == "tf32" and (kind != "cuda" or torch.cuda.get_device_capability(torch.device(chosen))[0] < 8):
         where = "the CPU" if kind != "cuda" else f"{torch.cuda.get_device_name(torch.device(chosen))}"
         raise InputError(f"`score.matmul: tf32` needs a CUDA GPU with TF32 (compute capability 8.0 or more); "
@@ -62,8 +59,18 @@ def resolve(torch, device: str, matmul: str, query_emb: Any = None, gallery_emb:
     return chosen
 
 
+def check_kind(device) -> str:
+    """``device``'s type when the backend can rank there (``cpu``, ``cuda``), else the error."""
+    if device.type not in ("cpu", "cuda"):
+        raise InputError(f"the torch backend runs on `cpu` or `cuda`; the embeddings are on {device}, which "
+                         "lacks float64 for the exact re-score; move them to the CPU or a CUDA GPU.")
+    return device.type
+
+
 def check_tensor(torch, x: Any, name: str) -> None:
-    """A tensor of embeddings as :func:`recallk.checks.check_matrix` wants them, checked where it lives."""
+    """A tensor of embeddings as :func:`recallk.checks.check_matrix` wants them, checked where it lives (on a
+    device the backend runs on: :func:`check_kind`)."""
+    check_kind(x.device)
     if x.ndim != 2:
         raise InputError(f"`{name}` must be a 2-D array (n, d). Got shape {tuple(x.shape)} instead.")
     if x.shape[1] == 0 and x.shape[0]:

@@ -32,6 +32,8 @@ from recallk.score.ranking.problem import Problem
 PRECISIONS = {"float32": 2.0**-24, "tf32": 2.0**-11, "bfloat16": 2.0**-8}
 #: float64 elements of one re-score chunk (its products: 8 bytes each).
 _EXACT_ELEMENTS = 2**22
+#: Cells of a block's exclusion mask made at once (1 byte each) rather than tile by tile.
+_MASK_CELLS = 2**22
 
 
 def matmul_bound(d: int, precision: str = "float32") -> float:
@@ -108,11 +110,18 @@ def candidates(torch, p: Problem, q, g, rows: np.ndarray, c0: int, c1: int, k: i
     narrow = {"bfloat16": torch.bfloat16}.get(precision)
     left = q.to(narrow) if narrow is not None else q
     vals = cols = None
+    own = p.self_col[rows]
+    masked = bool(p.groups) or bool(np.any((own >= c0) & (own < c1)))
+    # the exclusions of the whole range at once when small (a batch), else tile by tile
+    whole = torch.from_numpy(p.excluded(rows, c0, c1)).to(device) \
+        if masked and rows.size * (c1 - c0) <= _MASK_CELLS else None
     for t0 in range(c0, c1, width):
         t1 = min(t0 + width, c1)
         right = g[t0 - c0:t1 - c0]
         tile = (left @ (right.to(narrow) if narrow is not None else right).T).to(torch.float32)
-        if p.groups or bool(np.any((p.self_col[rows] >= t0) & (p.self_col[rows] < t1))):
+        if whole is not None:
+            tile.masked_fill_(whole[:, t0 - c0:t1 - c0], float("-inf"))
+        elif masked and (p.groups or bool(np.any((own >= t0) & (own < t1)))):
             tile.masked_fill_(torch.from_numpy(p.excluded(rows, t0, t1)).to(device), float("-inf"))
         top = min(k, t1 - t0)
         tv, tc = torch.topk(tile, top, dim=1, sorted=True)
