@@ -14,7 +14,7 @@ from recallk.settings.score import ScoreSettings
 
 #: (block rows, tile columns, shards): every block and tile size of the proof (1, 7, 64, 4096) and every shard
 #: count (1, 2, 7); the sizes of 1 are not paired (one row against one column at a time takes minutes).
-LAYOUTS = [(1, 7, 1), (7, 1, 2), (64, 64, 7), (4096, 4096, 1)]
+LAYOUTS = [(1, 64, 1), (64, 1, 2), (7, 7, 7), (4096, 4096, 1)]
 #: The passes beside their metrics: the score stage's (uncapped top-L), MRR's (exact first ranks), and the API's
 #: capped ones.
 PASSES = [(Pass.top(10), ("recall", "precision", "r_precision", "map@r", "mrr")),

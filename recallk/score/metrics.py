@@ -162,7 +162,8 @@ class Scorer:
              query_ids: Sequence[Any] | None = None, gallery_ids: Sequence[Any] | None = None,
              exclude: Sequence[tuple[Any, Any]] = ()) -> tuple[RetrievalData, Ranking]:
         """The checked data (:class:`~recallk.score.data.RetrievalData`) and its ranking by :attr:`ranks`
-        (``backend="torch"``: tensors on a GPU are ranked there, :func:`~recallk.score.ranking.torch_api.torch_data`)."""
+        (``backend="torch"``: tensors on a GPU are ranked there,
+        :func:`~recallk.score.ranking.torch_api.torch_data`)."""
         tensors = None
         if self.settings.backend == "torch":
             from recallk.score.ranking.torch_api import torch_data

@@ -94,9 +94,9 @@ class ScoreSettings:
                                    "bound on the engine's extra memory at any N×M (what it covers: "
                                    "[docs/engine.md](engine.md#max_memory_mb))")
     backend: str = setting("numpy", choice(*BACKENDS),
-                           "`numpy` (the engine), `faiss` (`faiss.IndexFlatIP`, the `faiss` extra: a slower cross-check) "
-                           "or `torch` (the candidate product on `score.device`, the `torch` extra): identical "
-                           "metrics")
+                           "`numpy` (the engine), `faiss` (`faiss.IndexFlatIP`, the `faiss` extra: a slower "
+                           "cross-check) or `torch` (the candidate product on `score.device`, the `torch` extra): "
+                           "identical metrics")
     device: str = setting("auto", choice("auto", "cpu", "cuda"),
                           "`backend: torch` only: where it multiplies; `auto`: the tensors' device, else `cuda` when "
                           "torch sees one, else `cpu` ([docs/gpu.md](gpu.md#the-torch-scoring-backend))")
