@@ -4,6 +4,9 @@ and one clear error per bad input."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -23,6 +26,7 @@ from recallk.settings.score import ScoreSettings
 from torch_cases import ADVERSARIAL, PASSES, adversarial_case, differences
 
 torch = extra("torch", "torch")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("kind", ADVERSARIAL)
@@ -110,3 +114,13 @@ def test_bad_device_input_is_one_clear_error(monkeypatch, make, fields, match):
 def test_ray_engine_with_torch_is_refused():
     with pytest.raises(InputError, match=r"`score.engine: ray`.*`score.backend: torch`"):
         Scorer(_settings(engine="ray"))
+
+
+def test_gpu_score_check_runs_on_the_cpu(capsys):
+    # the device check's tiny run (what a machine without CUDA gets): the suite identical, the speed part sane
+    spec = importlib.util.spec_from_file_location("gpu_score_check", ROOT / "bench" / "gpu_score_check.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--tiny"]) == 0
+    out = capsys.readouterr().out
+    assert "no CUDA GPU checked" in out and out.count("identical") == 8
