@@ -59,9 +59,6 @@ def engine_problem(settings: ScoreSettings) -> str | None:
     if settings.engine == "ray" and settings.backend == "faiss":
         return ("`score.engine: ray` runs the numpy engine's tiles on Ray; set `score.backend: numpy` "
                 "(faiss is a single-machine cross-check) or `score.engine: local`.")
-    if settings.engine == "ray" and settings.backend == "torch":
-        return ("`score.engine: ray` runs the numpy engine's tiles on Ray; with `score.backend: torch` set "
-                "`score.engine: local` (its gallery shards, `score.shards`, run on this machine's devices).")
     return None
 
 

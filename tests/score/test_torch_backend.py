@@ -5,6 +5,7 @@ and one clear error per bad input."""
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +18,12 @@ from ranking_cases import PROPERTY
 from ranking_strategies import integer_problems
 from recallk.errors import InputError
 from recallk.score.data import RetrievalData
-from recallk.score.metrics import Scorer, retrieval_metrics
+from recallk.score.metrics import Scorer, rank, retrieval_metrics
 from recallk.score.passes import Pass
 from recallk.score.ranking.torch_backend import TorchOptions, rank_data_torch
 from recallk.score.ranking.torch_tiles import matmul_bound
 from recallk.score.similarity import float32_dot_error_bound
+from recallk.score.values import per_query
 from recallk.settings.score import ScoreSettings
 from torch_cases import ADVERSARIAL, PASSES, adversarial_case, differences
 
@@ -111,9 +113,16 @@ def test_bad_device_input_is_one_clear_error(monkeypatch, make, fields, match):
         Scorer(_settings(**fields))(q, g, [0, 1], [0, 1, 2])
 
 
-def test_ray_engine_with_torch_is_refused():
-    with pytest.raises(InputError, match=r"`score.engine: ray`.*`score.backend: torch`"):
-        Scorer(_settings(engine="ray"))
+@pytest.mark.ray
+def test_shards_on_ray_tasks_match_numpy():
+    # score.engine: ray with the torch backend: each of 3 shards searched by a task of the real local cluster
+    case = adversarial_case("exclude_same")
+    data = RetrievalData(**case)
+    settings = ScoreSettings(ks=(1, 5, 10), metrics=("recall", "precision", "map@r", "mrr"), backend="torch",
+                             engine="ray", shards=3, device="cpu")
+    want = per_query(rank(data, replace(settings, backend="numpy", engine="local")), settings)
+    got = per_query(rank(data, settings), settings)
+    assert all(got[key].tobytes() == value.tobytes() for key, value in want.items())
 
 
 def test_gpu_score_check_runs_on_the_cpu(capsys):

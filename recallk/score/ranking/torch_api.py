@@ -66,5 +66,6 @@ def rank_torch(data: RetrievalData, settings: Any, ranks: Pass, tensors: tuple |
     torch = import_torch()
     q, g = tensors if tensors is not None else (None, None)
     device = resolve(torch, settings.device, settings.matmul, q, g)
-    options = TorchOptions(device=device, precision=settings.matmul, shards=settings.shards)
+    ray = (settings.ray.address, settings.ray.num_cpus) if settings.engine == "ray" else None
+    options = TorchOptions(device=device, precision=settings.matmul, shards=settings.shards, ray=ray)
     return rank_data_torch(data, ranks, settings.max_memory_mb, options, tensors)

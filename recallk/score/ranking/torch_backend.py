@@ -76,6 +76,9 @@ class TorchOptions:
         Contiguous shards of the gallery, searched apart and merged.
     block_rows, tile_cols : int or None
         Query rows per block and gallery columns per tile (None: from the budget).
+    ray : (address, num_cpus) or None
+        ``score.engine: ray``: the shards are searched by Ray tasks on CPU torch
+        (:mod:`~recallk.score.ranking.torch_ray`); None: on this machine's devices.
     """
 
     device: str = "cpu"
@@ -83,6 +86,7 @@ class TorchOptions:
     shards: int = 1
     block_rows: int | None = None
     tile_cols: int | None = None
+    ray: tuple[str | None, int] | None = None
 
 
 def rank_data_torch(data: RetrievalData, ranks: Pass, max_memory_mb: float, options: TorchOptions = TorchOptions(),
@@ -174,8 +178,15 @@ class _Runner:
         # shard s on GPU s % gpus when there are several, else on the problem's device
         self.shards = [(int(a), int(b), torch.device("cuda", s % gpus) if gpus > 1 else q.device)
                        for s, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
-        self.shard_g = [g[a:b].to(dev) for a, b, dev in self.shards]
-        self.blocks = 0
+        self.blocks, self.ray = 0, None
+        if options.ray is not None:  # the shards on Ray tasks: held in the object store, not here
+            from recallk.score.ranking.torch_ray import RayShards
+
+            self.ray = RayShards(*options.ray)
+            self.ray.prepare(p, g.cpu().numpy(), [(a, b) for a, b, _ in self.shards])
+            self.shard_g = []
+        else:
+            self.shard_g = [g[a:b].to(dev) for a, b, dev in self.shards]
 
     def slots(self, depth: int) -> int:
         """Buffer slots per row for a depth: L plus a margin of L + 64 (ties), at most the gallery."""
@@ -206,8 +217,12 @@ class _Runner:
         self.blocks += 1
         k = self.slots(int(depth.max())) if k is None else k
         q = self.q[torch.as_tensor(rows, device=self.q.device)]
-        parts = [tt.candidates(torch, p, q.to(dev), g, rows, a, b, k, self.width, self.options.precision)
-                 for (a, b, dev), g in zip(self.shards, self.shard_g)]
+        if self.ray is not None:
+            parts = [(torch.from_numpy(v).to(q.device), torch.from_numpy(c).to(q.device))
+                     for v, c in self.ray(q.cpu().numpy(), rows, k, self.width, self.options.precision)]
+        else:
+            parts = [tt.candidates(torch, p, q.to(dev), g, rows, a, b, k, self.width, self.options.precision)
+                     for (a, b, dev), g in zip(self.shards, self.shard_g)]
         vals, cols = tt.merge(torch, parts, k)
         at = torch.as_tensor(depth - 1, device=vals.device)
         theta = tt.floor_below(torch, vals.gather(1, at[:, None])[:, 0].to(torch.float64) - self.slack)
