@@ -155,8 +155,10 @@ def rank_data_torch(data: RetrievalData, ranks: Pass, max_memory_mb: float, opti
     has = n_pos > 0
     if cap is not None:
         first[has], opposite[has] = np.minimum(first[has], cap), np.minimum(opposite[has], cap)
-    log.debug("torch backend on %s (%s, %d shard(s)): %d queries x %d gallery items, %s, %d block(s), %.3f s",
-              device, options.precision, options.shards, n, m, ranks, run.blocks, time.perf_counter() - started)
+    log.debug("torch backend on %s (%s, %d shard(s)): %d queries x %d gallery items, %s, %d block(s), %.3f s%s",
+              device, options.precision, options.shards, n, m, ranks, run.blocks, time.perf_counter() - started,
+              "" if run.ray is None else
+              f"; ray: {run.ray.tasks} tasks, worker peak {run.ray.peak_rss / 2**20:.0f} MiB")
     if ranks.ranks is Ranks.TOP:
         offsets, outs = rows_to_csr(n, pieces)
         flat = outs[0] if outs else np.empty(0, dtype=np.int64)
@@ -218,7 +220,7 @@ class _Runner:
         k = self.slots(int(depth.max())) if k is None else k
         q = self.q[torch.as_tensor(rows, device=self.q.device)]
         if self.ray is not None:
-            parts = [(torch.from_numpy(v).to(q.device), torch.from_numpy(c).to(q.device))
+            parts = [(torch.tensor(v, device=q.device), torch.tensor(c, device=q.device))  # copies: read-only
                      for v, c in self.ray(q.cpu().numpy(), rows, k, self.width, self.options.precision)]
         else:
             parts = [tt.candidates(torch, p, q.to(dev), g, rows, a, b, k, self.width, self.options.precision)
