@@ -15,7 +15,7 @@ for byte, by the same two steps as its top-L pass (:mod:`~recallk.score.ranking.
    candidates. When the buffer's lowest score is still in that window (ties: all-equal rows, duplicates)
    some candidates may have been dropped: the row *overflows* and runs again with 4x the slots (at most
    the gallery, which never overflows).
-2. **Order.** Every candidate is re-scored exactly (float64, fixed-order sum:
+2. **Order.** Every candidate is re-scored exactly (float64, a fixed pairwise-tree sum:
    :func:`~recallk.score.ranking.torch_tiles.exact_scores`) and ranked by the engine's order keys
    (:func:`~recallk.score.ranking.direct.value_keys`: exact float32 similarity, then gallery index).
 

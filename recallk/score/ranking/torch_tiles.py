@@ -14,9 +14,9 @@ Everything here runs on one torch device (``cpu`` or ``cuda:N``) and holds no nu
 * :func:`candidates`: a block of queries against the gallery columns ``[c0, c1)``, tile by tile: the
   float32 product, the cells a query may not retrieve set to ``-inf`` (from ``Problem.excluded``, the
   engine's one exclusion rule), and a running ``torch.topk`` of ``K`` cells per row.
-* :func:`exact_scores`: float64 sums of float32 products in a fixed order (coordinate 0, 1, ..., d - 1,
-  one elementwise add at a time: the same bits on every device), rounded once to float32: the similarity
-  of :func:`recallk.score.similarity.cosine_block`.
+* :func:`exact_scores`: float64 sums of float32 products in a fixed order (a pairwise tree over the
+  coordinates, one elementwise add at a time: the same bits on every device), rounded once to float32: the
+  similarity of :func:`recallk.score.similarity.cosine_block`.
 """
 
 from __future__ import annotations
@@ -115,24 +115,41 @@ def candidates(torch, p: Problem, q, g, rows: np.ndarray, c0: int, c1: int, k: i
     # the exclusions of the whole range at once when small (a batch), else tile by tile
     whole = torch.from_numpy(p.excluded(rows, c0, c1)).to(device) \
         if masked and rows.size * (c1 - c0) <= _MASK_CELLS else None
+    scratch = None  # one float32 tile reused (a fresh one per tile would fault its pages in every time)
     for t0 in range(c0, c1, width):
         t1 = min(t0 + width, c1)
         right = g[t0 - c0:t1 - c0]
-        tile = (left @ (right.to(narrow) if narrow is not None else right).T).to(torch.float32)
+        if narrow is not None:
+            tile = (left @ right.to(narrow).T).to(torch.float32)
+        else:
+            if scratch is None or scratch.shape[1] != t1 - t0:
+                scratch = torch.empty((q.shape[0], t1 - t0), dtype=torch.float32, device=device)
+            tile = torch.mm(left, right.T, out=scratch)
         if whole is not None:
             tile.masked_fill_(whole[:, t0 - c0:t1 - c0], float("-inf"))
         elif masked and (p.groups or bool(np.any((own >= t0) & (own < t1)))):
             tile.masked_fill_(torch.from_numpy(p.excluded(rows, t0, t1)).to(device), float("-inf"))
         top = min(k, t1 - t0)
+        if vals is None:
+            vals, cols = torch.topk(tile, top, dim=1, sorted=True)
+            cols += t0
+            continue
+        need = None
+        if vals.shape[1] == k:  # a full buffer: only rows with a cell above their lowest kept score change
+            need = torch.nonzero(tile.amax(dim=1) > vals[:, -1], as_tuple=True)[0]
+            if not need.numel():
+                continue
+            tile = tile[need]
         tv, tc = torch.topk(tile, top, dim=1, sorted=True)
         tc += t0
-        if vals is None:
-            vals, cols = tv, tc
-            continue
-        merged_v, merged_c = torch.cat([vals, tv], dim=1), torch.cat([cols, tc], dim=1)
-        keep = min(k, merged_v.shape[1])
-        vals, at = torch.topk(merged_v, keep, dim=1, sorted=True)
-        cols = torch.gather(merged_c, 1, at)
+        old_v, old_c = (vals, cols) if need is None else (vals[need], cols[need])
+        merged_v, merged_c = torch.cat([old_v, tv], dim=1), torch.cat([old_c, tc], dim=1)
+        new_v, at = torch.topk(merged_v, min(k, merged_v.shape[1]), dim=1, sorted=True)
+        new_c = torch.gather(merged_c, 1, at)
+        if need is None:
+            vals, cols = new_v, new_c
+        else:
+            vals[need], cols[need] = new_v, new_c
     return vals, cols
 
 
@@ -155,16 +172,18 @@ def floor_below(torch, x64):
 
 def exact_scores(torch, q, g, line, col):
     """Exact similarities of the pairs (query ``line[j]``, gallery column ``col[j]``) of unit float32 rows ``q``
-    and ``g`` (tensors on one device): float64 sums of the float32 products in coordinate order, rounded
-    once to float32. Returns a float32 tensor like ``line``."""
+    and ``g`` (tensors on one device): float64 sums of the float32 products by a fixed pairwise tree (coordinate
+    pairs (0, 1), (2, 3), ... added, then pairs of those sums, ...; each add one elementwise IEEE operation, so
+    the same bits on every device), rounded once to float32. Returns a float32 tensor like ``line``."""
     d = q.shape[1]
     out = torch.empty(line.shape[0], dtype=torch.float32, device=q.device)
     step = max(1, _EXACT_ELEMENTS // max(1, d))
     for s in range(0, line.shape[0], step):
-        # each product of two float32 values is exact in float64; coordinate-major, so each add is one row
-        prod = (q[line[s:s + step]].to(torch.float64) * g[col[s:s + step]].to(torch.float64)).T.contiguous()
-        acc = prod[0].clone() if d else torch.zeros(prod.shape[1], dtype=torch.float64, device=q.device)
-        for j in range(1, d):  # fixed order: coordinate 1, 2, ..., d - 1, each add rounded once
-            acc += prod[j]
-        out[s:s + step] = acc.to(torch.float32)
+        # each product of two float32 values is exact in float64
+        x = q[line[s:s + step]].to(torch.float64) * g[col[s:s + step]].to(torch.float64)
+        while x.shape[1] > 1:  # the fixed tree: an odd last column is carried up as it is
+            half = x.shape[1] // 2
+            pair = x[:, 0:2 * half:2] + x[:, 1:2 * half:2]
+            x = torch.cat([pair, x[:, 2 * half:]], dim=1) if x.shape[1] % 2 else pair
+        out[s:s + step] = x[:, 0].to(torch.float32) if d else 0.0
     return out
