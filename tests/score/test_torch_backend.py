@@ -20,6 +20,7 @@ from recallk.errors import InputError
 from recallk.score.data import RetrievalData
 from recallk.score.metrics import Scorer, rank, retrieval_metrics
 from recallk.score.passes import Pass
+from recallk.score.ranking.torch_api import stand_in
 from recallk.score.ranking.torch_backend import TorchOptions, rank_data_torch
 from recallk.score.ranking.torch_tiles import matmul_bound
 from recallk.score.similarity import float32_dot_error_bound
@@ -58,6 +59,18 @@ def test_tensors_are_ranked_where_they_are():
     np.testing.assert_array_equal(got.ranks, want.ranks)
     torch_case = dict(case, query_emb=q, gallery_emb=g)
     assert Scorer(settings, backend="torch", device="cpu")(**torch_case) == numpy_metrics
+
+
+def test_device_tensors_path_ranks_from_stand_ins():
+    # what a GPU tensor gets: the data holds zero-cost stand-ins of its shape, the rows are normalised by torch
+    case = adversarial_case("leave_one_out")
+    q = torch.from_numpy(case["query_emb"])
+    data = RetrievalData(stand_in(q), stand_in(q), case["query_labels"], case["gallery_labels"],
+                         query_ids=case["query_ids"], gallery_ids=case["gallery_ids"], same_set=True)
+    got = rank_data_torch(data, Pass.top(10), 512, TorchOptions(block_rows=7), tensors=(q, q))
+    want = rank_data_torch(RetrievalData(**case), Pass.top(10), 512, TorchOptions())
+    for field in ("n_positives", "n_retrievable", "offsets", "ranks", "first_rank", "first_rank_opposite"):
+        assert getattr(got, field).tobytes() == getattr(want, field).tobytes(), field
 
 
 def test_full_map_and_the_api_match_numpy():
