@@ -22,7 +22,7 @@ from recallk.errors import InputError, did_you_mean, quote
 #: Largest K: ranks are int64, and a K beyond every gallery means the whole gallery anyway.
 MAX_K = 2**62
 #: Ranking backends of ``backend=`` / ``score.backend``.
-BACKENDS = ("numpy", "faiss")
+BACKENDS = ("numpy", "faiss", "torch")
 #: Catalog columns that cannot be exclusion columns: the label decides the positives and the
 #: query's own image (image_id) is always excluded.
 RESERVED_COLUMNS = ("label", "image_id")

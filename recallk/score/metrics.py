@@ -40,6 +40,7 @@ from recallk.errors import InputError
 from recallk.score.data import RetrievalData
 from recallk.score.passes import Pass
 from recallk.score.ranking import Ranking, rank_data
+from recallk.score.ranking.torch_device import DEVICES
 from recallk.score.registry import METRIC_NAMES, check_metrics, metric_keys, serving_pass
 from recallk.score.values import mean, per_query, summarize
 from recallk.settings.score import ScoreSettings
@@ -61,9 +62,13 @@ def engine_problem(settings: ScoreSettings) -> str | None:
     return None
 
 
-def rank(data: RetrievalData, settings: ScoreSettings, ranks: Pass | None = None) -> Ranking:
-    """Rank ``data`` with the backend (``numpy`` or ``faiss``) and engine of ``settings``, which the caller
-    checked (the score stage's params schema, :class:`Scorer`).
+def rank(data: RetrievalData, settings: ScoreSettings, ranks: Pass | None = None,
+         tensors: tuple | None = None) -> Ranking:
+    """Rank ``data`` with the backend (``numpy``, ``faiss`` or ``torch``) and engine of ``settings``, which the
+    caller checked (the score stage's params schema, :class:`Scorer`).
+
+    ``tensors``: ``backend="torch"`` only, the caller's (query, gallery) tensors as they are (on a GPU, say),
+    ``data`` then holding stand-ins of their shape (:func:`~recallk.score.ranking.torch_api.torch_data`).
 
     ``ranks``: the pass (:class:`~recallk.score.passes.Pass`); None: the cheapest uncapped pass that serves
     ``settings.metrics`` at its ``ks`` (:func:`~recallk.score.registry.serving_pass`), what the score stage
@@ -84,6 +89,10 @@ def rank(data: RetrievalData, settings: ScoreSettings, ranks: Pass | None = None
         from recallk.score.ranking.faiss_backend import rank_data_faiss
 
         return rank_data_faiss(data, max_memory_mb=settings.max_memory_mb)
+    if settings.backend == "torch":
+        from recallk.score.ranking.torch_api import rank_torch
+
+        return rank_torch(data, settings, ranks, tensors)
     return rank_data(data, ranks, settings.max_memory_mb, count_tiles)
 
 
@@ -124,15 +133,18 @@ class Scorer:
 
     def __init__(self, settings: ScoreSettings | None = None, *, ks: Iterable[int] | None = None,
                  metrics: Iterable[str] | None = None, max_memory_mb: float | None = None,
-                 backend: str | None = None) -> None:
+                 backend: str | None = None, device: str | None = None) -> None:
         base = ScoreSettings() if settings is None else settings
-        given = {"ks": ks, "metrics": metrics, "max_memory_mb": max_memory_mb, "backend": backend}
+        given = {"ks": ks, "metrics": metrics, "max_memory_mb": max_memory_mb, "backend": backend, "device": device}
         base = replace(base, **{name: value for name, value in given.items() if value is not None})
         checked = {"ks": tuple(check_ks(base.ks)), "metrics": tuple(check_metrics(base.metrics)),
                    "max_memory_mb": check_memory(base.max_memory_mb), "backend": check_backend(base.backend)}
         problem = choice_problem(base.engine, ENGINES)
         if problem:
             raise InputError(f"`engine` {problem}")
+        problem = choice_problem(base.device, DEVICES)
+        if problem:
+            raise InputError(f"`device` {problem}")
         self.settings = replace(base, **checked)
         problem = engine_problem(self.settings)
         if problem:
@@ -146,10 +158,19 @@ class Scorer:
     def rank(self, query_emb: Any, gallery_emb: Any, query_labels: Sequence[Any], gallery_labels: Sequence[Any], *,
              query_ids: Sequence[Any] | None = None, gallery_ids: Sequence[Any] | None = None,
              exclude: Sequence[tuple[Any, Any]] = ()) -> tuple[RetrievalData, Ranking]:
-        """The checked data (:class:`~recallk.score.data.RetrievalData`) and its ranking by :attr:`ranks`."""
-        data = RetrievalData(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=query_ids,
-                             gallery_ids=gallery_ids, exclude=exclude)
-        return data, rank(data, self.settings, self.ranks)
+        """The checked data (:class:`~recallk.score.data.RetrievalData`) and its ranking by :attr:`ranks`
+        (``backend="torch"``: tensors on a GPU are ranked there,
+        :func:`~recallk.score.ranking.torch_api.torch_data`)."""
+        tensors = None
+        if self.settings.backend == "torch":
+            from recallk.score.ranking.torch_api import torch_data
+
+            data, tensors = torch_data(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=query_ids,
+                                       gallery_ids=gallery_ids, exclude=exclude)
+        else:
+            data = RetrievalData(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=query_ids,
+                                 gallery_ids=gallery_ids, exclude=exclude)
+        return data, rank(data, self.settings, self.ranks, tensors)
 
     def __call__(self, query_emb: Any, gallery_emb: Any, query_labels: Sequence[Any],
                  gallery_labels: Sequence[Any], *, query_ids: Sequence[Any] | None = None,
@@ -176,7 +197,8 @@ def retrieval_metrics(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labe
                       gallery_labels: Sequence[Any], *, query_ids: Sequence[Any] | None = None,
                       gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
                       ks: Iterable[int] = (1, 5, 10), metrics: Iterable[str] | None = None,
-                      max_memory_mb: float = 512, backend: str = "numpy") -> dict[str, float]:
+                      max_memory_mb: float = 512, backend: str = "numpy",
+                      device: str = "auto") -> dict[str, float]:
     """The metric suite of exact cosine retrieval, as a flat dict.
 
     Parameters
@@ -201,8 +223,12 @@ def retrieval_metrics(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labe
         Names from :data:`METRICS`; default all of them.
     max_memory_mb : float, default 512
         Bound on scratch memory; queries and gallery are scored in blocks under it.
-    backend : {"numpy", "faiss"}, default "numpy"
-        ``faiss`` ranks with ``faiss.IndexFlatIP`` and gives identical results.
+    backend : {"numpy", "faiss", "torch"}, default "numpy"
+        ``faiss`` ranks with ``faiss.IndexFlatIP``, ``torch`` multiplies on ``device`` (torch tensors taken
+        as they are, on a GPU too); both give identical results.
+    device : {"auto", "cpu", "cuda"}, default "auto"
+        ``backend="torch"`` only (``score.device``): ``auto`` ranks where the tensors are, else on CUDA when
+        torch sees a GPU, else on the CPU.
 
     Returns
     -------
@@ -221,7 +247,8 @@ def retrieval_metrics(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labe
     ``tie_sensitive@K`` in :func:`retrieval_summary` for how much that matters).
     K above :math:`M_q`: recall counts any positive, precision divides by :math:`M_q`.
     """
-    scorer = Scorer(ScoreSettings(ks=ks, metrics=metrics, max_memory_mb=max_memory_mb, backend=backend))
+    scorer = Scorer(ScoreSettings(ks=ks, metrics=metrics, max_memory_mb=max_memory_mb, backend=backend),
+                    device=device)
     return scorer(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=query_ids,
                   gallery_ids=gallery_ids, exclude=exclude)
 
@@ -230,14 +257,16 @@ def retrieval_summary(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labe
                       gallery_labels: Sequence[Any], *, query_ids: Sequence[Any] | None = None,
                       gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
                       ks: Iterable[int] = (1, 5, 10), metrics: Iterable[str] | None = ("recall",),
-                      max_memory_mb: float = 512, backend: str = "numpy") -> dict[str, Any]:
+                      max_memory_mb: float = 512, backend: str = "numpy",
+                      device: str = "auto") -> dict[str, Any]:
     """:func:`retrieval_metrics` plus the counts the report needs (``metrics`` default: recall alone).
 
     Adds ``num_queries`` (queries in the means), ``num_excluded_queries``,
     ``num_gallery``, ``embedding_dim`` and ``tie_sensitive@K`` (queries whose
     hit at K flips when exact ties are broken the other way).
     """
-    scorer = Scorer(ScoreSettings(ks=ks, metrics=metrics, max_memory_mb=max_memory_mb, backend=backend))
+    scorer = Scorer(ScoreSettings(ks=ks, metrics=metrics, max_memory_mb=max_memory_mb, backend=backend),
+                    device=device)
     return scorer.summary(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=query_ids,
                           gallery_ids=gallery_ids, exclude=exclude)
 

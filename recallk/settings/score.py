@@ -116,8 +116,18 @@ class ScoreSettings:
                                    "bound on the engine's extra memory at any N×M (what it covers: "
                                    "[docs/engine.md](engine.md#max_memory_mb))")
     backend: str = setting("numpy", choice(*BACKENDS),
-                           "`numpy` (the engine) or `faiss` (`faiss.IndexFlatIP`, the `faiss` extra): identical "
-                           "metrics, a slower cross-check")
+                           "`numpy` (the engine), `faiss` (`faiss.IndexFlatIP`, the `faiss` extra: a slower "
+                           "cross-check) or `torch` (the candidate product on `score.device`, the `torch` extra): "
+                           "identical metrics")
+    device: str = setting("auto", choice("auto", "cpu", "cuda"),
+                          "`backend: torch` only: where it multiplies; `auto`: the tensors' device, else `cuda` when "
+                          "torch sees one, else `cpu` ([docs/gpu.md](gpu.md#the-torch-scoring-backend))")
+    matmul: str = setting("float32", choice("float32", "tf32", "bfloat16"),
+                          "`backend: torch` only: the candidate product's format; `tf32`/`bfloat16` are faster on "
+                          "GPUs with a wider certified window; the metrics stay exact either way")
+    shards: int = setting(1, integer(1, 4096),
+                          "`backend: torch` only: the gallery cut by rows into this many shards, searched apart "
+                          "(one per GPU when there are several) and merged per query; identical metrics")
     engine: str = setting("local", choice("local", "ray"),
                           "`local`: this machine's cores; `ray`: the exact engine's tile jobs on Ray tasks, "
                           "byte-identical to `local` ([docs/scale.md](scale.md))")

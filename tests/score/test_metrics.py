@@ -108,8 +108,8 @@ def test_summary_default_is_recall_only():
     (call_kwargs(metrics=["map@R"]), r"Did you mean `map@r`\?"),  # case matters
     (call_kwargs(metrics=["ndcg"]), r"Got \['ndcg'\] instead\.$"),  # no close name: no suggestion
     (call_kwargs(backend="Faiss"),
-     re.escape("`backend` must be one of numpy, faiss. Got 'Faiss' instead. Did you mean `faiss`?")),
-    (call_kwargs(backend="torch"), "`backend` must be one of numpy, faiss"),
+     re.escape("`backend` must be one of numpy, faiss, torch. Got 'Faiss' instead. Did you mean `faiss`?")),
+    (call_kwargs(backend="cupy"), "`backend` must be one of numpy, faiss, torch"),
     (call_kwargs(ks=[0, 5]), re.escape("`ks` must be positive integers. Got [0, 5] instead.")),
     (call_kwargs(ks=[2.0]), "positive integers"),  # float, even integral
     (call_kwargs(ks=[True]), "positive integers"),  # bool is not a count

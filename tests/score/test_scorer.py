@@ -60,7 +60,8 @@ def test_settings_are_checked_once_at_construction(monkeypatch):
     (lambda: Scorer(ScoreSettings(ks=None)), "`ks` must be positive integers. Got None instead."),
     (lambda: Scorer(metrics=["recal"]), "Did you mean `recall`?"),
     (lambda: Scorer(max_memory_mb=0), "`max_memory_mb` must be a positive number. Got 0 instead."),
-    (lambda: Scorer(backend="torch"), "`backend` must be one of numpy, faiss. Got 'torch' instead."),
+    (lambda: Scorer(backend="cupy"), "`backend` must be one of numpy, faiss, torch. Got 'cupy' instead."),
+    (lambda: Scorer(backend="torch", device="tpu"), "`device` must be one of auto, cpu, cuda. Got 'tpu' instead."),
     (lambda: Scorer(ScoreSettings(engine="spark")), "`engine` must be one of local, ray. Got 'spark' instead."),
     (lambda: Scorer(ScoreSettings(engine="ray", backend="faiss")), "`score.engine: ray` runs the numpy engine's"),
 ])
@@ -78,7 +79,7 @@ def test_keywords_override_the_settings():
 
 #: The one order of the keyword-only parameters of every public function (each takes the ones it needs).
 KEYWORD_ORDER = ["query_ids", "gallery_ids", "exclude", "same_set", "ranks", "encoder_fn", "ks", "metrics",
-                 "max_memory_mb", "backend", "count_tiles"]
+                 "max_memory_mb", "backend", "device", "count_tiles"]
 ARRAYS = ["query_emb", "gallery_emb", "query_labels", "gallery_labels"]
 
 

@@ -63,6 +63,7 @@ def test_missing_keys_take_defaults():
     values = validate_section({"score": {"ks": [3]}}, "score")
     assert values == {"ks": [3], "metrics": ["recall", "precision", "r_precision", "map@r", "map", "mrr"],
                       "max_memory_mb": 512, "backend": "numpy", "engine": "local",
+                      "device": "auto", "matmul": "float32", "shards": 1,
                       "ray": {"address": None, "num_cpus": 1}, "exclude_same": [], "exclude_same_all": [], "junk": None,
                       "whiten": "none",
                       "bootstrap": {"resamples": 1000, "confidence": 0.95, "seed": 0, "unit": "query"},

@@ -1,0 +1,77 @@
+"""CPU torch beside the numpy engine, in one run: ``score.backend: torch`` on ``device: cpu`` (the GPU code path)
+against ``backend: numpy`` on clustered data like real embeddings, recall@K and the MAP@R family.
+
+The issue's target: no worse than 1.3x the numpy engine at 10,000 x 50,000 x 512 (the default). Prints each
+pass's wall time and the ratio torch / numpy; the rankings are compared too (identical first ranks and ranks).
+Timings taken while other jobs share the cores are pessimistic: quote an idle run. From the project root:
+
+    python bench/torch_score_bench.py                      # 10k x 50k x 512 (minutes on an idle machine)
+    python bench/torch_score_bench.py --scale 0.05         # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for path in (ROOT, ROOT / "bench"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from gpu_score_check import clustered  # noqa: E402
+from recallk.score.data import RetrievalData  # noqa: E402
+from recallk.score.passes import Pass  # noqa: E402
+from recallk.score.ranking import rank_data  # noqa: E402
+from recallk.score.ranking.torch_backend import TorchOptions, rank_data_torch  # noqa: E402
+
+#: The Python API's passes of the two metric families at ks (1, 5, 10): recall@K alone, and precision@K,
+#: r_precision, map@r (the MAP@R family).
+PASSES = {"recall@K": Pass.first(10), "MAP@R family": Pass.top(10, cap=10)}
+
+
+def warm_up() -> None:
+    """Both engines once on a tiny problem: torch loads its kernels lazily (seconds), not the timed runs' cost."""
+    rng = np.random.default_rng(1)
+    tiny = RetrievalData(rng.normal(size=(8, 4)), rng.normal(size=(32, 4)), np.arange(8) % 3, np.arange(32) % 3)
+    rank_data_torch(tiny, Pass.top(2), 64, TorchOptions(device="cpu"))
+    rank_data(tiny, Pass.top(2), 64)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="fraction of 10,000 queries x 50,000 gallery")
+    parser.add_argument("--dim", type=int, default=512)
+    parser.add_argument("--max-memory-mb", type=float, default=512)
+    args = parser.parse_args(argv)
+    n, m = max(1, int(10_000 * args.scale)), max(10, int(50_000 * args.scale))
+    q, g, ql, gl = clustered(n, m, args.dim)
+    data = RetrievalData(q, g, ql, gl, same_set=False)
+    print(f"{n:,} queries x {m:,} gallery x {args.dim}-d, clustered; {os.cpu_count()} cores, torch "
+          f"{torch.__version__} ({torch.get_num_threads()} threads), load average {os.getloadavg()[0]:.1f}")
+    warm_up()
+    worst = 0.0
+    for name, ranks in PASSES.items():
+        started = time.perf_counter()
+        want = rank_data(data, ranks, args.max_memory_mb)
+        numpy_s = time.perf_counter() - started
+        started = time.perf_counter()
+        got = rank_data_torch(data, ranks, args.max_memory_mb, TorchOptions(device="cpu"))
+        torch_s = time.perf_counter() - started
+        same = np.array_equal(want.first_rank, got.first_rank) and np.array_equal(want.first_rank_opposite,
+                                                                                  got.first_rank_opposite)
+        worst = max(worst, torch_s / numpy_s)
+        print(f"  {name:13s} numpy {numpy_s:7.2f} s  torch cpu {torch_s:7.2f} s  ratio {torch_s / numpy_s:5.2f}x  "
+              f"first ranks {'identical' if same else 'DIFFER'}")
+    print(f"worst ratio {worst:.2f}x (target <= 1.3x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

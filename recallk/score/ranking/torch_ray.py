@@ -1,0 +1,66 @@
+"""``score.backend: torch`` with ``score.engine: ray``: each gallery shard (``score.shards``) searched by Ray tasks.
+
+The driver puts each shard's sorted unit rows into the object store once, and the problem without its embeddings
+(labels, ids, exclusion codes: what :meth:`~recallk.score.ranking.problem.Problem.excluded` reads) once; for each
+block of queries, one task per shard runs :func:`~recallk.score.ranking.torch_tiles.candidates` on CPU torch and
+returns its ``K`` best (score, column) pairs per query, which the driver merges and finishes exactly as for local
+shards. A task holds its shard, the block and its buffers: memory per worker is the shard plus the block budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from recallk.cluster import connect
+from recallk.score.ranking import torch_tiles as tt
+from recallk.score.ranking.problem import Problem
+
+
+def shard_candidates(p: Problem, shard: np.ndarray, q: np.ndarray, rows: np.ndarray, c0: int, k: int, width: int,
+                     precision: str, num_threads: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """One task: :func:`~recallk.score.ranking.torch_tiles.candidates` of the queries ``q`` (their positions
+    ``rows``) against ``shard`` (gallery columns from ``c0``) on CPU torch; (values, columns) as arrays, and the
+    worker's peak resident memory in bytes so far."""
+    import resource
+    import warnings
+
+    import torch
+
+    torch.set_num_threads(num_threads)
+    with warnings.catch_warnings():  # the object store's arrays are read-only; candidates never writes them
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        left, right = torch.from_numpy(q), torch.from_numpy(shard)
+    vals, cols = tt.candidates(torch, p, left, right, rows, c0, c0 + shard.shape[0], k, width, precision)
+    return vals.numpy(), cols.numpy(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class RayShards:
+    """The shards of one problem on Ray tasks (``address``, ``num_cpus`` per task: ``score.ray``)."""
+
+    def __init__(self, address: str | None, num_cpus: int) -> None:
+        self.address, self.num_cpus = address, num_cpus
+        self.refs: list[tuple[int, Any]] = []
+        self.rest = None
+        self.tasks = 0
+        self.peak_rss = 0  # the largest peak resident memory a worker reported, bytes
+
+    def prepare(self, p: Problem, gallery: np.ndarray, cuts: list[tuple[int, int]]) -> None:
+        """Put the shards ``cuts`` of the unit ``gallery`` and the problem without embeddings into the store."""
+        self.ray = connect(self.address, "score.engine: ray")
+        empty = np.empty((0, gallery.shape[1]), dtype=np.float32)
+        self.rest = self.ray.put(replace(p, q=empty, gp=empty))
+        self.refs = [(a, self.ray.put(np.ascontiguousarray(gallery[a:b]))) for a, b in cuts]
+        self.task = self.ray.remote(shard_candidates).options(num_cpus=self.num_cpus)
+
+    def __call__(self, q: np.ndarray, rows: np.ndarray, k: int, width: int, precision: str) -> list[tuple]:
+        """Every shard's (values, columns) for one block of queries."""
+        block = self.ray.put(np.ascontiguousarray(q))
+        pending = [self.task.remote(self.rest, ref, block, rows, a, k, width, precision, self.num_cpus)
+                   for a, ref in self.refs]
+        self.tasks += len(pending)
+        out = self.ray.get(pending)
+        self.peak_rss = max([self.peak_rss] + [rss for _, _, rss in out])
+        return [(vals, cols) for vals, cols, _ in out]

@@ -1,0 +1,148 @@
+"""``score.backend: torch`` on CPU torch (the GPU code path): the numpy engine's rankings and metrics, byte for byte,
+on the adversarial suite at every block/tile size and shard count, on hypothesis' integer problems, through the API;
+and one clear error per bad input."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from extras import extra
+from ranking_cases import PROPERTY
+from ranking_strategies import integer_problems
+from recallk.errors import InputError
+from recallk.score.data import RetrievalData
+from recallk.score.metrics import Scorer, rank, retrieval_metrics
+from recallk.score.passes import Pass
+from recallk.score.ranking.torch_api import stand_in
+from recallk.score.ranking.torch_backend import TorchOptions, rank_data_torch
+from recallk.score.ranking.torch_tiles import matmul_bound
+from recallk.score.similarity import float32_dot_error_bound
+from recallk.score.values import per_query
+from recallk.settings.score import ScoreSettings
+from torch_cases import ADVERSARIAL, PASSES, adversarial_case, differences
+
+torch = extra("torch", "torch")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("kind", ADVERSARIAL)
+def test_adversarial_suite_matches_numpy_at_every_layout(kind):
+    # each kind is built to defeat float32 candidates (ties, 1-ulp gaps, overflowing buffers, exclusions, K >= M)
+    assert differences(adversarial_case(kind)) == []
+
+
+@PROPERTY
+@given(case=integer_problems(), layout=st.sampled_from([(1, 1, 1), (2, 3, 2), (7, 7, 7), (4096, 4096, 1)]),
+       which=st.sampled_from(range(len(PASSES))))
+def test_integer_problems_match_numpy(case, layout, which):
+    # integer embeddings in [-2, 2]: exact ties and zero rows everywhere, ids and exclusions drawn
+    assert differences(case, layouts=[layout], passes=[PASSES[which]]) == []
+
+
+def test_tensors_are_ranked_where_they_are():
+    # the rows normalised by torch on the device give the numpy engine's bits (the same float64 steps)
+    case = adversarial_case("exclude_same")
+    data = RetrievalData(**case)
+    q, g = torch.from_numpy(case["query_emb"]), torch.from_numpy(case["gallery_emb"])
+    settings = ScoreSettings(ks=(1, 5), metrics=("recall", "precision", "map@r", "mrr"))
+    numpy_metrics = Scorer(settings)(**case)
+    got = rank_data_torch(data, Pass.top(5), 512, TorchOptions(), tensors=(q, g))
+    want = rank_data_torch(data, Pass.top(5), 512, TorchOptions())
+    np.testing.assert_array_equal(got.first_rank, want.first_rank)
+    np.testing.assert_array_equal(got.ranks, want.ranks)
+    torch_case = dict(case, query_emb=q, gallery_emb=g)
+    assert Scorer(settings, backend="torch", device="cpu")(**torch_case) == numpy_metrics
+
+
+def test_device_tensors_path_ranks_from_stand_ins():
+    # what a GPU tensor gets: the data holds zero-cost stand-ins of its shape, the rows are normalised by torch
+    case = adversarial_case("leave_one_out")
+    q = torch.from_numpy(case["query_emb"])
+    data = RetrievalData(stand_in(q), stand_in(q), case["query_labels"], case["gallery_labels"],
+                         query_ids=case["query_ids"], gallery_ids=case["gallery_ids"], same_set=True)
+    got = rank_data_torch(data, Pass.top(10), 512, TorchOptions(block_rows=7), tensors=(q, q))
+    want = rank_data_torch(RetrievalData(**case), Pass.top(10), 512, TorchOptions())
+    for field in ("n_positives", "n_retrievable", "offsets", "ranks", "first_rank", "first_rank_opposite"):
+        assert getattr(got, field).tobytes() == getattr(want, field).tobytes(), field
+
+
+def test_full_map_and_the_api_match_numpy():
+    # full map needs every rank: the numpy engine finishes it; the public function takes backend and device
+    case = adversarial_case("duplicates")
+    want = retrieval_metrics(**case, ks=(1, 5))
+    assert retrieval_metrics(**case, ks=(1, 5), backend="torch", device="cpu") == want
+
+
+@pytest.mark.parametrize("d, matmul, at_least", [
+    (512, "float32", 512 * 2.0**-24),      # Higham's gamma_d: about d u
+    (512, "tf32", 2 * 2.0**-11),           # inputs rounded to 10 stored bits, both sides
+    (64, "bfloat16", 3 * 2.0**-8),         # inputs and the result rounded to bfloat16
+])
+def test_matmul_bound_covers_its_format(d, matmul, at_least):
+    assert matmul_bound(d, matmul) >= at_least
+    assert matmul_bound(d, "float32") >= float32_dot_error_bound(d)  # never tighter than the numpy engine's
+
+
+def test_bound_holds_on_worst_case_products():
+    # float32 products of unit rows never leave the certified window around the exact value
+    rng = np.random.default_rng(0)
+    q = rng.normal(size=(64, 512)).astype(np.float32)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    g = np.abs(q) + 1e-3  # all-positive terms: no cancellation, the largest accumulation error
+    g = (g / np.linalg.norm(g, axis=1, keepdims=True)).astype(np.float32)
+    fast = (torch.from_numpy(np.abs(q)) @ torch.from_numpy(g).T).numpy().astype(np.float64)
+    exact = np.abs(q).astype(np.float64) @ g.astype(np.float64).T
+    assert np.abs(fast - exact).max() <= matmul_bound(512)
+
+
+def _settings(**fields):
+    return ScoreSettings(backend="torch", **fields)
+
+
+@pytest.mark.parametrize("make, fields, match", [
+    # score.device: cuda on a machine torch sees no GPU on (the GPU hidden where there is one)
+    (lambda: (np.ones((2, 3)), np.eye(3)), {"device": "cuda"}, r"`score.device: cuda` needs a CUDA GPU.*cpu"),
+    # TF32 is a GPU format: the CPU lacks it, and a silent float32 is not what was asked
+    (lambda: (np.ones((2, 3)), np.eye(3)), {"device": "cpu", "matmul": "tf32"}, r"`score.matmul: tf32`.*CPU"),
+    # the two sets on two devices
+    (lambda: (torch.ones(2, 3), torch.empty(3, 3, device="meta")), {},
+     r"`query_emb` is on cpu and `gallery_emb` on meta"),
+    # a device without float64 for the exact re-score
+    (lambda: (torch.empty(2, 3, device="meta"), torch.empty(3, 3, device="meta")), {}, r"lacks float64"),
+    # tensors on the CPU, the param asking for the GPU
+    (lambda: (torch.ones(2, 3), torch.eye(3)), {"device": "cuda"}, r"`score.device: cuda` needs a CUDA GPU"),
+])
+def test_bad_device_input_is_one_clear_error(monkeypatch, make, fields, match):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    q, g = make()
+    with pytest.raises(InputError, match=match):
+        Scorer(_settings(**fields))(q, g, [0, 1], [0, 1, 2])
+
+
+@pytest.mark.ray
+def test_shards_on_ray_tasks_match_numpy():
+    # score.engine: ray with the torch backend: each of 3 shards searched by a task of the real local cluster
+    case = adversarial_case("exclude_same")
+    data = RetrievalData(**case)
+    settings = ScoreSettings(ks=(1, 5, 10), metrics=("recall", "precision", "map@r", "mrr"), backend="torch",
+                             engine="ray", shards=3, device="cpu")
+    want = per_query(rank(data, replace(settings, backend="numpy", engine="local")), settings)
+    got = per_query(rank(data, settings), settings)
+    assert all(got[key].tobytes() == value.tobytes() for key, value in want.items())
+
+
+def test_gpu_score_check_runs_on_the_cpu(capsys):
+    # the device check's tiny run (what a machine without CUDA gets): the suite identical, the speed part sane
+    spec = importlib.util.spec_from_file_location("gpu_score_check", ROOT / "bench" / "gpu_score_check.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--tiny"]) == 0
+    out = capsys.readouterr().out
+    assert "no CUDA GPU checked" in out and out.count("identical") == 8
