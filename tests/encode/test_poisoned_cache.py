@@ -13,15 +13,18 @@ import pytest
 
 from helpers import image_catalog, run_module
 from recallk.encode.batches import encode_catalog
-from recallk.encode.cache import EmbeddingCache
+from recallk.encode.cache import EmbeddingCache, cache_key, row_digest
 from recallk.encode.registry import get_backbone
 
 
 def poison(path: Path, fingerprint: str, vectors: dict[str, np.ndarray]) -> None:
-    """Overwrite cache entries as another run (or a damaged shared cache) could have left them."""
+    """Overwrite cache entries as another run holding the cache's key could have left them (valid digests:
+    the checks of fresh vectors, not the integrity check, must refuse them)."""
+    key = cache_key(path)
+    rows = [(fingerprint, sha, v.size, np.asarray(v, "<f4").tobytes()) for sha, v in vectors.items()]
     with contextlib.closing(sqlite3.connect(path)) as db, db:
-        db.executemany("INSERT OR REPLACE INTO embedding VALUES (?, ?, ?, ?)",
-                       [(fingerprint, sha, v.size, np.asarray(v, "<f4").tobytes()) for sha, v in vectors.items()])
+        db.executemany("INSERT OR REPLACE INTO embedding VALUES (?, ?, ?, ?, ?)",
+                       [(*row, row_digest(key, *row)) for row in rows])
 
 
 BAD_VECTORS = {
