@@ -36,7 +36,7 @@ try:
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'hf:...'", "torch", "torch, transformers", exc) from None
 
-from recallk.encode.backbones import torch_common
+from recallk.encode.backbones import state_dicts, torch_common
 from recallk.encode.base import Backbone, ModelSpec, is_no_file
 from recallk.encode.device import Request
 from recallk.settings.encode import POOLINGS
@@ -108,6 +108,8 @@ def load(path: Path) -> tuple[torch.nn.Module, Any]:
     if problems:
         raise InputError(f"the weights in the {where} do not match its config.json ({type(model).__name__}): "
                          f"{'; '.join(problems)}. Use the files saved together with that config.")
+    state = model.state_dict()
+    state_dicts.check_values(state, state, f"the weights in the {where}")  # NaN or inf (the model's own dtypes)
     return model.eval(), processor
 
 
