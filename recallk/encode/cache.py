@@ -154,7 +154,7 @@ class EmbeddingCache:
         #: Rows the last :meth:`get_many` left out for failing their integrity check.
         self.untrusted = 0
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # a new folder: only its owner writes
             self._db = sqlite3.connect(self.path, timeout=_BUSY_SECONDS, isolation_level=None)
             _set_up(self._db)
             _check_layout(self._db, self.path)
