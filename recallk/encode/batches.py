@@ -203,9 +203,10 @@ def _verify_sample(known: dict[str, np.ndarray], served: dict[str, str], dim: in
         raise InputError(
             f"the embedding cache {quote(str(cache.path))} served {len(bad)} of {len(picked)} sampled vectors "
             f"unlike a fresh encoding (e.g. image {clip(served[sha])}: max difference {diff:.3g} of "
-            f"its largest value, above {verify.TOLERANCE}): rows written by another model or code, or tampered "
-            "with by someone who can write the cache; delete the file (that only costs re-encoding) and re-run, "
-            "and keep the cache folder writable only by you (docs/backbones.md#the-embedding-cache).")
+            f"its largest value, above {verify.TOLERANCE}): rows written by another model or code, a backbone "
+            "whose output is not deterministic, or rows tampered with by someone who can write the cache; delete "
+            "the file (that only costs re-encoding) and re-run, and keep the cache folder writable only by you "
+            "(docs/backbones.md#the-embedding-cache).")
 
 
 def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int, num_workers: int,
@@ -276,7 +277,10 @@ def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int
     if cache is not None:
         encoded = set(todo)
         served = {sha: paths[row] for sha, row in first_row.items() if sha not in encoded}
-        _verify_sample(known, served, dim, source, cache, verify_cache)
+        # re-encoded here, not on the engine: both engines give the same bytes, and a sample is no reason to
+        # start Ray actors when every image was a hit
+        _verify_sample(known, served, dim, local_source(backbone, batch_size=batch_size, num_workers=num_workers),
+                       cache, verify_cache)
     out = np.empty((len(catalog), dim if dim is not None else 0), dtype=np.float32)
     for i, sha in enumerate(shas):
         out[i] = known[sha]

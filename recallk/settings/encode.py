@@ -190,7 +190,8 @@ class EncodeSettings:
     verify_cache: int = setting(SAMPLE, integer(0, 1_000_000),
                                 "cache hits encoded again each run (a deterministic sample, keyed by the cache's "
                                 "secret) and compared with the cached vectors: a difference above 1% of the largest "
-                                "value fails the stage. 0: off ([the trust boundary](backbones.md#the-embedding-cache))")
+                                "value fails the stage. 0: off "
+                                "([the trust boundary](backbones.md#the-embedding-cache))")
 
     def backbone_options(self, key: str) -> dict[str, Any] | None:
         """The options of the backbone whose sub-section is ``key`` (:func:`recallk.encode.registry.options_key`)
