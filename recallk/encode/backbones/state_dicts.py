@@ -60,11 +60,11 @@ def _read_torch(path: Path) -> Any:
             raise InputError(f"weights file {str(path)!r} holds Python objects besides tensors, which are not "
                              "loaded (torch.load with weights_only=True); save its state_dict() only, or convert "
                              "it to .safetensors.") from None
-        if "weights only" in str(exc).lower():
+        if "GLOBAL" in str(exc):  # torch's unpickler refused a global (a class or function) the pickle asked for
             raise InputError(f"weights file {str(path)!r}: {PICKLE_ADVICE}.") from None
         raise InputError(f"cannot read weights file {str(path)!r} (not a torch checkpoint: "
-                         f"{str(exc).splitlines()[0] if str(exc) else 'unreadable pickle'}); is it a complete "
-                         "download? Download it again from its source.") from None
+                         "an unreadable pickle); is it a complete download? Download it again from its "
+                         "source.") from None
     except (OSError, EOFError, RuntimeError, ValueError, KeyError, IndexError, zipfile.BadZipFile) as exc:
         raise InputError(f"cannot read weights file {str(path)!r} ({type(exc).__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else ''}); is it a complete torch checkpoint? "
