@@ -58,8 +58,9 @@ def _read_torch(path: Path) -> Any:
     except pickle.UnpicklingError as exc:
         if zipfile.is_zipfile(path):  # torch.save's archive, holding objects besides tensors
             raise InputError(f"weights file {str(path)!r} holds Python objects besides tensors, which are not "
-                             "loaded (torch.load with weights_only=True); save its state_dict() only, or convert "
-                             "it to .safetensors.") from None
+                             "loaded (torch.load with weights_only=True; a file from an unknown source may be built "
+                             "to run code when unpickled): for your own checkpoint, save its state_dict() only, or "
+                             "convert it to .safetensors; else take weights from a source you trust.") from None
         if "GLOBAL" in str(exc):  # torch's unpickler refused a global (a class or function) the pickle asked for
             raise InputError(f"weights file {str(path)!r}: {PICKLE_ADVICE}.") from None
         raise InputError(f"cannot read weights file {str(path)!r} (not a torch checkpoint: "
