@@ -209,6 +209,44 @@ def _verify_sample(known: dict[str, np.ndarray], served: dict[str, str], dim: in
             "(docs/backbones.md#the-embedding-cache).")
 
 
+def _checked_encode(catalog: pd.DataFrame, backbone: Backbone, known: dict[str, np.ndarray],
+                    first_row: dict[str, int], source: BatchSource, cache: EmbeddingCache | None,
+                    committed: list[str], *, batch_size: int, num_workers: int,
+                    verify_cache: int) -> tuple[int | None, list[str]]:
+    """:func:`encode_catalog`'s work after the cache read: check the files, encode the misses into ``known``,
+    verify a sample of the hits; returns the dimension and the shas encoded."""
+    shas = catalog["sha256"].tolist()
+    names, paths = catalog["image_id"].tolist(), catalog["path"].tolist()
+    read_by_encoder = {first_row[sha] for sha in first_row if sha not in known}
+    rest = [i for i in range(len(shas)) if i not in read_by_encoder]
+    verify.check_unchanged([names[i] for i in rest], [paths[i] for i in rest], [shas[i] for i in rest],
+                           workers=num_workers)
+
+    def encode(todo: list[str], dim: int | None) -> tuple[int | None, set[str]]:
+        return _encode_into(known, todo, [paths[first_row[sha]] for sha in todo], backbone, dim, source, cache,
+                            committed)
+
+    todo = [sha for sha in first_row if sha not in known]
+    dim, failed_shas = encode(todo, backbone.dim)
+    if backbone.dim is None and _drop_unusable_hits(known, dim):  # hits of another dimension than the fresh ones
+        again = [sha for sha in first_row if sha not in known and sha not in failed_shas]
+        dim, more = encode(again, dim)
+        failed_shas |= more
+        todo += again
+    failed_names = [name for name, sha in zip(names, shas) if sha in failed_shas]
+    if failed_names:
+        raise InputError(f"backbone {backbone.name!r} gave NaN, inf or all-zero embeddings for {len(failed_names)} "
+                        f"image(s): {', '.join(map(clip, failed_names[:10]))}; check those images or the backbone.")
+    if cache is not None:
+        encoded = set(todo)
+        served = {sha: paths[row] for sha, row in first_row.items() if sha not in encoded}
+        # re-encoded here, not on the engine: both engines give the same bytes, and a sample is no reason to
+        # start Ray actors when every image was a hit
+        _verify_sample(known, served, dim, local_source(backbone, batch_size=batch_size, num_workers=num_workers),
+                       cache, verify_cache)
+    return dim, todo
+
+
 def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int, num_workers: int,
                    cache: EmbeddingCache | None = None, source: BatchSource | None = None,
                    verify_cache: int = verify.SAMPLE) -> tuple[np.ndarray, int, int]:
@@ -245,42 +283,18 @@ def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int
     _drop_unusable_hits(known, backbone.dim)
     if backbone.dim is None and known and len(known) == len(first_row):
         del known[next(iter(first_row))]  # encode one file: its dimension is the truth the hits are judged by
-    names, paths = catalog["image_id"].tolist(), catalog["path"].tolist()
-    read_by_encoder = {first_row[sha] for sha in first_row if sha not in known}
-    rest = [i for i in range(len(shas)) if i not in read_by_encoder]
-    verify.check_unchanged([names[i] for i in rest], [paths[i] for i in rest], [shas[i] for i in rest],
-                           workers=num_workers)
+    hits = set(known)
     committed: list[str] = []
-
-    def encode(todo: list[str], dim: int | None) -> tuple[int | None, set[str]]:
-        return _encode_into(known, todo, [paths[first_row[sha]] for sha in todo], backbone, dim, source, cache,
-                            committed)
-
-    todo = [sha for sha in first_row if sha not in known]
     try:
-        dim, failed_shas = encode(todo, backbone.dim)
-        if backbone.dim is None and _drop_unusable_hits(known, dim):  # hits of another dimension than the fresh ones
-            again = [sha for sha in first_row if sha not in known and sha not in failed_shas]
-            dim, more = encode(again, dim)
-            failed_shas |= more
-            todo += again
+        dim, todo = _checked_encode(catalog, backbone, known, first_row, source, cache, committed,
+                                    batch_size=batch_size, num_workers=num_workers, verify_cache=verify_cache)
     except KeyboardInterrupt:
-        where = (f"{len(first_row) - len(todo) + len(set(committed))} of the {len(first_row)} distinct images are in "
-                 f"the embedding cache {cache.path} ({len(set(committed))} encoded in this run); a re-run resumes "
-                 "from them" if cache is not None else "no cache was used, so a re-run starts again")
+        cached = len({sha for sha in hits if sha in known} | set(committed))
+        where = (f"{cached} of the {len(first_row)} distinct images are in the embedding cache {cache.path} "
+                 f"({len(set(committed))} encoded in this run); a re-run resumes from them" if cache is not None
+                 else "no cache was used, so a re-run starts again")
         raise EncodeInterrupted(f"interrupted (Ctrl-C) while encoding with {backbone.name!r}: {where}; no output "
                                 "was written.") from None
-    failed_names = [name for name, sha in zip(names, shas) if sha in failed_shas]
-    if failed_names:
-        raise InputError(f"backbone {backbone.name!r} gave NaN, inf or all-zero embeddings for {len(failed_names)} "
-                        f"image(s): {', '.join(map(clip, failed_names[:10]))}; check those images or the backbone.")
-    if cache is not None:
-        encoded = set(todo)
-        served = {sha: paths[row] for sha, row in first_row.items() if sha not in encoded}
-        # re-encoded here, not on the engine: both engines give the same bytes, and a sample is no reason to
-        # start Ray actors when every image was a hit
-        _verify_sample(known, served, dim, local_source(backbone, batch_size=batch_size, num_workers=num_workers),
-                       cache, verify_cache)
     out = np.empty((len(catalog), dim if dim is not None else 0), dtype=np.float32)
     for i, sha in enumerate(shas):
         out[i] = known[sha]
