@@ -240,10 +240,9 @@ def _checked_encode(catalog: pd.DataFrame, backbone: Backbone, known: dict[str, 
     if cache is not None:
         encoded = set(todo)
         served = {sha: paths[row] for sha, row in first_row.items() if sha not in encoded}
-        # re-encoded here, not on the engine: both engines give the same bytes, and a sample is no reason to
-        # start Ray actors when every image was a hit
-        _verify_sample(known, served, dim, local_source(backbone, batch_size=batch_size, num_workers=num_workers),
-                       cache, verify_cache)
+        # on the engine that encodes the misses: a backbone may run only where that engine runs it (a Ray
+        # worker's environment), so the sample costs one more (small) Ray job when every image was a hit
+        _verify_sample(known, served, dim, source, cache, verify_cache)
     return dim, todo
 
 
