@@ -211,7 +211,7 @@ def _verify_sample(known: dict[str, np.ndarray], served: dict[str, str], dim: in
 
 def _checked_encode(catalog: pd.DataFrame, backbone: Backbone, known: dict[str, np.ndarray],
                     first_row: dict[str, int], source: BatchSource, cache: EmbeddingCache | None,
-                    committed: list[str], *, batch_size: int, num_workers: int,
+                    committed: list[str], *, num_workers: int,
                     verify_cache: int) -> tuple[int | None, list[str]]:
     """:func:`encode_catalog`'s work after the cache read: check the files, encode the misses into ``known``,
     verify a sample of the hits; returns the dimension and the shas encoded."""
@@ -286,7 +286,7 @@ def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int
     committed: list[str] = []
     try:
         dim, todo = _checked_encode(catalog, backbone, known, first_row, source, cache, committed,
-                                    batch_size=batch_size, num_workers=num_workers, verify_cache=verify_cache)
+                                    num_workers=num_workers, verify_cache=verify_cache)
     except KeyboardInterrupt:
         cached = len({sha for sha in hits if sha in known} | set(committed))
         where = (f"{cached} of the {len(first_row)} distinct images are in the embedding cache {cache.path} "
