@@ -9,11 +9,13 @@ fingerprint), all or none.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
+from recallk.encode.batches import EncodeInterrupted
 from recallk.encode.embed import embed
 from recallk.settings.encode import EncodeSettings
 from stages.params import load_settings
@@ -39,7 +41,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     remove_outputs(output_paths(args, OUTPUTS))
     settings = load_settings(EncodeSettings, args.params)
     catalog = read_catalog(args.catalog)
-    emb, provenance = embed(catalog, settings)
+    try:
+        emb, provenance = embed(catalog, settings)
+    except EncodeInterrupted as exc:  # Ctrl-C: say what is kept, exit 130 as a shell does for SIGINT
+        sys.stderr.write(f"error: {exc}\n")
+        sys.exit(130)
     ids = np.asarray(catalog["image_id"].tolist(), dtype=str)
     write_all([(args.embeddings, npy(emb)), (args.ids, npy(ids)), (args.provenance, json_file(provenance))])
 

@@ -20,6 +20,7 @@ import pandas as pd
 from PIL import Image
 
 from recallk.checks import unusable_rows
+from recallk.encode import verify
 from recallk.encode.base import Backbone
 from recallk.encode.cache import EmbeddingCache
 from recallk.errors import InputError, clip, quote
@@ -155,11 +156,17 @@ def _drop_unusable_hits(known: dict[str, np.ndarray], dim: int | None) -> int:
     return len(bad)
 
 
+class EncodeInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) during :func:`encode_catalog`; ``str()`` says how many images are cached and that a
+    re-run resumes from them (the encode stage prints it)."""
+
+
 def _encode_into(known: dict[str, np.ndarray], todo: list[str], paths: list[str], backbone: Backbone,
-                 dim: int | None, source: BatchSource, cache: EmbeddingCache | None) -> tuple[int | None, set[str]]:
+                 dim: int | None, source: BatchSource, cache: EmbeddingCache | None,
+                 committed: list[str] | None = None) -> tuple[int | None, set[str]]:
     """Encode the files ``todo`` (at ``paths``) into ``known`` and the cache with ``source``, committing
-    each batch as it arrives; return the dimension and the shas whose embedding was NaN, inf or all
-    zero (kept out of both)."""
+    each batch as it arrives (its shas appended to ``committed``); return the dimension and the shas whose
+    embedding was NaN, inf or all zero (kept out of both)."""
     failed_shas: set[str] = set()
     if not todo:
         return dim, failed_shas
@@ -173,25 +180,93 @@ def _encode_into(known: dict[str, np.ndarray], todo: list[str], paths: list[str]
             known.update(zip(good, good_emb))
             if cache is not None and good:
                 cache.put_many(good, good_emb)
+                if committed is not None:
+                    committed.extend(good)
             bar.update(len(batch))
     return dim, failed_shas
 
 
+def _verify_sample(known: dict[str, np.ndarray], served: dict[str, str], dim: int | None,
+                   source: BatchSource, cache: EmbeddingCache, n: int) -> None:
+    """Re-encode ``n`` of the ``served`` cache hits (sha256 -> path; :func:`recallk.encode.verify.sample`) and
+    raise an InputError when one differs from its cached vector beyond :data:`recallk.encode.verify.TOLERANCE`."""
+    picked = verify.sample(list(served), cache.key, n)
+    if not picked:
+        return
+    fresh: dict[str, np.ndarray] = {}
+    for batch, emb in source(picked, [served[sha] for sha in picked], dim):
+        fresh.update(zip(batch, np.asarray(emb, dtype=np.float32)))
+    bad = verify.mismatches({sha: known[sha] for sha in picked}, fresh)
+    log.info("verified %d cached embedding(s) against a fresh encoding: %d mismatch(es)", len(picked), len(bad))
+    if bad:
+        sha, diff = bad[0]
+        raise InputError(
+            f"the embedding cache {quote(str(cache.path))} served {len(bad)} of {len(picked)} sampled vectors "
+            f"unlike a fresh encoding (e.g. image {clip(served[sha])}: max difference {diff:.3g} of "
+            f"its largest value, above {verify.TOLERANCE}): rows written by another model or code, a backbone "
+            "whose output is not deterministic, or rows tampered with by someone who can write the cache; delete "
+            "the file (that only costs re-encoding) and re-run, and keep the cache folder writable only by you "
+            "(docs/backbones.md#the-embedding-cache).")
+
+
+def _checked_encode(catalog: pd.DataFrame, backbone: Backbone, known: dict[str, np.ndarray],
+                    first_row: dict[str, int], source: BatchSource, cache: EmbeddingCache | None,
+                    committed: list[str], *, num_workers: int,
+                    verify_cache: int) -> tuple[int | None, list[str]]:
+    """:func:`encode_catalog`'s work after the cache read: check the files, encode the misses into ``known``,
+    verify a sample of the hits; returns the dimension and the shas encoded."""
+    shas = catalog["sha256"].tolist()
+    names, paths = catalog["image_id"].tolist(), catalog["path"].tolist()
+    read_by_encoder = {first_row[sha] for sha in first_row if sha not in known}
+    rest = [i for i in range(len(shas)) if i not in read_by_encoder]
+    verify.check_unchanged([names[i] for i in rest], [paths[i] for i in rest], [shas[i] for i in rest],
+                           workers=num_workers)
+
+    def encode(todo: list[str], dim: int | None) -> tuple[int | None, set[str]]:
+        return _encode_into(known, todo, [paths[first_row[sha]] for sha in todo], backbone, dim, source, cache,
+                            committed)
+
+    todo = [sha for sha in first_row if sha not in known]
+    dim, failed_shas = encode(todo, backbone.dim)
+    if backbone.dim is None and _drop_unusable_hits(known, dim):  # hits of another dimension than the fresh ones
+        again = [sha for sha in first_row if sha not in known and sha not in failed_shas]
+        dim, more = encode(again, dim)
+        failed_shas |= more
+        todo += again
+    failed_names = [name for name, sha in zip(names, shas) if sha in failed_shas]
+    if failed_names:
+        raise InputError(f"backbone {backbone.name!r} gave NaN, inf or all-zero embeddings for {len(failed_names)} "
+                        f"image(s): {', '.join(map(clip, failed_names[:10]))}; check those images or the backbone.")
+    if cache is not None:
+        encoded = set(todo)
+        served = {sha: paths[row] for sha, row in first_row.items() if sha not in encoded}
+        # on the engine that encodes the misses: a backbone may run only where that engine runs it (a Ray
+        # worker's environment), so the sample costs one more (small) Ray job when every image was a hit
+        _verify_sample(known, served, dim, source, cache, verify_cache)
+    return dim, todo
+
+
 def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int, num_workers: int,
                    cache: EmbeddingCache | None = None, source: BatchSource | None = None,
-                   ) -> tuple[np.ndarray, int, int]:
+                   verify_cache: int = verify.SAMPLE) -> tuple[np.ndarray, int, int]:
     """Embed the catalog's images in catalog order.
 
     Returns ``(embeddings, n_encoded, n_cached)``: float32 array (n_images, dim),
     the number of files encoded now and the number served from ``cache``.
-    Cache hits pass the checks of fresh vectors: a NaN, inf, all-zero or wrong-dimension
-    entry (a damaged or shared cache) is dropped, logged and encoded again, so the
-    output is what a run without the cache gives. For a backbone of unknown dimension
+    Every file the encoder does not read itself (cache hits, second paths of identical content) is
+    hashed against the catalog's sha256 first (:func:`recallk.encode.verify.check_unchanged`): an image
+    edited, deleted or swapped since the split stage is an InputError, cached or not.
+    Cache hits pass the cache's integrity check (:meth:`EmbeddingCache.get_many`) and the checks of
+    fresh vectors: a NaN, inf, all-zero or wrong-dimension entry (a damaged or shared cache) is dropped,
+    logged and encoded again, so the output is what a run without the cache gives. Then
+    ``verify_cache`` of the hits (a deterministic sample, :func:`recallk.encode.verify.sample`) are
+    encoded again and compared; a mismatch is an InputError. For a backbone of unknown dimension
     (a user callable) at least one file is encoded, and its dimension judges the hits.
     Raises a InputError naming every image whose fresh embedding is NaN, inf or zero.
     ``source`` encodes the misses (:data:`BatchSource`; default :func:`local_source` with
     ``batch_size`` and ``num_workers``); its batches may come in any order: each is keyed by
     sha256, committed to the cache as it arrives, and the output is assembled in catalog order.
+    Ctrl-C raises :class:`EncodeInterrupted`, saying how many images the cache holds.
     """
     shas = catalog["sha256"].tolist()
     if source is None:
@@ -207,22 +282,18 @@ def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int
     _drop_unusable_hits(known, backbone.dim)
     if backbone.dim is None and known and len(known) == len(first_row):
         del known[next(iter(first_row))]  # encode one file: its dimension is the truth the hits are judged by
-    names, paths = catalog["image_id"].tolist(), catalog["path"].tolist()
-
-    def encode(todo: list[str], dim: int | None) -> tuple[int | None, set[str]]:
-        return _encode_into(known, todo, [paths[first_row[sha]] for sha in todo], backbone, dim, source, cache)
-
-    todo = [sha for sha in first_row if sha not in known]
-    dim, failed_shas = encode(todo, backbone.dim)
-    if backbone.dim is None and _drop_unusable_hits(known, dim):  # hits of another dimension than the fresh ones
-        again = [sha for sha in first_row if sha not in known and sha not in failed_shas]
-        dim, more = encode(again, dim)
-        failed_shas |= more
-        todo += again
-    failed_names = [name for name, sha in zip(names, shas) if sha in failed_shas]
-    if failed_names:
-        raise InputError(f"backbone {backbone.name!r} gave NaN, inf or all-zero embeddings for {len(failed_names)} "
-                        f"image(s): {', '.join(map(clip, failed_names[:10]))}; check those images or the backbone.")
+    hits = set(known)
+    committed: list[str] = []
+    try:
+        dim, todo = _checked_encode(catalog, backbone, known, first_row, source, cache, committed,
+                                    num_workers=num_workers, verify_cache=verify_cache)
+    except KeyboardInterrupt:
+        cached = len({sha for sha in hits if sha in known} | set(committed))
+        where = (f"{cached} of the {len(first_row)} distinct images are in the embedding cache {cache.path} "
+                 f"({len(set(committed))} encoded in this run); a re-run resumes from them" if cache is not None
+                 else "no cache was used, so a re-run starts again")
+        raise EncodeInterrupted(f"interrupted (Ctrl-C) while encoding with {backbone.name!r}: {where}; no output "
+                                "was written.") from None
     out = np.empty((len(catalog), dim if dim is not None else 0), dtype=np.float32)
     for i, sha in enumerate(shas):
         out[i] = known[sha]

@@ -17,23 +17,98 @@ Ray worker on the machine, as the Hugging Face and torch hub caches are:
 transaction per batch, a 600 s busy timeout, and the file's set-up retried while another
 process creates it. Deleting it is always safe: it only costs
 re-encoding.
+
+Integrity (the trust boundary, docs/backbones.md#the-embedding-cache): every row carries an HMAC-SHA256
+(:func:`row_digest`) over the format version, the backbone fingerprint, the image sha256, the dimension and
+the vector bytes, keyed by a random per-cache secret in ``embeddings.key`` beside the file (created once,
+mode 0600). A row whose digest does not match (a flipped byte, a vector stored as text, a row written by
+an older recallk or by anyone who cannot read the key) is not served: it is encoded again and replaced.
+Whoever can read the key and write the file can still forge a row; the encode stage's sample check
+(``encode.verify_cache``, :mod:`recallk.encode.verify`) re-encodes a sample of hits to catch that too.
+A file that is not a cache (another table layout) or whose pages are damaged is an InputError saying so.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import logging
 import os
+import secrets
 import sqlite3
+import tempfile
 import time
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from recallk.errors import InputError, sqlite_advice
+from recallk.errors import InputError, quote, sqlite_advice
 
+log = logging.getLogger(__name__)
 _CHUNK = 500  # keys per SELECT, well under SQLite's variable limit
 #: How long a connection waits for another writer (SQLite's busy timeout, and the set-up's retries).
 _BUSY_SECONDS = 600
+#: The row format the digest covers: rows of another format (an older recallk's) are never trusted.
+FORMAT = b"recallk-embedding-cache-v2"
+#: The table's columns; ``digest`` was added in format 2 (an older file gets the column, its rows untrusted).
+COLUMNS = ("fingerprint", "sha256", "dim", "vector", "digest")
+#: SQLite's codes for a file that is not a database or whose pages are damaged.
+_DAMAGED_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
+_DELETE = "delete it (that only costs re-encoding) or set RECALLK_CACHE_DIR to another folder"
+
+
+def row_digest(key: bytes, fingerprint: str, sha256: str, dim: int, vector: bytes) -> bytes:
+    """HMAC-SHA256 under ``key`` of :data:`FORMAT`, the fingerprint, the image sha256, the dimension and
+    the vector's bytes (little-endian float32): the integrity check of one cache row."""
+    msg = b"\0".join([FORMAT, fingerprint.encode(), sha256.encode(), str(dim).encode(), vector])
+    return hmac.new(key, msg, hashlib.sha256).digest()
+
+
+def damaged(path: Path, exc: sqlite3.Error) -> InputError | None:
+    """The InputError for a cache file that is not a database or has damaged pages, else None."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if not isinstance(code, int) or code & 0xFF not in _DAMAGED_CODES:
+        return None
+    return InputError(f"the embedding cache {quote(str(path))} is damaged or not an SQLite database ({exc}); "
+                      f"{_DELETE}.")
+
+
+def cache_key(path: Path) -> bytes:
+    """The secret of the cache at ``path``: 32 random bytes in ``<path>.key`` (``embeddings.key``), created
+    once with mode 0600 (written to a temporary file, then linked into place, so two processes starting
+    at once agree on one key)."""
+    key_file = path.with_suffix(".key")
+    if not key_file.exists():
+        fd, tmp = tempfile.mkstemp(dir=key_file.parent, prefix=".key.")  # mode 0600
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(secrets.token_bytes(32))
+            try:
+                os.link(tmp, key_file)
+            except FileExistsError:
+                pass  # another process made it first: use that one
+        finally:
+            os.unlink(tmp)
+    key = key_file.read_bytes()
+    if len(key) != 32:
+        raise InputError(f"the embedding cache's key file {quote(str(key_file))} holds {len(key)} bytes, not 32 "
+                         f"(damaged); delete it and {quote(str(path))} (that only costs re-encoding).")
+    return key
+
+
+def _check_layout(db: sqlite3.Connection, path: Path) -> None:
+    """Add the ``digest`` column to a format-1 table; refuse a table ``embedding`` of any other layout."""
+    columns = [row[1] for row in db.execute("PRAGMA table_info(embedding)")]
+    if columns == list(COLUMNS[:4]):
+        try:
+            db.execute("ALTER TABLE embedding ADD COLUMN digest BLOB")
+        except sqlite3.OperationalError as exc:  # another process added it meanwhile
+            if "duplicate column" not in str(exc):
+                raise
+    elif columns != list(COLUMNS):
+        raise InputError(f"{quote(str(path))} is not a recallk embedding cache: its table `embedding` has columns "
+                         f"{quote(columns)}, not {quote(list(COLUMNS))}; {_DELETE}.")
 
 
 def _set_up(db: sqlite3.Connection) -> None:
@@ -45,7 +120,7 @@ def _set_up(db: sqlite3.Connection) -> None:
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("CREATE TABLE IF NOT EXISTS embedding (fingerprint TEXT NOT NULL, sha256 TEXT NOT NULL, "
-                       "dim INTEGER NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (fingerprint, sha256))")
+                       "dim INTEGER NOT NULL, vector BLOB NOT NULL, digest BLOB, PRIMARY KEY (fingerprint, sha256))")
             return
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
@@ -76,26 +151,55 @@ class EmbeddingCache:
     def __init__(self, path: str | os.PathLike, fingerprint: str):
         self.path = Path(path)
         self.fingerprint = fingerprint
+        #: Rows the last :meth:`get_many` left out for failing their integrity check.
+        self.untrusted = 0
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # a new folder: only its owner writes
             self._db = sqlite3.connect(self.path, timeout=_BUSY_SECONDS, isolation_level=None)
             _set_up(self._db)
-        except (OSError, sqlite3.Error) as exc:
+            _check_layout(self._db, self.path)
+            self._key = cache_key(self.path)
+        except sqlite3.DatabaseError as exc:
+            raise damaged(self.path, exc) or InputError(
+                f"cannot open the embedding cache {str(self.path)!r} ({exc}); delete it or set "
+                "RECALLK_CACHE_DIR to a writable folder.") from None
+        except OSError as exc:
             raise InputError(f"cannot open the embedding cache {str(self.path)!r} ({exc}); delete it or set "
                             "RECALLK_CACHE_DIR to a writable folder.") from None
 
     def get_many(self, shas: Iterable[str]) -> dict[str, np.ndarray]:
-        """Return the cached vectors among ``shas`` (entries of the wrong size are ignored)."""
+        """Return the cached vectors among ``shas``.
+
+        A row is served only if it is well formed (an integer dimension, a blob of 4 bytes per value) and
+        its digest (:func:`row_digest`) matches; other rows (damaged, stored as text, written by an older
+        recallk or without this cache's key) are left out, counted in :attr:`untrusted` and logged once,
+        so they are encoded again and replaced.
+        """
         found: dict[str, np.ndarray] = {}
+        untrusted = 0
         keys = list(dict.fromkeys(shas))
-        for start in range(0, len(keys), _CHUNK):
-            chunk = keys[start:start + _CHUNK]
-            rows = self._db.execute(
-                f"SELECT sha256, dim, vector FROM embedding WHERE fingerprint = ? AND sha256 IN "
-                f"({','.join('?' * len(chunk))})", [self.fingerprint, *chunk])
-            for sha, dim, blob in rows:
-                if len(blob) == 4 * dim:
-                    found[sha] = np.frombuffer(blob, dtype="<f4")
+        try:
+            for start in range(0, len(keys), _CHUNK):
+                chunk = keys[start:start + _CHUNK]
+                rows = self._db.execute(
+                    f"SELECT sha256, dim, vector, digest FROM embedding WHERE fingerprint = ? AND sha256 IN "
+                    f"({','.join('?' * len(chunk))})", [self.fingerprint, *chunk])
+                for sha, dim, blob, digest in rows:
+                    if (isinstance(blob, bytes) and isinstance(dim, int) and isinstance(digest, bytes)
+                            and len(blob) == 4 * dim and hmac.compare_digest(
+                                digest, row_digest(self._key, self.fingerprint, sha, dim, blob))):
+                        found[sha] = np.frombuffer(blob, dtype="<f4")
+                    else:
+                        untrusted += 1
+        except sqlite3.DatabaseError as exc:
+            raise damaged(self.path, exc) or InputError(
+                f"cannot read the embedding cache {quote(str(self.path))} ({exc}); to fix: {sqlite_advice(exc)}, "
+                "then re-run.") from None
+        self.untrusted = untrusted
+        if untrusted:
+            log.warning("ignored %d row(s) of the embedding cache %s that fail their integrity check (damaged, "
+                        "stored as text, written by an older recallk or without this cache's key); encoding them "
+                        "again", untrusted, self.path)
         return found
 
     def put_many(self, shas: Sequence[str], vectors: np.ndarray) -> None:
@@ -105,11 +209,20 @@ class EmbeddingCache:
             with self._db:
                 self._db.execute("BEGIN IMMEDIATE")
                 self._db.executemany(
-                    "INSERT OR REPLACE INTO embedding VALUES (?, ?, ?, ?)",
-                    [(self.fingerprint, sha, vectors.shape[1], vectors[i].tobytes()) for i, sha in enumerate(shas)])
+                    "INSERT OR REPLACE INTO embedding VALUES (?, ?, ?, ?, ?)",
+                    [(self.fingerprint, sha, dim, blob, row_digest(self._key, self.fingerprint, sha, dim, blob))
+                     for sha, dim, blob in ((sha, vectors.shape[1], vectors[i].tobytes())
+                                            for i, sha in enumerate(shas))])
         except sqlite3.Error as exc:
+            if damaged(self.path, exc):
+                raise damaged(self.path, exc) from None
             raise InputError(f"cannot write the embedding cache {str(self.path)!r} ({exc}); to fix: "
                              f"{sqlite_advice(exc)}, then re-run.") from None
+
+    @property
+    def key(self) -> bytes:
+        """This cache's secret (:func:`cache_key`): it keys the row digests and the verification sample."""
+        return self._key
 
     def close(self) -> None:
         self._db.close()

@@ -36,7 +36,8 @@ def embed(catalog: pd.DataFrame, settings: EncodeSettings) -> tuple[np.ndarray, 
         ``device``, ``dtype``, ``reproducible`` (where and how torch backbones run,
         :mod:`recallk.encode.device`; other backbones ignore them); ``engine``: where the cache misses
         are encoded, this process or Ray Data actors (:mod:`recallk.encode.ray_engine`, with
-        ``settings.ray``). Both engines give the same bytes.
+        ``settings.ray``). Both engines give the same bytes. ``verify_cache``: cache hits encoded again
+        and compared (:func:`recallk.encode.batches.encode_catalog`).
 
     Returns
     -------
@@ -69,7 +70,8 @@ def embed(catalog: pd.DataFrame, settings: EncodeSettings) -> tuple[np.ndarray, 
         source = ray_source(model, backbone, options, settings.ray, runtime=runtime)
     with EmbeddingCache(default_path(), model.fingerprint) as cache:
         out, n_encoded, n_cached = encode_catalog(catalog, model, batch_size=settings.batch_size,
-                                                  num_workers=settings.num_workers, cache=cache, source=source)
+                                                  num_workers=settings.num_workers, cache=cache, source=source,
+                                                  verify_cache=settings.verify_cache)
     log.info("%s (fingerprint %s, dim %d): encoded %d images, served %d from the cache (%s)", model.name,
              model.fingerprint, out.shape[1], n_encoded, n_cached, cache.path)
     return out, _provenance(model.name, model.fingerprint, out)

@@ -155,13 +155,28 @@ def read_precomputed(path: str | None, ids_path: str | None) -> tuple[np.ndarray
     return ids, _load_npy(file, "precomputed embeddings")
 
 
+def _text_ids(ids: np.ndarray, source: str) -> np.ndarray:
+    """``ids`` as text: byte strings (dtype ``S``, as Python 2 or h5py wrote them) are decoded as UTF-8,
+    and one that is not UTF-8 is an InputError naming its row (numpy's own cast decodes ASCII only)."""
+    if ids.dtype.kind != "S":
+        return ids.astype(str)
+    flat = ids.ravel()
+    for row, raw in enumerate(flat.tolist()):
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{source}: id {row} is the byte string {quote(raw)}, which is not UTF-8 ({exc.reason} "
+                             f"at byte {exc.start}); store ids as text (numpy.str_) or UTF-8 bytes.") from None
+    return np.array([raw.decode("utf-8") for raw in flat.tolist()], dtype=str).reshape(ids.shape)
+
+
 def align(ids: np.ndarray, emb: np.ndarray, catalog_ids: Sequence[str], source: str) -> np.ndarray:
     """Rows of ``emb`` in catalog order; every id present, one dimension, finite, non-zero."""
     if emb.ndim != 2 or emb.dtype.kind not in "iuf":
         why = " (complex numbers have no cosine here: store the real vectors)" if emb.dtype.kind == "c" else ""
         raise InputError(f"{source}: embeddings must be a numeric 2-D array (n, d); got shape {emb.shape}, "
                         f"dtype {emb.dtype}{why}.")
-    ids = np.asarray(ids).astype(str)
+    ids = _text_ids(np.asarray(ids), source)
     if ids.ndim != 1 or len(ids) != len(emb):
         raise InputError(f"{source}: ids of shape {ids.shape} for {len(emb)} embedding rows; they must be a list "
                         "aligned one to one with the rows.")

@@ -11,6 +11,7 @@ from typing import Any
 from recallk.checks import bool_problem, choice, integer, is_int, name_problem, optional, ray_address_problem
 from recallk.encode.base import NO_FILE
 from recallk.encode.device import DEVICES, DTYPES
+from recallk.encode.verify import SAMPLE
 from recallk.errors import quote
 from recallk.settings.base import as_params, setting
 
@@ -186,6 +187,11 @@ class EncodeSettings:
                          "torch backbones: `float32`, `bfloat16` or `float16` (GPU only)")
     reproducible: bool = setting(True, bool_problem,
                                  "torch backbones on a GPU: deterministic CUDA kernels with TF32 off")
+    verify_cache: int = setting(SAMPLE, integer(0, 1_000_000),
+                                "cache hits encoded again each run (a deterministic sample, keyed by the cache's "
+                                "secret) and compared with the cached vectors: a difference above 1% of the largest "
+                                "value fails the stage. 0: off "
+                                "([the trust boundary](backbones.md#the-embedding-cache))")
 
     def backbone_options(self, key: str) -> dict[str, Any] | None:
         """The options of the backbone whose sub-section is ``key`` (:func:`recallk.encode.registry.options_key`)

@@ -12,7 +12,7 @@ import pandas as pd
 
 from helpers import image_catalog
 from recallk.encode.batches import encode_catalog
-from recallk.encode.cache import EmbeddingCache
+from recallk.encode.cache import EmbeddingCache, row_digest
 from recallk.encode.registry import get_backbone
 
 FP = "fp-a"
@@ -62,8 +62,10 @@ def test_cache_ignores_a_blob_of_the_wrong_length(tmp_path):
     path = tmp_path / "c.sqlite"
     with EmbeddingCache(path, FP) as cache:
         cache.put_many([_sha(0)], _vectors(1))
+        blob = np.ones(3, "<f4").tobytes()
+        digest = row_digest(cache.key, FP, _sha(1), 5, blob)  # a valid digest: the length check alone refuses it
     with contextlib.closing(sqlite3.connect(path)) as db, db:  # dim 5 but only 3 floats: a damaged entry
-        db.execute("INSERT INTO embedding VALUES (?, ?, ?, ?)", (FP, _sha(1), 5, np.ones(3, "<f4").tobytes()))
+        db.execute("INSERT INTO embedding VALUES (?, ?, ?, ?, ?)", (FP, _sha(1), 5, blob, digest))
     with EmbeddingCache(path, FP) as cache:
         assert list(cache.get_many([_sha(0), _sha(1)])) == [_sha(0)]
 
@@ -81,17 +83,18 @@ def test_cache_get_many_chunks_beyond_500_keys(tmp_path):
 # --- encode_catalog with a cache -------------------------------------------------------------------------------
 
 def test_encode_catalog_encodes_each_file_once(tmp_path):
+    # verify_cache=0: only the encodes of misses are counted here (test_cache_trust.py counts the sample's)
     backbone, seen = _counting()
     cat6 = image_catalog(tmp_path, range(6))
     with EmbeddingCache(tmp_path / "c.sqlite", backbone.fingerprint) as cache:
-        first, n_enc, n_hit = encode_catalog(cat6, backbone, batch_size=4, num_workers=2, cache=cache)
+        first, n_enc, n_hit = encode_catalog(cat6, backbone, batch_size=4, num_workers=2, cache=cache, verify_cache=0)
         assert (n_enc, n_hit, sum(seen)) == (6, 0, 6)
-        again, n_enc, n_hit = encode_catalog(cat6, backbone, batch_size=4, num_workers=2, cache=cache)
+        again, n_enc, n_hit = encode_catalog(cat6, backbone, batch_size=4, num_workers=2, cache=cache, verify_cache=0)
         assert (n_enc, n_hit, sum(seen)) == (0, 6, 6)
         assert again.dtype == np.float32 and again.tobytes() == first.tobytes()
         cat8 = pd.concat([cat6, image_catalog(tmp_path, [100, 101], prefix="new")], ignore_index=True)
         grown, n_enc, n_hit = encode_catalog(cat8.sample(frac=1, random_state=0), backbone, batch_size=4,
-                                             num_workers=2, cache=cache)
+                                             num_workers=2, cache=cache, verify_cache=0)
         assert (n_enc, n_hit, sum(seen)) == (2, 6, 8)
     uncached, _, _ = encode_catalog(cat8.sample(frac=1, random_state=0), get_backbone("pixels", {"resolution": 4}),
                                     batch_size=3, num_workers=1)

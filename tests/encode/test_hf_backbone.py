@@ -102,6 +102,19 @@ def test_checkpoint_that_does_not_fit_is_one_clear_error(dino_copy, edit, fragme
         hf(dino_copy)
 
 
+@pytest.mark.parametrize("edit, fragment", [
+    # an int8 export: from_pretrained cast it to float without a word (hostile corpus, issue 25)
+    (lambda s: s.update({KEY: s[KEY].to(torch.int8)}), rf"1 key\(s\) of another dtype where the model holds floats: "
+                                                       rf"model\.safetensors: {KEY} I8"),
+    (lambda s: s[KEY].fill_(float("nan")), rf"1 key\(s\) holding NaN or inf: {KEY}"),  # loaded without a word
+])
+def test_weights_of_another_dtype_or_not_finite_are_refused(dino_copy, edit, fragment):
+    _edit_weights(dino_copy, edit)
+    with pytest.raises(InputError, match=rf"the weights in the hf model directory '.*dino' cannot be used \("
+                                         rf".*{fragment}"):
+        hf(dino_copy)
+
+
 @pytest.mark.parametrize("remove, fragment", [
     ("config.json", r"has no config.json, so it is not a saved transformers model"),
     (WEIGHTS, r"cannot load the hf model directory .*needs config.json, the weights"),

@@ -13,15 +13,18 @@ import pytest
 
 from helpers import image_catalog, run_module
 from recallk.encode.batches import encode_catalog
-from recallk.encode.cache import EmbeddingCache
+from recallk.encode.cache import EmbeddingCache, cache_key, row_digest
 from recallk.encode.registry import get_backbone
 
 
 def poison(path: Path, fingerprint: str, vectors: dict[str, np.ndarray]) -> None:
-    """Overwrite cache entries as another run (or a damaged shared cache) could have left them."""
+    """Overwrite cache entries as another run holding the cache's key could have left them (valid digests:
+    the checks of fresh vectors, not the integrity check, must refuse them)."""
+    key = cache_key(path)
+    rows = [(fingerprint, sha, v.size, np.asarray(v, "<f4").tobytes()) for sha, v in vectors.items()]
     with contextlib.closing(sqlite3.connect(path)) as db, db:
-        db.executemany("INSERT OR REPLACE INTO embedding VALUES (?, ?, ?, ?)",
-                       [(fingerprint, sha, v.size, np.asarray(v, "<f4").tobytes()) for sha, v in vectors.items()])
+        db.executemany("INSERT OR REPLACE INTO embedding VALUES (?, ?, ?, ?, ?)",
+                       [(*row, row_digest(key, *row)) for row in rows])
 
 
 BAD_VECTORS = {
@@ -83,10 +86,16 @@ def test_encode_stage_output_does_not_depend_on_a_poisoned_cache(project, tmp_pa
     fresh = (project / "data/embeddings/embeddings.npy").read_bytes()
     cat = pd.read_csv(project / "data/prepared/catalog.csv", dtype=str)
     backbone = get_backbone("pixels", {"resolution": 16})
-    poison(tmp_path / "cache" / "embeddings.sqlite", backbone.fingerprint,
+    db = tmp_path / "cache" / "embeddings.sqlite"
+    poison(db, backbone.fingerprint,
            {cat["sha256"][0]: np.full(backbone.dim, np.nan), cat["sha256"][1]: np.zeros(backbone.dim)})
+    # issue 25's attack: 6 rows overwritten with another image's finite vector (recall@1 0.125 -> 0.375, exit 0)
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.executemany("UPDATE embedding SET vector = (SELECT vector FROM embedding WHERE sha256 = ?) "
+                         "WHERE sha256 = ?", [(cat["sha256"][2], sha) for sha in cat["sha256"][3:9]])
     proc = run_module("stages.encode", cwd=project)
     assert proc.returncode == 0, proc.stderr
     assert "dropped 2 unusable cached embedding(s)" in proc.stderr
-    assert "encoded 2 images, served 198 from the cache" in proc.stderr
+    assert "ignored 6 row(s) of the embedding cache" in proc.stderr
+    assert "encoded 8 images, served 192 from the cache" in proc.stderr
     assert (project / "data/embeddings/embeddings.npy").read_bytes() == fresh

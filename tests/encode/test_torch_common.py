@@ -14,6 +14,7 @@ extra("torch", "torch")  # without it, this file is skipped
 import torch
 from torchvision import transforms
 
+from recallk.encode.backbones import state_dicts as sd
 from recallk.encode.backbones import torch_common as tc
 from torch_helpers import save_state_dict
 
@@ -47,19 +48,19 @@ def test_folder_fingerprint_covers_its_config(tmp_path):
 def test_training_checkpoint_gives_its_state_dict(tmp_path):
     path = tmp_path / "ckpt.pth"
     torch.save({"state_dict": {"w": torch.arange(3.0)}, "epoch": 7}, path)
-    assert torch.equal(tc.load_state_dict_file(path)["w"], torch.arange(3.0))
+    assert torch.equal(sd.load_state_dict_file(path)["w"], torch.arange(3.0))
     torch.save([torch.ones(1)], tmp_path / "list.pth")
     with pytest.raises(InputError, match=r"'.*list\.pth' is not a state dict"):
-        tc.load_state_dict_file(tmp_path / "list.pth")
+        sd.load_state_dict_file(tmp_path / "list.pth")
 
 
 def test_strict_load_lists_are_bounded():
     model = torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(12)])
     with pytest.raises(InputError, match=r"'x' does not fit the model \(24 missing key\(s\): 0\.weight, 0\.bias, .*"
                                          r"\.\.\. and 16 more; 1 unexpected key\(s\): other\)"):
-        tc.strict_load(model, {"other": torch.ones(1)}, "'x'")
+        sd.strict_load(model, {"other": torch.ones(1)}, "'x'")
     state = {k: v + 1 for k, v in model.state_dict().items()}
-    tc.strict_load(model, state, "'x'")  # exact: loads
+    sd.strict_load(model, state, "'x'")  # exact: loads
     assert torch.equal(model[0].weight, state["0.weight"])
 
 

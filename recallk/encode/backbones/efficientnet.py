@@ -23,6 +23,7 @@ try:
     from efficientnet_pytorch.utils import BlockDecoder, GlobalParams
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'efficientnet_lite0'", "torch", "torch, efficientnet_pytorch", exc) from None
+from recallk.encode.backbones import state_dicts
 from recallk.encode.backbones.torch_common import (
     CPU,
     image_encoder,
@@ -69,6 +70,7 @@ def build_model(state_dict: dict[str, torch.Tensor] | None = None) -> EfficientN
     if state_dict is None:
         state_dict = torch.load(weights_path(), map_location="cpu", weights_only=True)
     if state_dict:
+        state_dicts.check_values(state_dict, model.state_dict(), "the efficientnet_lite0 weights")
         model.load_state_dict(state_dict, strict=True)
     model._swish = torch.nn.ReLU6()
     for block in model._blocks:

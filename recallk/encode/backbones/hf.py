@@ -36,7 +36,7 @@ try:
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'hf:...'", "torch", "torch, transformers", exc) from None
 
-from recallk.encode.backbones import torch_common
+from recallk.encode.backbones import state_dicts, torch_common
 from recallk.encode.base import Backbone, ModelSpec, is_no_file
 from recallk.encode.device import Request
 from recallk.settings.encode import POOLINGS
@@ -108,7 +108,31 @@ def load(path: Path) -> tuple[torch.nn.Module, Any]:
     if problems:
         raise InputError(f"the weights in the {where} do not match its config.json ({type(model).__name__}): "
                          f"{'; '.join(problems)}. Use the files saved together with that config.")
+    _check_file_dtypes(path, model, where)
+    state = model.state_dict()
+    state_dicts.check_values(state, state, f"the weights in the {where}")  # NaN or inf (the model's own dtypes)
     return model.eval(), processor
+
+
+def _check_file_dtypes(path: Path, model: torch.nn.Module, where: str) -> None:
+    """Refuse integer or bool tensors in the directory's ``.safetensors`` files where the model holds floats
+    (an int8 export): ``from_pretrained`` casts them to float without a word. Keys match exactly or up to
+    the model's prefix (``dinov2.`` ...)."""
+    from safetensors import safe_open
+
+    floats = [k for k, v in model.state_dict().items() if v.is_floating_point()]
+    bad = []
+    for file in sorted(path.glob("*.safetensors")):
+        with safe_open(str(file), "pt") as fh:
+            for key in fh.keys():
+                dtype = fh.get_slice(key).get_dtype()
+                if (dtype.startswith(("I", "U")) or dtype == "BOOL") and any(
+                        k == key or k.endswith("." + key) or key.endswith("." + k) for k in floats):
+                    bad.append(f"{file.name}: {key} {dtype}")
+    if bad:
+        raise InputError(f"the weights in the {where} cannot be used ({len(bad)} key(s) of another dtype where the "
+                         f"model holds floats: {', '.join(bad[:state_dicts.MAX_KEYS])}): a quantized or "
+                         "other-dtype export; use the float weights as saved by save_pretrained.")
 
 
 def processor_config(processor: Any) -> dict[str, Any]:

@@ -12,7 +12,7 @@
   normalisation gives a plausible but wrong recall.
 
 The model comes from ``open_clip.create_model_and_transforms(..., load_weights=False)`` (nothing
-is downloaded) and the checkpoint loads strictly (:func:`recallk.encode.backbones.torch_common.strict_load`).
+is downloaded) and the checkpoint loads strictly (:func:`recallk.encode.backbones.state_dicts.strict_load`).
 The embedding is ``model.encode_image`` of the eval transform's tensor (not normalised).
 """
 
@@ -31,7 +31,7 @@ try:
     import torch
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'open_clip:<model>'", "open-clip", "open_clip_torch", exc) from None
-from recallk.encode.backbones import torch_common
+from recallk.encode.backbones import state_dicts, torch_common
 from recallk.encode.device import Request
 
 FAMILY = "open_clip"
@@ -150,7 +150,7 @@ def build(model: str, *, weights: str | None = None, tag: str | None = None,
                          f"with open_clip_config.json and the weights; nothing is downloaded at run time."
                          f"{_hub_hint(model)}")
     net, preprocess = _create(model, source, tag)
-    torch_common.strict_load(net, torch_common.load_state_dict_file(source.file),
+    state_dicts.strict_load(net, state_dicts.load_state_dict_file(source.file),
                              f"weights file {str(source.file)!r} for open_clip:{model}")
     net.eval()
     preprocess_cfg = json.loads(json.dumps(net.visual.preprocess_cfg))

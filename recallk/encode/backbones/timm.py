@@ -10,7 +10,7 @@ output is the pooled feature vector before the classifier, and its weights come 
 * nothing set: timm's own pretrained source for the model (``pretrained_cfg["hf_hub_id"]``),
   read from the local Hugging Face cache only; nothing is downloaded at run time.
 
-Either way the state dict loads strictly (:func:`recallk.encode.backbones.torch_common.strict_load`); only
+Either way the state dict loads strictly (:func:`recallk.encode.backbones.state_dicts.strict_load`); only
 the classifier keys that ``num_classes=0`` removes (``pretrained_cfg["classifier"]``) are dropped.
 Preprocessing is timm's own: ``timm.data.resolve_model_data_config(model)`` and
 ``timm.data.create_transform(**config, is_training=False)``.
@@ -34,7 +34,7 @@ try:
     from huggingface_hub import try_to_load_from_cache
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'timm:<model>'", "timm", "timm, huggingface-hub", exc) from None
-from recallk.encode.backbones import torch_common
+from recallk.encode.backbones import state_dicts, torch_common
 from recallk.encode.device import Request
 
 log = logging.getLogger(__name__)
@@ -155,8 +155,8 @@ def build(model: str, *, weights: str | None = None, runtime: Request | None = N
     net = _create_from_folder(arch, source) if source is not None and source.folder is not None else _create(model)
     if source is None:
         source = _cached_hub_weights(net, model)
-    state = _drop_classifier(torch_common.load_state_dict_file(source.file), net)
-    torch_common.strict_load(net, state, f"weights file {str(source.file)!r} for timm:{model}")
+    state = _drop_classifier(state_dicts.load_state_dict_file(source.file), net)
+    state_dicts.strict_load(net, state, f"weights file {str(source.file)!r} for timm:{model}")
     net.eval()
     data_config = timm.data.resolve_model_data_config(net)
     transform = timm.data.create_transform(**data_config, is_training=False)

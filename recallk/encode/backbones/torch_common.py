@@ -1,11 +1,8 @@
 """What every torch backbone shares: weights files, strict loading, deterministic inference, fingerprints.
 
 * :func:`resolve_weights` turns a ``weights`` param (a file, a folder, ``local-dir:<folder>`` or the
-  placeholder for none) into a :class:`WeightsSource`; :func:`load_state_dict_file` reads a
-  ``.safetensors`` / ``.pth`` / ``.pt`` / ``.bin`` file with nothing unpickled but tensors;
-* :func:`strict_load` loads a state dict only if its keys and shapes are exactly the model's,
-  else one :class:`~recallk.errors.InputError` naming the missing, unexpected and mis-shaped keys
-  (libraries such as timm load classifiers non-strictly; this never does);
+  placeholder for none) into a :class:`WeightsSource`; reading and strictly loading the file is
+  :mod:`recallk.encode.backbones.state_dicts` (``load_state_dict_file``, ``strict_load``);
 * :func:`image_encoder` runs ``forward(transform(image))`` per image (:func:`per_image`), so an
   embedding never depends on its batch or the machine's core count;
 * :func:`place` puts a model on ``encode.device`` in ``encode.dtype`` (:mod:`recallk.encode.device`);
@@ -20,12 +17,10 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import os
-import pickle
-import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 from PIL import Image
@@ -132,99 +127,6 @@ def resolve_weights(value: str | None, *, param: str, config_name: str,
         raise InputError(f"weights file {str(path)!r} not found; fix `{param}` (a {'/'.join(WEIGHTS_SUFFIXES)} "
                          "file, or a folder with the config and weights).")
     return WeightsSource(file=path)
-
-
-def _unwrap(obj: Any) -> Any:
-    """The state dict inside a training checkpoint (``{"state_dict": ...}``), else ``obj``."""
-    if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
-        return obj["state_dict"]
-    return obj
-
-
-def load_state_dict_file(path: str | Path) -> dict[str, torch.Tensor]:
-    """Read a state dict from ``path`` on the CPU.
-
-    ``.safetensors`` files load with :func:`safetensors.torch.load_file`; ``.pth`` / ``.pt`` /
-    ``.bin`` with ``torch.load(weights_only=True)``, so no Python object is unpickled. A
-    checkpoint holding ``{"state_dict": ...}`` gives that inner dict.
-
-    Returns
-    -------
-    dict of str to torch.Tensor
-        The tensors by key. A missing, unreadable or tensor-less file is an InputError naming it.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"weights file {str(path)!r} not found; download it or fix the path.")
-    if path.suffix not in WEIGHTS_SUFFIXES:
-        raise InputError(f"weights file {str(path)!r} has suffix {path.suffix!r}; give a "
-                         f"{', '.join(WEIGHTS_SUFFIXES)} file.")
-    try:
-        if path.suffix == ".safetensors":
-            try:
-                from safetensors import SafetensorError
-                from safetensors.torch import load_file
-            except ImportError as exc:
-                raise MissingExtraError(f"weights file {str(path)!r}", "timm", "safetensors", exc) from None
-            try:
-                state = load_file(str(path), device="cpu")
-            except SafetensorError as exc:
-                raise InputError(f"cannot read weights file {str(path)!r} ({exc}); is it a complete "
-                                 ".safetensors file? Download it again.") from None
-        else:
-            state = _unwrap(torch.load(path, map_location="cpu", weights_only=True))
-    except pickle.UnpicklingError:
-        if not zipfile.is_zipfile(path):  # torch.save writes a zip archive; this is something else
-            raise InputError(f"cannot read weights file {str(path)!r} (not a torch checkpoint); is it a complete "
-                             "download? Download it again.") from None
-        raise InputError(f"weights file {str(path)!r} holds Python objects besides tensors, which are not loaded "
-                         "(torch.load with weights_only=True); save its state_dict() only, or convert it to "
-                         ".safetensors.") from None
-    except (OSError, EOFError, RuntimeError, ValueError, zipfile.BadZipFile) as exc:
-        raise InputError(f"cannot read weights file {str(path)!r} ({type(exc).__name__}: "
-                         f"{str(exc).splitlines()[0] if str(exc) else ''}); is it a complete torch checkpoint? "
-                         "Download it again.") from None
-    if not isinstance(state, dict) or not state or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise InputError(f"weights file {str(path)!r} is not a state dict (a mapping of names to tensors); save "
-                         "model.state_dict().")
-    return state
-
-
-def _listed(keys: Sequence[str]) -> str:
-    more = f", ... and {len(keys) - MAX_KEYS} more" if len(keys) > MAX_KEYS else ""
-    return ", ".join(keys[:MAX_KEYS]) + more
-
-
-def strict_load(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor], source: str) -> None:
-    """Load ``state_dict`` into ``model`` only if its keys and shapes are exactly the model's.
-
-    Parameters
-    ----------
-    model : torch.nn.Module
-        The model built without weights.
-    state_dict : mapping of str to torch.Tensor
-        The weights (:func:`load_state_dict_file`).
-    source : str
-        What the weights are, for the message (``weights file 'x.safetensors' for timm:resnet50``).
-
-    Raises
-    ------
-    InputError
-        Naming the missing keys, the unexpected keys and the keys of another shape (each list cut
-        at :data:`MAX_KEYS`), and the fix.
-    """
-    expected = model.state_dict()
-    missing = [k for k in expected if k not in state_dict]
-    unexpected = [k for k in state_dict if k not in expected]
-    shapes = [f"{k} {tuple(state_dict[k].shape)} (model: {tuple(expected[k].shape)})" for k in expected
-              if k in state_dict and tuple(state_dict[k].shape) != tuple(expected[k].shape)]
-    problems = [f"{len(found)} {what}: {_listed(found)}" for what, found in
-                [("missing key(s)", missing), ("unexpected key(s)", unexpected), ("key(s) of another shape", shapes)]
-                if found]
-    if problems:
-        raise InputError(f"{source} does not fit the model ({'; '.join(problems)}); use weights saved from exactly "
-                         "this architecture and configuration.")
-    model.load_state_dict(dict(state_dict), strict=True)
 
 
 def per_image(forward: Callable[[T], torch.Tensor], items: Sequence[T], *, dim: int,

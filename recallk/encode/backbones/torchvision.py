@@ -28,7 +28,7 @@ try:
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'torchvision:...'", "torch", "torch, torchvision", exc) from None
 
-from recallk.encode.backbones import torch_common
+from recallk.encode.backbones import state_dicts, torch_common
 from recallk.encode.base import Backbone, ModelSpec, is_no_file
 from recallk.encode.device import Request
 from recallk.settings.encode import INTERPOLATIONS as INTERPOLATION_NAMES
@@ -140,7 +140,7 @@ def build(model: str, settings: TorchvisionSettings | None = None, runtime: Requ
         A classification model of ``torchvision.models.list_models(module=torchvision.models)``.
     settings : TorchvisionSettings, optional
         ``encode.torchvision`` (default: its defaults): ``weights``, a state dict file of the whole
-        classification model, loaded strictly (:func:`recallk.encode.backbones.torch_common.strict_load`);
+        classification model, loaded strictly (:func:`recallk.encode.backbones.state_dicts.strict_load`);
         ``preset``, a weights enum member whose ``transforms()`` is the preprocessing, else the explicit
         ``resize``, ``crop``, ``mean``, ``std``, ``interpolation``: resize the shorter side to ``resize``,
         center-crop ``crop``, scale to [0, 1], ``(x - mean) / std`` per channel. Refused together with
@@ -168,7 +168,7 @@ def build(model: str, settings: TorchvisionSettings | None = None, runtime: Requ
                                        settings.interpolation)
     path = _weights_file(model, weights, preset)
     net = build_model(model)
-    torch_common.strict_load(net, torch_common.load_state_dict_file(path),
+    state_dicts.strict_load(net, state_dicts.load_state_dict_file(path),
                              source=f"`encode.torchvision.weights` file {path!r} for {PREFIX}{model}")
     head = strip_classifier(net)
     options = {"model": model, "preset": preset, "preprocess": transform_config(transform), "head_removed": head,
