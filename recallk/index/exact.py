@@ -10,8 +10,10 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from recallk.checks import check_exclude_columns
 from recallk.errors import InputError
 from recallk.index.sweep import Exact, Problem
+from recallk.report.suite import SplitSets
 from recallk.score.data import RetrievalData
 from recallk.score.metrics import rank
 from recallk.score.ranking.neighbors import top_k
@@ -19,6 +21,7 @@ from recallk.score.ranking.problem import code_columns, own_rows
 from recallk.score.registry import metric_keys
 from recallk.score.similarity import l2_normalize
 from recallk.score.values import per_query
+from recallk.score.whitening import pca_whitening
 from recallk.settings.score import ScoreSettings
 from recallk.tables_contract import per_query_column
 
@@ -76,3 +79,19 @@ def exact_from_tables(per_query_table: pd.DataFrame, neighbors: pd.DataFrame, qu
     rows[q.astype(np.int64), r] = g.astype(np.int64)
     scores[q.astype(np.int64), r] = pd.to_numeric(neighbors["score"]).to_numpy(dtype=np.float32)
     return Exact(table, rows, scores)
+
+
+def problem_from_split(sets: SplitSets, catalog: pd.DataFrame, score: ScoreSettings) -> Problem:
+    """The problem of a split's queries and gallery as the score stage scores them (the same whitening, ids and
+    ``score.exclude_same`` columns), with the train split's rows for training (empty when it has none)."""
+    check_exclude_columns(score.exclude_same, list(catalog.columns), name="score.exclude_same")
+    queries, gallery, train = sets.queries, sets.gallery, sets.train
+    q, g = sets.embeddings(queries), sets.embeddings(gallery)
+    t = sets.embeddings(train) if train.size else np.empty((0, q.shape[1]), dtype=q.dtype)
+    if score.whiten == "pca":  # as the score stage: fitted on the train split (which it checked has 2 or more)
+        q, g, t = pca_whitening(t, q, g, t)
+    labels = catalog["label"]
+    exclude = [(catalog.loc[queries, c].to_numpy(), catalog.loc[gallery, c].to_numpy()) for c in score.exclude_same]
+    data = RetrievalData(q, g, labels[queries].to_numpy(), labels[gallery].to_numpy(), query_ids=queries,
+                         gallery_ids=gallery, exclude=exclude, same_set=sets.same_set)
+    return problem_of(data, t)

@@ -196,7 +196,8 @@ def score_index(problem: Problem, exact: Exact, settings: IndexSettings,
     with Progress(sum(len(p) for _, p in planned), "index points", "point", log) as bar:
         for kind, kind_points in planned:
             use_train = kind.needs_training and problem.train.shape[0] > 0
-            trained_on = ("train split" if use_train else "gallery") if kind.needs_training else "none (no training)"
+            trained_on = ((f"train split ({len(problem.train)} rows)" if use_train else
+                           "gallery (no train split)") if kind.needs_training else "none (no training)")
             built = kinds_mod.build(kind, problem.gallery, problem.train if use_train else problem.gallery,
                                     settings.build_threads, settings.seed)
             log.info("%s built in %.2f s (%d bytes), trained on %s", kind.name, built.build_seconds,
