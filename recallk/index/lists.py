@@ -55,21 +55,19 @@ def ranked_lists(ids: np.ndarray, scores: np.ndarray, own: np.ndarray,
         int64 ``(n, depth)`` gallery rows by (-score, row), -1 where the list came up short; their scores
         (NaN there).
     """
-    n = ids.shape[0]
     keep = (ids >= 0) & (ids != own[:, None])
     safe = np.maximum(ids, 0)
     for qc, gc in codes:
         keep &= ~((qc[:, None] >= 0) & (gc[safe] == qc[:, None]))
-    line, col = np.nonzero(keep)
-    item, score = ids[line, col], scores[line, col].astype(np.float64)
-    order = np.lexsort((item, -score, line))
-    line, item, score = line[order], item[order], score[order]
-    place = np.arange(line.size) - np.searchsorted(line, np.arange(n))[line]
-    first = place < depth
-    out = np.full((n, depth), -1, dtype=np.int64)
-    out_scores = np.full((n, depth), np.nan, dtype=np.float32)
-    out[line[first], place[first]] = item[first]
-    out_scores[line[first], place[first]] = score[first]
+    key = np.where(keep, -scores.astype(np.float64), np.inf)  # what is dropped sorts last
+    order = np.lexsort((np.where(keep, ids, np.iinfo(np.int64).max), key), axis=-1)[:, :depth]
+    kept = np.take_along_axis(keep, order, axis=1)
+    out = np.where(kept, np.take_along_axis(ids, order, axis=1), -1).astype(np.int64, copy=False)
+    out_scores = np.where(kept, np.take_along_axis(scores, order, axis=1), np.nan).astype(np.float32)
+    if out.shape[1] < depth:  # the index was asked for fewer than depth items (a small gallery)
+        pad = depth - out.shape[1]
+        out = np.pad(out, ((0, 0), (0, pad)), constant_values=-1)
+        out_scores = np.pad(out_scores, ((0, 0), (0, pad)), constant_values=np.nan)
     return out, out_scores
 
 

@@ -63,11 +63,13 @@ class IndexSettings:
     sweep: SweepSettings = setting(SweepSettings)
     margin: float = setting(0.01, margin_problem,
                             "non-inferiority margin: a point is non-inferior when the paired interval of every "
-                            "label metric's Δ against exact lies above `-margin`")
+                            "label metric's Δ against exact lies above `-margin` (metrics the depth cuts short "
+                            "are reported but not judged)")
     depth: int | None = setting(None, optional_positive,
-                                "items each ranked list keeps; `null`: what the metrics need (max(ks) for recall "
-                                "and precision, max R for r_precision and map@r, the whole gallery for map and mrr); "
-                                "a smaller depth truncates map and mrr, as a deployed list would")
+                                "items each ranked list keeps; `null`: max(ks), or the largest R when r_precision or "
+                                "map@r is scored. map and mrr are then computed on lists of that depth (a positive "
+                                "beyond counts as not retrieved, as in a deployed list): exact only with a depth "
+                                "of the whole gallery")
     threads: int | None = setting(None, optional_positive,
                                   "threads of the timed all-cores search; `null`: every core")
     single_thread_queries: int = setting(1000, integer(1, 10_000_000),

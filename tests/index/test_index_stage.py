@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from PIL import Image
+
 from extras import extra
 from helpers import OUTS, assert_no_outputs, assert_user_error, run_module, run_ok, set_params
-from PIL import Image
 
 pytestmark = pytest.mark.stage
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from extras import extra
 
+from extras import extra
+from recallk.compare import stats
 from recallk.errors import InputError
 from recallk.index.exact import exact_run, problem_of
 from recallk.index.sweep import cheapest, score_index
@@ -85,3 +86,18 @@ def test_hnsw_at_a_huge_ef_converges_to_exact(case, kind, param) -> None:
 def test_bad_input_is_one_clear_error(case, kinds, sweep, message) -> None:
     with pytest.raises(InputError, match=message):
         run(case, kinds, **sweep)
+
+
+def test_intervals_and_mcnemar_are_compares_own(case) -> None:
+    """Each point's interval is `recallk compare`'s paired bootstrap (stats.paired_bootstrap_ci) of the per-query
+    differences, metric by metric, and its McNemar is stats.mcnemar_exact: drawn once for every metric, the same."""
+    points, tables = run(case, ("IVF8,Flat",), nprobe=(1,))
+    exact_table, mine = case[1].table, tables[0]
+    for column, key in (("hit@1", "recall@1"), ("precision@5", "precision@5"), ("ap@r", "map@r"), ("rr", "mrr")):
+        delta = (mine[column].map(lambda v: float(f"{v:.10g}")) - exact_table[column]).dropna().to_numpy()
+        low, high = stats.paired_bootstrap_ci(delta, 200, 0, 0.95)
+        assert (points[0][f"delta_{key}_ci_low"], points[0][f"delta_{key}_ci_high"]) == (low, high), key
+    p, lost, gained = stats.mcnemar_exact(exact_table["hit@1"] > 0, mine["hit@1"] > 0)
+    point = points[0]
+    assert (point["mcnemar_p_recall@1"], point["lost_recall@1"], point["gained_recall@1"]) == (p, lost, gained)
+    assert lost + gained > 0  # the case does have discordant queries
