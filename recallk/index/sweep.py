@@ -28,6 +28,7 @@ from recallk.progress import Progress
 from recallk.score.ranking.scan import exact_pairs
 from recallk.score.registry import metric_keys
 from recallk.score.resample import bootstrap_means, percentile_interval
+from recallk.score.similarity import float32_dot_error_bound
 from recallk.settings.index import IndexSettings
 from recallk.settings.score import ScoreSettings
 from recallk.tables_contract import TASK_COLUMNS, per_query_column
@@ -146,6 +147,21 @@ def paired(index_values: dict[str, np.ndarray], exact: Exact, score: ScoreSettin
     return out
 
 
+def ordering_scores(problem: Problem, ids: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, str]:
+    """The scores a point's lists are ordered by, and which: the exact cosines of the returned items when the
+    index's own scores are all within float32 rounding of them (uncompressed vectors: Flat, IVF-Flat, HNSW,
+    hnswlib), so that rounding noise never reorders what the exact engine orders (its total order: exact cosine,
+    ties by gallery row); else (PQ, SQ, ... : approximate scores) the index's own."""
+    line, col = np.nonzero(ids >= 0)
+    exact = np.full(ids.shape, np.nan, dtype=np.float32)
+    exact[line, col] = exact_pairs(problem.queries, problem.gallery, line, ids[line, col])
+    tol = 2 * float32_dot_error_bound(problem.gallery.shape[1]) + 2.0**-22
+    gap = np.abs(exact[line, col].astype(np.float64) - scores[line, col].astype(np.float64))
+    if gap.size and float(gap.max()) <= tol:
+        return exact, "exact cosine (the index's scores are exact up to float32 rounding)"
+    return scores, "the index's own scores"
+
+
 def knn_recalls(problem: Problem, exact: Exact, columns: np.ndarray, ks: Sequence[int]) -> dict[str, Any]:
     """k-NN recall@K of the lists ``columns`` under both definitions, at each K the exact table holds."""
     out: dict[str, Any] = {}
@@ -208,7 +224,8 @@ def score_index(problem: Problem, exact: Exact, settings: IndexSettings,
             for point in kind_points:
                 ids, scores, seconds, ran = kinds_mod.search(built, problem.queries, asked, point, threads)
                 one_seconds = kinds_mod.search(built, problem.queries[:one], asked, point, 1)[2]
-                columns, _ = ranked_lists(ids, scores, problem.own, problem.exclude, depth)
+                order_scores, order = ordering_scores(problem, ids, scores)
+                columns, _ = ranked_lists(ids, order_scores, problem.own, problem.exclude, depth)
                 values = label_values(columns, problem.query_codes, problem.gallery_codes, R, M, score.metrics,
                                       score.ks)
                 entry: dict[str, Any] = {
@@ -218,7 +235,7 @@ def score_index(problem: Problem, exact: Exact, settings: IndexSettings,
                     "trained_on": trained_on, "build_seconds": built.build_seconds,
                     "memory_bytes": built.memory_bytes, "queries_per_second": n / max(seconds, 1e-12),
                     "queries_per_second_one_thread": one / max(one_seconds, 1e-12), "threads": threads,
-                    "depth": depth, "searched_k": asked, "short_lists": short_lists(columns, M),
+                    "depth": depth, "searched_k": asked, "order": order, "short_lists": short_lists(columns, M),
                     "truncated_metrics": cut}
                 entry.update(knn_recalls(problem, exact, columns, score.ks))
                 entry.update(paired(values, exact, score, settings.margin, cut))

@@ -32,7 +32,7 @@ def test_a_sweep_then_a_bad_kind(scored_project) -> None:
     run_ok(scored_project, "index")
     document = json.loads((scored_project / "metrics/index.json").read_text(encoding="utf-8"))
     flat = document["points"]["Flat"]
-    assert [flat[f"delta_{k}"] for k in ("recall@1", "precision@5", "r_precision", "map@r")] == [0.0] * 4
+    assert [flat[f"delta_{k}"] for k in ("recall@1", "precision@5", "r_precision", "map@r", "mrr")] == [0.0] * 5
     assert flat["knn_recall@10_ann_benchmarks"] == flat["knn_recall@10_big_ann_benchmarks"] == 1.0
     assert document["points"]["IVF4,Flat nprobe=4"]["delta_map@r"] == 0.0  # every list visited: exact
     assert document["points"]["IVF4,Flat nprobe=1"]["trained_on"].startswith("train split")
