@@ -195,7 +195,11 @@ def search(built: Built, queries: np.ndarray, k: int, point: dict[str, int],
         ran["ef"] = ef
         index.set_ef(ef)
         start = time.perf_counter()
-        labels, distances = index.knn_query(queries, k=min(k, index.get_current_count()), num_threads=threads)
+        try:
+            labels, distances = index.knn_query(queries, k=min(k, index.get_current_count()), num_threads=threads)
+        except RuntimeError as exc:  # hnswlib cannot fill k results from its graph
+            raise InputError(f"`index.kinds`: {built.kind.name} could not return {k} items per query at ef {ef} "
+                             f"(hnswlib: {clip(str(exc), 160)}); raise `index.sweep.ef` or M.") from None
         seconds = time.perf_counter() - start
         ids = np.full((len(queries), k), -1, dtype=np.int64)
         scores = np.full((len(queries), k), np.nan, dtype=np.float32)
