@@ -50,7 +50,8 @@ def dvc_outs(dvc_yaml: Path = ROOT / "dvc.yaml") -> dict[str, tuple[str, ...]]:
 #: Every output, read from dvc.yaml: a stage's new output is checked by every ``assert_no_outputs`` at once.
 OUTS = dvc_outs()
 SPLIT_OUTPUTS, ENCODE_OUTPUTS, SCORE_OUTPUTS = OUTS["split"], OUTS["encode"], OUTS["score"]
-ALL_OUTPUTS = SPLIT_OUTPUTS + ENCODE_OUTPUTS + SCORE_OUTPUTS
+INDEX_OUTPUTS = OUTS["index"]
+ALL_OUTPUTS = SPLIT_OUTPUTS + ENCODE_OUTPUTS + SCORE_OUTPUTS + INDEX_OUTPUTS
 
 
 def out(stage: str, path: str) -> str:
@@ -74,7 +75,7 @@ PER_QUERY = out("score", "data/scores/per_query.csv")
 EVALUATED_OUTPUTS = (out("score", "metrics/evaluated.json"), out("score", "reports/index.html"))
 #: The score outputs that do not depend on score.backend.
 RANKING_OUTPUTS = tuple(rel for rel in SCORE_OUTPUTS if rel not in EVALUATED_OUTPUTS)
-STAGES = ("split", "encode", "score")
+STAGES = ("split", "encode", "score", "index")
 #: The score-table projects (conftest): per-label counts 20, 22 and 24; a camera column cycling CAMERAS.
 UNEVEN_PER_LABEL = 20
 CAMERAS = ("cam0", "cam1", "cam2")

@@ -9,4 +9,5 @@ nothing, for the same reason.
 
 #: The sections of ``params.yaml``, in file order: each one's settings class, in ``recallk/settings/<section>.py``
 #: (by name: :func:`recallk.settings.base.section_class` imports one when it is asked for).
-SECTIONS = {"split": "SplitSettings", "encode": "EncodeSettings", "score": "ScoreSettings"}
+SECTIONS = {"split": "SplitSettings", "encode": "EncodeSettings", "score": "ScoreSettings",
+            "index": "IndexSettings"}

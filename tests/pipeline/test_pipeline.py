@@ -39,7 +39,8 @@ from helpers import (
 
 pytestmark = pytest.mark.pipeline
 
-STAGE_OUTS = {"split": (CATALOG, SPLIT), "encode": (EMBEDDINGS, IDS), "score": (METRICS,)}
+STAGE_OUTS = {"split": (CATALOG, SPLIT), "encode": (EMBEDDINGS, IDS), "score": (METRICS,),
+              "index": ("metrics/index.json",)}
 
 
 # ---------------------------------------------------------------------------------------------- helpers

@@ -1,0 +1,128 @@
+"""Stage ``index``: approximate indexes (``index.kinds``, ``index.sweep``) scored against the exact run.
+
+argv -> the ``index`` section (and the score settings its lists follow: ks, metrics, exclude_same, whiten,
+bootstrap) -> :func:`recallk.index.sweep.score_index` on the split's embeddings, paired with the score stage's
+per-query table and neighbours (the exact run, read, not recomputed) -> ``metrics/index.json``, the points CSV
+and one per-query table per point (``metrics/index/``, readable by ``recallk compare``), the Pareto PNG and
+``reports/ann_index.html``, all or none. ``index.kinds: []`` (the default) builds nothing and writes
+placeholders, without reading the embeddings.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from recallk.compare.stats import fsum_mean
+from recallk.errors import InputError
+from recallk.index import report
+from recallk.index.exact import exact_from_tables, problem_from_split
+from recallk.index.sweep import cheapest, score_index, summary_rows
+from recallk.score.registry import metric_keys
+from recallk.settings.index import IndexSettings
+from recallk.settings.score import ScoreSettings
+from recallk.tables_contract import neutralise_formulas, per_query_column
+from stages.params import load_settings
+from stages.runner import (
+    json_file,
+    output_paths,
+    parse_stage_args,
+    read_input_csv,
+    remove_outputs,
+    run_stage,
+    write_all,
+)
+from stages.score_inputs import load_inputs
+
+INPUTS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.csv",
+          "embeddings": "data/embeddings/embeddings.npy", "ids": "data/embeddings/ids.npy",
+          "exact-per-query": "data/scores/per_query.csv", "exact-neighbors": "data/scores/neighbors.csv",
+          "evaluated": "metrics/evaluated.json"}
+OUTPUTS = {"index-metrics": "metrics/index.json", "tables": "metrics/index",
+           "pareto": "plots/index_pareto.png", "index-report": "reports/ann_index.html"}
+#: The file of the points table inside ``metrics/index/`` (``dvc plots``).
+POINTS_CSV = "points.csv"
+SKIPPED = "index.kinds is empty: no index was built (list FAISS factory strings or hnswlib there)"
+
+
+def table_name(number: int, point: str) -> str:
+    """``03-IVF64_Flat-nprobe_8.csv``: a point's per-query table, numbered in sweep order (so names never clash)."""
+    return f"{number:02d}-{re.sub(r'[^A-Za-z0-9=]+', '_', point).replace('=', '_').strip('_')}.csv"
+
+
+def write_tables(folder: Path, tables: dict[str, pd.DataFrame], evaluated_id: str) -> Path:
+    """Every table of ``tables`` (file name -> frame) into a new temp folder beside ``folder``; returns it."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
+    try:
+        for name, frame in tables.items():
+            neutralise_formulas(frame).assign(evaluated=evaluated_id).to_csv(
+                tmp / name, index=False, float_format="%.10g", lineterminator="\n")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return tmp
+
+
+def evaluated_id(path: str) -> str:
+    try:
+        return str(json.loads(Path(path).read_text(encoding="utf-8"))["id"])
+    except (FileNotFoundError, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise InputError(f"{path} is missing or not the score stage's; run score first (`dvc repro score`).") from None
+
+
+def run(args: Any, settings: IndexSettings, score: ScoreSettings) -> tuple[dict[str, Any], list, list]:
+    """Score every point; the summary (index.json without the points), the points and their tables."""
+    inputs = load_inputs(args.catalog, args.split, args.embeddings, args.ids, train=True)
+    problem = problem_from_split(inputs.sets, inputs.catalog, score)
+    exact = exact_from_tables(read_input_csv(args.exact_per_query, required=["image_id", "num_positives"]),
+                              read_input_csv(args.exact_neighbors, required=["image_id", "rank", "gallery_id",
+                                                                              "score"]),
+                              inputs.sets.queries, inputs.sets.gallery, score.depth, args.exact_per_query)
+    points, tables = score_index(problem, exact, settings, score)
+    keys = metric_keys(score.metrics, score.ks)
+    exact_means = {k: fsum_mean(pd.to_numeric(exact.table[per_query_column(k)]).dropna().to_numpy()) for k in keys}
+    summary = {"num_queries": int(problem.queries.shape[0]), "num_gallery": int(problem.gallery.shape[0]),
+               "margin": settings.margin, "cheapest_non_inferior": cheapest(points), "exact": exact_means}
+    return summary, points, tables
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_stage_args(argv, "Score approximate indexes against the exact run.", INPUTS, OUTPUTS)
+    files = [p for p in output_paths(args, OUTPUTS) if p != args.tables]
+    remove_outputs(files)  # first: a failed run never leaves an old result looking current
+    shutil.rmtree(args.tables, ignore_errors=True)
+    settings = load_settings(IndexSettings, args.params)
+    score = load_settings(ScoreSettings, args.params)
+    points: list[dict[str, Any]] = []
+    per_point: list[pd.DataFrame] = []
+    if settings.kinds:
+        summary, points, per_point = run(args, settings, score)
+        ident = evaluated_id(args.evaluated)
+    else:
+        summary, ident = {"skipped": SKIPPED, "cheapest_non_inferior": None}, ""
+    names = [table_name(i, p["point"]) for i, p in enumerate(points)]
+    rows = summary_rows(points, score.metrics, score.ks).assign(table=names)
+    tables = {POINTS_CSV: rows, **dict(zip(names, per_point))}
+    axes = report.plotted_metrics(score.ks, score.metrics)
+    plot = report.pareto_png(points, summary.get("exact", {}), axes)
+    page = report.page(summary, points, metric_keys(score.metrics, score.ks), plot)
+    document = {**summary, "points": {p["point"]: {**p, "table": n} for p, n in zip(points, names)}}
+    folder = write_tables(Path(args.tables), tables, ident)
+    try:
+        write_all([(args.index_metrics, json_file(document)),
+                   (args.pareto, lambda tmp: plot.save(tmp, format="PNG")),
+                   (args.index_report, lambda tmp: tmp.write_text(page, encoding="utf-8", newline="\n"))])
+        folder.replace(args.tables)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    run_stage(main)

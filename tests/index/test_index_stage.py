@@ -1,0 +1,51 @@
+"""The index stage end to end on a scored digits project: placeholders by default, a sweep whose Flat control
+pairs to Δ = 0 (and whose per-query tables `recallk compare` reads), and a bad kind refused with one error line
+and no output left behind."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PIL import Image
+
+from extras import extra
+from helpers import OUTS, assert_no_outputs, assert_user_error, run_module, run_ok, set_params
+
+pytestmark = pytest.mark.stage
+
+INDEX_OUTPUTS = OUTS["index"]
+
+
+def test_default_writes_placeholders_only(scored_project) -> None:
+    run_ok(scored_project, "index")
+    document = json.loads((scored_project / "metrics/index.json").read_text(encoding="utf-8"))
+    assert document["points"] == {} and document["skipped"].startswith("index.kinds is empty")
+    assert (scored_project / "metrics/index/points.csv").read_text(encoding="utf-8").startswith("point,kind,")
+    assert [p.name for p in (scored_project / "metrics/index").iterdir()] == ["points.csv"]
+    assert Image.open(scored_project / "plots/index_pareto.png").size == (1, 1)
+
+
+def test_a_sweep_then_a_bad_kind(scored_project) -> None:
+    extra("faiss", "faiss")
+    set_params(scored_project, {"index.kinds": ["Flat", "IVF4,Flat"], "index.sweep.nprobe": [1, 4]})
+    run_ok(scored_project, "index")
+    document = json.loads((scored_project / "metrics/index.json").read_text(encoding="utf-8"))
+    flat = document["points"]["Flat"]
+    assert [flat[f"delta_{k}"] for k in ("recall@1", "precision@5", "r_precision", "map@r", "mrr")] == [0.0] * 5
+    assert flat["knn_recall@10_ann_benchmarks"] == flat["knn_recall@10_big_ann_benchmarks"] == 1.0
+    assert document["points"]["IVF4,Flat nprobe=4"]["delta_map@r"] == 0.0  # every list visited: exact
+    assert document["points"]["IVF4,Flat nprobe=1"]["trained_on"].startswith("train split")
+    assert document["cheapest_non_inferior"] in document["points"]
+    page = (scored_project / "reports/ann_index.html").read_text(encoding="utf-8")
+    assert "IVF4,Flat nprobe=1" in page and "data:image/png;base64," in page
+    assert Image.open(scored_project / "plots/index_pareto.png").width > 100
+    proc = run_module("recallk.compare", "metrics/per_query.csv", f"metrics/index/{flat['table']}",
+                      cwd=scored_project)
+    assert proc.returncode == 0, proc.stderr
+    assert "recall@1      " in proc.stdout and "+0.0000  [+0.0000, +0.0000]" in proc.stdout
+
+    set_params(scored_project, {"index.kinds": ["Flat", "IVF4,Flt"]})
+    proc = run_module("stages.index", cwd=scored_project)
+    assert_user_error(proc, "`index.kinds`: 'IVF4,Flt' is not a FAISS factory string")
+    assert_no_outputs(scored_project, INDEX_OUTPUTS)  # the earlier run's outputs are gone too
