@@ -1,6 +1,6 @@
 """Stage ``index``: approximate indexes (``index.kinds``, ``index.sweep``) scored against the exact run.
 
-argv -> the ``index`` section (and the score settings its lists follow: ks, metrics, exclude_same, whiten,
+argv -> the ``index`` section (and the score settings its lists follow: ks, metrics, the exclusion rules, whiten,
 bootstrap) -> :func:`recallk.index.sweep.score_index` on the split's embeddings, paired with the score stage's
 per-query table and neighbours (the exact run, read, not recomputed) -> ``metrics/index.json``, the points CSV
 and one per-query table per point (``metrics/index/``, readable by ``recallk compare``), the Pareto PNG and

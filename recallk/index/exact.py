@@ -15,6 +15,7 @@ from recallk.errors import InputError
 from recallk.index.sweep import Exact, Problem
 from recallk.report.suite import SplitSets
 from recallk.score.data import RetrievalData
+from recallk.score.exclusion import exclusion_pairs
 from recallk.score.metrics import rank
 from recallk.score.ranking.neighbors import top_k
 from recallk.score.ranking.problem import code_columns, own_rows
@@ -83,7 +84,8 @@ def exact_from_tables(per_query_table: pd.DataFrame, neighbors: pd.DataFrame, qu
 
 def problem_from_split(sets: SplitSets, catalog: pd.DataFrame, score: ScoreSettings) -> Problem:
     """The problem of a split's queries and gallery as the score stage scores them (the same whitening, ids and
-    ``score.exclude_same`` columns), with the train split's rows for training (empty when it has none)."""
+    exclusion rules: ``score.exclude_same``, ``exclude_same_all`` and ``junk``), with the train split's rows for
+    training (empty when it has none)."""
     check_exclude_columns(score.exclude_same, list(catalog.columns), name="score.exclude_same")
     queries, gallery, train = sets.queries, sets.gallery, sets.train
     q, g = sets.embeddings(queries), sets.embeddings(gallery)
@@ -91,7 +93,7 @@ def problem_from_split(sets: SplitSets, catalog: pd.DataFrame, score: ScoreSetti
     if score.whiten == "pca":  # as the score stage: fitted on the train split (which it checked has 2 or more)
         q, g, t = pca_whitening(t, q, g, t)
     labels = catalog["label"]
-    exclude = [(catalog.loc[queries, c].to_numpy(), catalog.loc[gallery, c].to_numpy()) for c in score.exclude_same]
+    exclude = exclusion_pairs(catalog, queries, gallery, score, sets.same_set)
     data = RetrievalData(q, g, labels[queries].to_numpy(), labels[gallery].to_numpy(), query_ids=queries,
                          gallery_ids=gallery, exclude=exclude, same_set=sets.same_set)
     return problem_of(data, t)

@@ -21,7 +21,7 @@ from recallk.errors import InputError
 from recallk.report import failure_sheet, tables
 from recallk.score import embedding_copies
 from recallk.score.data import RetrievalData
-from recallk.score.exclusion import junk_flags, junk_pair
+from recallk.score.exclusion import exclusion_pairs
 from recallk.score.metrics import rank
 from recallk.score.ranking.neighbors import top_k
 from recallk.score.registry import metric_keys
@@ -149,33 +149,6 @@ def score_split(sets: SplitSets, catalog: pd.DataFrame, settings: ScoreSettings,
     if failures.queries and load is not None:
         frames["failures"] = _failure_sheet(data, frames["per_query"], neighbors, failures, load)
     return out, frames
-
-
-def exclusion_pairs(catalog: pd.DataFrame, queries: np.ndarray, gallery: np.ndarray, settings: ScoreSettings,
-                    same_set: bool) -> list[tuple[Any, Any]]:
-    """The ``exclude`` pairs of the score params: one per ``exclude_same`` column, one joint pair of the
-    ``exclude_same_all`` columns, and the junk pair of the ``junk`` column (:mod:`recallk.score.exclusion`)."""
-    columns = list(catalog.columns)
-    pairs: list[tuple[Any, Any]] = [(catalog.loc[queries, c].to_numpy(), catalog.loc[gallery, c].to_numpy())
-                                    for c in settings.exclude_same]
-    joint = list(settings.exclude_same_all)
-    if joint:
-        plain_columns = [c for c in joint if c != "label"]
-        check_exclude_columns(plain_columns, columns, name="score.exclude_same_all")
-        pairs.append((catalog.loc[queries, joint].to_numpy(dtype=object),
-                      catalog.loc[gallery, joint].to_numpy(dtype=object)))
-    if settings.junk is not None:
-        check_exclude_columns([settings.junk], columns, name="score.junk")
-        if same_set:
-            raise InputError("`score.junk` hides gallery items from every query, but under `split.protocol: "
-                             "leave_one_out` every gallery item is also a query; drop the junk rows from the "
-                             "manifest instead, or set `score.junk: null`.")
-        flags = junk_flags(catalog.loc[gallery, settings.junk].to_numpy(dtype=object), settings.junk)
-        if flags.any():
-            pairs.append(junk_pair(len(queries), flags))
-        log.info("score.junk %s: %d of %d gallery items are junk for every query", settings.junk,
-                 int(flags.sum()), len(gallery))
-    return pairs
 
 
 def _whitened(sets: SplitSets, whiten: str, q_emb: np.ndarray, g_emb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -20,12 +20,20 @@ query (Market-1501's ``0000`` files, labelled ``0000``).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import logging
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from recallk.checks import is_missing
+from recallk.checks import check_exclude_columns, is_missing
 from recallk.errors import InputError, quote
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from recallk.settings.score import ScoreSettings
+
+log = logging.getLogger(__name__)
 
 #: The value every query and every junk gallery item share in the junk pair (its own pair: nothing else
 #: is compared with it).
@@ -87,3 +95,30 @@ def junk_pair(n_queries: int, gallery_junk: Sequence[bool]) -> tuple[np.ndarray,
     """
     flags = np.asarray(gallery_junk, dtype=bool)
     return np.full(n_queries, JUNK, dtype=object), np.where(flags, JUNK, None).astype(object)
+
+
+def exclusion_pairs(catalog: pd.DataFrame, queries: np.ndarray, gallery: np.ndarray, settings: ScoreSettings,
+                    same_set: bool) -> list[tuple[Any, Any]]:
+    """The ``exclude`` pairs of the score params: one per ``exclude_same`` column, one joint pair of the
+    ``exclude_same_all`` columns, and the junk pair of the ``junk`` column (:mod:`recallk.score.exclusion`)."""
+    columns = list(catalog.columns)
+    pairs: list[tuple[Any, Any]] = [(catalog.loc[queries, c].to_numpy(), catalog.loc[gallery, c].to_numpy())
+                                    for c in settings.exclude_same]
+    joint = list(settings.exclude_same_all)
+    if joint:
+        plain_columns = [c for c in joint if c != "label"]
+        check_exclude_columns(plain_columns, columns, name="score.exclude_same_all")
+        pairs.append((catalog.loc[queries, joint].to_numpy(dtype=object),
+                      catalog.loc[gallery, joint].to_numpy(dtype=object)))
+    if settings.junk is not None:
+        check_exclude_columns([settings.junk], columns, name="score.junk")
+        if same_set:
+            raise InputError("`score.junk` hides gallery items from every query, but under `split.protocol: "
+                             "leave_one_out` every gallery item is also a query; drop the junk rows from the "
+                             "manifest instead, or set `score.junk: null`.")
+        flags = junk_flags(catalog.loc[gallery, settings.junk].to_numpy(dtype=object), settings.junk)
+        if flags.any():
+            pairs.append(junk_pair(len(queries), flags))
+        log.info("score.junk %s: %d of %d gallery items are junk for every query", settings.junk,
+                 int(flags.sum()), len(gallery))
+    return pairs

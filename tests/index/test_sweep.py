@@ -12,6 +12,7 @@ from recallk.errors import InputError
 from recallk.index.exact import exact_run, problem_of
 from recallk.index.sweep import cheapest, score_index
 from recallk.score.data import RetrievalData
+from recallk.score.exclusion import junk_pair
 from recallk.settings.index import IndexSettings, SweepSettings
 from recallk.settings.score import BootstrapSettings, ScoreSettings
 from recallk.tables_contract import check_per_query
@@ -61,6 +62,24 @@ def test_flat_and_ivf_at_every_list_are_exact(case) -> None:
     check_per_query(tables[0], "Flat's table")  # recallk compare reads it
     exact_table = case[1].table
     assert tables[0]["hit@1"].tolist() == exact_table["hit@1"].tolist()
+
+
+def test_flat_is_exact_under_the_reid_rules() -> None:
+    # The joint (label, camera) exclusion and junk-for-all (score.exclude_same_all, score.junk) reach the index's
+    # lists through the same folded pairs as the exact run: Flat stays Δ = 0, and no list comes up short.
+    rng = np.random.default_rng(1)
+    centres = rng.normal(size=(6, 16))
+    labels = rng.integers(0, 6, 400)
+    emb = (centres[labels] + rng.normal(scale=1.2, size=(400, 16))).astype(np.float32)
+    cameras = rng.integers(0, 3, 400)
+    q = np.arange(60, 120)
+    joint = (np.c_[labels[q], cameras[q]], np.c_[labels, cameras])
+    data = RetrievalData(emb[q], emb, labels[q], labels, exclude=[joint, junk_pair(len(q), rng.random(400) < 0.2)])
+    problem, exact = problem_of(data), exact_run(data, SCORE)
+    (flat,), _ = score_index(problem, exact, IndexSettings(kinds=("Flat",), depth=400), SCORE)
+    assert flat["short_lists"] == 0
+    for key in METRIC_KEYS:
+        assert flat[f"delta_{key}"] == 0.0, key
 
 
 @pytest.mark.parametrize("kind, param", [
