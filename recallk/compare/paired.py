@@ -172,7 +172,7 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, settings: CompareSettings | None =
         entry = {"column": column, "mean_a": mean_a, "mean_b": mean_b, "delta": mean_b - mean_a, "ci_low": low,
                  "ci_high": high, "p": float(p_values[j]), "p_exact": exact, "dz": stats.cohens_dz(delta),
                  "wins": wins, "ties": ties, "losses": losses, "se": se,
-                 "mde": stats.detectable(se, settings.alpha, settings.power)}
+                 "mde": stats.detectable(se, settings.alpha, settings.power, draws["units"])}
         if settings.delta is not None:
             entry["queries_needed"] = stats.queries_needed(delta.size, se, settings.delta, settings.alpha,
                                                            settings.power)

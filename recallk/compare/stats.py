@@ -187,27 +187,41 @@ def paired_bootstrap_ci(delta: np.ndarray, resamples: int, seed: int, confidence
     return percentile_interval(means, confidence)
 
 
-def detectable(se: float, alpha: float = 0.05, power: float = 0.8) -> float:
+def _quantile(q: float, units: int | None) -> float:
+    """The standard normal quantile, or Student's t with ``units - 1`` degrees of freedom."""
+    return float(stats.norm.ppf(q) if units is None or units < 3 else stats.t.ppf(q, units - 1))
+
+
+def _unbiased(se: float, units: int | None) -> float:
+    """A bootstrap standard error over ``units`` scaled by sqrt(units / (units - 1)) (the bootstrap's
+    plug-in variance divides by ``units``)."""
+    return se if units is None or units < 2 else se * math.sqrt(units / (units - 1))
+
+
+def detectable(se: float, alpha: float = 0.05, power: float = 0.8, units: int | None = None) -> float:
     """The minimum detectable |Δ| of a two-sided level-``alpha`` test at ``power``, when the estimate of
-    Δ has standard error ``se`` and is about normal: ``(z_{1-alpha/2} + z_power) * se``."""
-    return float((stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) * se)
+    Δ has standard error ``se``: ``(q_{1-alpha/2} + q_power) * se``, with normal quantiles, or, given the
+    number of resampled ``units`` (queries, or labels), Student's t quantiles with ``units - 1`` degrees
+    of freedom and ``se * sqrt(units / (units - 1))`` (few labels: a t-like test)."""
+    return float((_quantile(1 - alpha / 2, units) + _quantile(power, units)) * _unbiased(se, units))
 
 
-def power_at(delta: float, se: float, alpha: float = 0.05) -> float:
+def power_at(delta: float, se: float, alpha: float = 0.05, units: int | None = None) -> float:
     """The power of a two-sided level-``alpha`` test to detect a true Δ of ``delta`` with standard error
-    ``se``: ``Phi(|Δ|/se - z) + Phi(-|Δ|/se - z)``, ``z = z_{1-alpha/2}`` (``alpha`` when ``se`` is 0 and
-    Δ is 0, 1 when only ``se`` is 0)."""
-    z = stats.norm.ppf(1 - alpha / 2)
+    ``se``: ``F(|Δ|/se - q) + F(-|Δ|/se - q)``, ``q = q_{1-alpha/2}``, F normal (or t, as in
+    :func:`detectable`); ``alpha`` when ``se`` and Δ are 0, 1 when only ``se`` is."""
+    se = _unbiased(se, units)
     if se <= 0:
         return alpha if delta == 0 else 1.0
-    shift = abs(delta) / se
-    return float(stats.norm.cdf(shift - z) + stats.norm.cdf(-shift - z))
+    q, shift = _quantile(1 - alpha / 2, units), abs(delta) / se
+    cdf = stats.norm.cdf if units is None or units < 3 else (lambda x: stats.t.cdf(x, units - 1))
+    return float(cdf(shift - q) + cdf(-shift - q))
 
 
 def queries_needed(queries: int, se: float, delta: float, alpha: float = 0.05, power: float = 0.8) -> int | None:
     """About how many queries (like these: the same spread, the same queries per label) detect a true
     ``delta`` at ``power``: the standard error shrinks as 1/sqrt(queries), so ``ceil(queries *
-    (detectable / delta)**2)``. None when ``se`` is 0 (no spread to scale: any Δ is detected already)."""
+    (detectable / delta)**2)`` (normal quantiles). None when ``se`` is 0 (no spread to scale)."""
     if se <= 0 or delta == 0:
         return None
     return max(1, math.ceil(queries * (detectable(se, alpha, power) / abs(delta)) ** 2))
