@@ -94,6 +94,7 @@ def draws_line(result: dict[str, Any]) -> str:
 
 
 def text_report(result: dict[str, Any], origin: Sequence[str]) -> str:
+    """The printed report: both sources, what was compared and drawn, a verdict per metric, the table, the flips."""
     columns = header(result)
     table = [columns] + rows(result)
     widths = [max(len(r[i]) for r in table) for i in range(len(columns))]
