@@ -16,8 +16,7 @@ Run from the project root (a few minutes; put the venv's bin first on PATH):
 from __future__ import annotations
 
 import argparse
-import csv
-import io
+import re
 import shutil
 import subprocess
 import sys
@@ -58,11 +57,27 @@ def copy_project(dest: Path, per_label: int) -> None:
                     shutil.copy2(image, dest / "data" / root / label_dir.name / image.name)
 
 
-def kinds(columns: list[str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for column in columns:
-        kind = column.split(":", 1)[0] if ":" in column else "other"
-        out[kind] = out.get(kind, 0) + 1
+#: The interval and class-mean keys (metrics/intervals.json).
+INTERVAL_COLUMNS = ".*_ci_(low|high)|.*_class_mean"
+#: The recall.json keys that are counts, not headline metrics.
+COUNTS = re.compile(r"num_|embedding_dim|tie_sensitive|near_duplicates")
+
+
+def columns(markdown: str) -> list[str]:
+    """The column names of ``dvc exp show --md`` (its first line)."""
+    return [c.strip() for c in markdown.splitlines()[0].strip().strip("|").split("|")]
+
+
+def kinds(header: list[str]) -> dict[str, int]:
+    """The columns counted by kind: intervals, counts, headline metrics, params, deps, the first two."""
+    out = {"intervals": 0, "counts": 0, "headline": 0, "params": 0, "deps": 0, "experiment/created": 0}
+    for column in header:
+        kind = ("experiment/created" if column in ("Experiment", "Created") else
+                "deps" if "/" in column else "params" if "." in column.split("@")[0] and not
+                column.endswith(("_low", "_high", "_mean")) else
+                "intervals" if re.fullmatch(INTERVAL_COLUMNS, column) else
+                "counts" if COUNTS.match(column) else "headline")
+        out[kind] += 1
     return out
 
 
@@ -73,20 +88,22 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="exp_columns_"))
     repo = work / "repo"
-    copy_project(repo, args.per_label)
-    sh("git", "init", "-q", "-b", "main", cwd=repo)
-    sh("dvc", "repro", "-q", cwd=repo)
-    sh("git", "add", "-A", cwd=repo)
-    sh("git", "-c", "user.name=bench", "-c", "user.email=bench@example.org", "commit", "-qm", "base", cwd=repo)
-    for i, changes in enumerate(EXPERIMENTS):
-        sh("dvc", "exp", "run", "-q", "-n", f"e{i:02d}", *(x for c in changes for x in ("-S", c)), cwd=repo)
-    table = sh("dvc", "exp", "show", "--only-changed", "--csv", "--no-pager", cwd=repo)
-    header = next(csv.reader(io.StringIO(table)))
-    without = [c for c in header if not c.startswith("metrics/intervals.json:")]
-    print(f"{len(EXPERIMENTS)} experiments, {args.per_label} digits per label")
-    print(f"dvc exp show --only-changed: {len(header)} columns with metrics/intervals.json declared {kinds(header)}")
-    print(f"  without it: {len(without)} columns {kinds(without)}")
-    print("  columns: " + ", ".join(without))
+    if not (repo / ".git").is_dir():  # an earlier --keep run's repo is reused as it is
+        copy_project(repo, args.per_label)
+        sh("git", "init", "-q", "-b", "main", cwd=repo)
+        sh("dvc", "repro", "-q", cwd=repo)
+        sh("git", "add", "-A", cwd=repo)
+        sh("git", "-c", "user.name=bench", "-c", "user.email=bench@example.org", "commit", "-qm", "base", cwd=repo)
+        for i, changes in enumerate(EXPERIMENTS):
+            sh("dvc", "exp", "run", "-q", "-n", f"e{i:02d}", *(x for c in changes for x in ("-S", c)), cwd=repo)
+    declared = "metrics/intervals.json" in sh("dvc", "metrics", "show", "--json", cwd=repo)
+    print(f"{len(EXPERIMENTS)} experiments, {args.per_label} digits per label; "
+          f"metrics/intervals.json {'declared' if declared else 'not declared'} in this repo's dvc.yaml")
+    for title, extra in (("as declared", []), ("without metrics/intervals.json (its columns dropped)",
+                                               ["--drop", INTERVAL_COLUMNS])):
+        header = columns(sh("dvc", "exp", "show", "--only-changed", "--md", "--no-pager", *extra, cwd=repo))
+        print(f"dvc exp show --only-changed, {title}: {len(header)} columns {kinds(header)}")
+    print("  columns: " + ", ".join(header))
     refs = dict(line.split()[::-1] for line in sh("git", "for-each-ref", "--format=%(objectname) %(refname)",
                                                    "refs/exps", cwd=repo).splitlines())
     shas = {ref.rsplit("/", 1)[-1]: sha for ref, sha in refs.items()}
