@@ -55,7 +55,8 @@ def rows(result: dict[str, Any]) -> list[list[str]]:
         dz = "undefined" if m["dz"] is None else f"{m['dz']:.2f}"
         row = [name, f"{m['mean_a']:.4f}", f"{m['mean_b']:.4f}", _signed(m["delta"]),
                f"[{_signed(m['ci_low'])}, {_signed(m['ci_high'])}]", _p(m["p"]), _p(m["p_holm"]),
-               _p(m.get("p_mcnemar")), dz, f"{m['wins']}/{m['ties']}/{m['losses']}", f"{m['mde']:.4f}"]
+               _p(m.get("p_mcnemar")), dz, f"{m['wins']}/{m['ties']}/{m['losses']}",
+               "" if m["wins"] == m["losses"] == 0 else f"{m['mde']:.4f}"]
         if "queries_needed" in m:
             row.append("" if m["queries_needed"] is None else str(m["queries_needed"]))
         out.append(row)
@@ -74,6 +75,8 @@ def header(result: dict[str, Any]) -> list[str]:
 def verdict(name: str, m: dict[str, Any], alpha: float) -> str:
     """One line: B better or worse on ``name`` (Holm p below ``alpha``), else what the interval allows."""
     interval = f"[{_signed(m['ci_low'])}, {_signed(m['ci_high'])}]"
+    if m.get("wins") == m.get("losses") == 0 and "wins" in m:
+        return f"{name}: the same on every query"
     if m["p_holm"] < alpha and m["delta"] != 0:
         word = "better" if m["delta"] > 0 else "worse"
         return f"B {word} on {name}: {_signed(m['delta'])} {interval}, Holm p {_p(m['p_holm'])}"

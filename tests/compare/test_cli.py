@@ -61,6 +61,11 @@ def test_verdict_lines(m, want):
     assert cli.verdict("recall@1", m, 0.05) == want
 
 
+def test_no_difference_on_any_query_is_said_so_and_has_no_mde():
+    m = {**metric(0.0, 0.0, 0.0, 1.0, 0.0), "wins": 0, "ties": 5, "losses": 0}
+    assert cli.verdict("recall@5", m, 0.05) == "recall@5: the same on every query"
+
+
 def write(path, hits: list[int], aps: list[float], labels: list[str]) -> str:
     n = len(hits)
     pd.DataFrame({"image_id": [f"q{i:03d}" for i in range(n)], "label": labels, "num_positives": "2",
