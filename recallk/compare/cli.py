@@ -3,23 +3,41 @@
 A and B are each a per-query CSV, a folder of score outputs, a git revision or a DVC
 experiment name. Prints a table (Δ = B − A with a paired bootstrap interval, a paired
 sign-flip p-value, Holm-adjusted p-values, exact McNemar for recall@K, Cohen's d_z and
-win/tie/loss counts), the queries whose hit flipped, and optionally writes JSON and a
-markdown table. ``--fail-if-worse METRIC`` exits 1 when B is significantly worse on it.
+win/tie/loss counts, the minimum detectable Δ at 80% power), one verdict line per metric, the
+queries whose hit flipped, and optionally writes JSON and a markdown table.
+
+Gates (``--fail-if-worse``, repeatable) and exit codes (stable; docs/compare.md):
+
+- ``--fail-if-worse METRIC``: B fails when it is significantly worse on METRIC (Δ < 0 and Holm p
+  below ``--alpha``); otherwise it passes (a regression that is merely not significant passes).
+- ``--fail-if-worse METRIC:MARGIN`` (non-inferiority): B passes only when the interval's lower end is
+  above ``-MARGIN``; it fails when the whole interval is below ``-MARGIN``; otherwise it is inconclusive.
+
+Exit 0: every gate passes (or none given); 1: some gate fails; 2: an input error (one ``error:``
+line); 3: no gate fails but some is inconclusive (more queries would decide it).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from recallk.compare import paired, sources
+from recallk.compare import paired, sources, stats
 from recallk.errors import InputError
 
 #: Flipped queries listed per K and direction in the text output (all of them go to --json).
 SHOWN_FLIPS = 10
+#: Exit codes (stable): every gate passes; some gate fails; an input error; no gate fails, some inconclusive.
+EXIT_PASS, EXIT_WORSE, EXIT_INPUT, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+#: The most resamples or sign-flip patterns asked for (as the score stage's `bootstrap.resamples`).
+MAX_ASKED = 1_000_000
+#: What the resampling unit is called in the outputs.
+UNIT_WORDS = {"query": "queries", "label": "labels (clusters of queries)",
+              "two-level": "labels, then queries within labels (two-level)"}
 
 
 def _signed(x: float) -> str:
@@ -34,27 +52,65 @@ def rows(result: dict[str, Any]) -> list[list[str]]:
     """One row of text cells per metric: the table both outputs print."""
     out = []
     for name, m in result["metrics"].items():
-        dz = "" if m["dz"] is None else f"{m['dz']:.2f}"
-        out.append([name, f"{m['mean_a']:.4f}", f"{m['mean_b']:.4f}", _signed(m["delta"]),
-                    f"[{_signed(m['ci_low'])}, {_signed(m['ci_high'])}]", _p(m["p"]), _p(m["p_holm"]),
-                    _p(m.get("p_mcnemar")), dz, f"{m['wins']}/{m['ties']}/{m['losses']}"])
+        dz = "undefined" if m["dz"] is None else f"{m['dz']:.2f}"
+        row = [name, f"{m['mean_a']:.4f}", f"{m['mean_b']:.4f}", _signed(m["delta"]),
+               f"[{_signed(m['ci_low'])}, {_signed(m['ci_high'])}]", _p(m["p"]), _p(m["p_holm"]),
+               _p(m.get("p_mcnemar")), dz, f"{m['wins']}/{m['ties']}/{m['losses']}",
+               "" if m["wins"] == m["losses"] == 0 else f"{m['mde']:.4f}"]
+        if "queries_needed" in m:
+            row.append("" if m["queries_needed"] is None else str(m["queries_needed"]))
+        out.append(row)
     return out
 
 
-HEADER = ["metric", "A", "B", "Δ (B−A)", "CI of Δ", "p", "p Holm", "McNemar p", "d_z", "win/tie/loss"]
+HEADER = ["metric", "A", "B", "Δ (B−A)", "CI of Δ", "p", "p Holm", "McNemar p", "d_z", "win/tie/loss", "MDE"]
+
+
+def header(result: dict[str, Any]) -> list[str]:
+    """The table's column names (``queries for Δ=D`` with ``--delta``)."""
+    delta = result.get("power", {}).get("delta")
+    return HEADER + ([f"queries for Δ={delta:g}"] if delta is not None else [])
+
+
+def verdict(name: str, m: dict[str, Any], alpha: float) -> str:
+    """One line: B better or worse on ``name`` (Holm p below ``alpha``), else what the interval allows."""
+    interval = f"[{_signed(m['ci_low'])}, {_signed(m['ci_high'])}]"
+    if m.get("wins") == m.get("losses") == 0 and "wins" in m:
+        return f"{name}: the same on every query"
+    if m["p_holm"] < alpha and m["delta"] != 0:
+        word = "better" if m["delta"] > 0 else "worse"
+        return f"B {word} on {name}: {_signed(m['delta'])} {interval}, Holm p {_p(m['p_holm'])}"
+    return (f"{name}: no detectable difference: the interval allows {_signed(m['ci_low'])} to "
+            f"{_signed(m['ci_high'])} (Holm p {_p(m['p_holm'])}; detectable at 80% power: ±{m['mde']:.4f})")
+
+
+def draws_line(result: dict[str, Any]) -> str:
+    """How many resamples and sign patterns were drawn, and whether a cap cut them."""
+    d = result["draws"]
+    parts = []
+    for kind, word in (("resamples", "bootstrap resamples"), ("permutations", "sign-flip patterns")):
+        cut = (f" (capped from {d[kind + '_asked']:,}: {d['units']:,} {d['unit']} units x draws within "
+               f"--max-draws {d['max_draws']:,})" if d[kind] < d[kind + "_asked"] else "")
+        parts.append(f"{d[kind]:,} {word}{cut}")
+    exact = any(m["p_exact"] for m in result["metrics"].values())
+    return "; ".join(parts) + ("; every sign pattern enumerated (exact p)" if exact else "")
 
 
 def text_report(result: dict[str, Any], origin: Sequence[str]) -> str:
-    table = [HEADER] + rows(result)
-    widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
-    unit = "labels (clusters of queries)" if result["by"] == "label" else "queries"
+    """The printed report: both sources, what was compared and drawn, a verdict per metric, the table, the flips."""
+    columns = header(result)
+    table = [columns] + rows(result)
+    widths = [max(len(r[i]) for r in table) for i in range(len(columns))]
+    unit = UNIT_WORDS[result["by"]]
     lines = [f"A: {origin[0]}", f"B: {origin[1]}"]
     for side, facts in zip("AB", result.get("evaluated", ({}, {}))):
         lines += [f"   {side} {key}: {value}" for key, value in facts.items()]
     lines += [f"{result['queries']} queries compared ({result['excluded']} without a positive left out"
               + "".join(f"; {n} only in {side} dropped" for side, n in result["dropped"].items() if n)
               + f"); resampling {unit}; {result['confidence']:.0%} paired bootstrap interval; two-sided paired "
-              "sign-flip p; Holm over the metrics below", ""]
+              "sign-flip p; Holm over the metrics below; MDE: the minimum detectable |Δ| at 80% power "
+              f"(alpha {result['power']['alpha']})", draws_line(result), ""]
+    lines += [verdict(name, m, result["power"]["alpha"]) for name, m in result["metrics"].items()] + [""]
     lines += ["  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths)))
               for r in table]
     for name, flips in result["flips"].items():
@@ -69,22 +125,63 @@ def text_report(result: dict[str, Any], origin: Sequence[str]) -> str:
 
 
 def markdown(result: dict[str, Any], origin: Sequence[str]) -> str:
-    """A markdown table to paste into a pull request."""
+    """A markdown table to paste into a pull request: the gates' outcomes, a verdict per metric, the table."""
+    columns = header(result)
     lines = [f"**A**: `{origin[0]}`  ", f"**B**: `{origin[1]}`  ",
-             f"{result['queries']} queries, resampling {result['by']}s, {result['confidence']:.0%} paired bootstrap "
-             "interval of Δ = B − A, sign-flip p with Holm adjustment", "",
-             "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+             f"{result['queries']} queries, resampling {UNIT_WORDS[result['by']]}, {result['confidence']:.0%} paired "
+             "bootstrap interval of Δ = B − A, sign-flip p with Holm adjustment; " + draws_line(result), ""]
+    lines += [f"- **{g['outcome']}**: {g['rule']}" for g in result.get("gates", [])]
+    lines += [f"- {verdict(name, m, result['power']['alpha'])}" for name, m in result["metrics"].items()]
+    lines += ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(r) + " |" for r in rows(result)]
     return "\n".join(lines) + "\n"
 
 
-def worse(result: dict[str, Any], metric: str, alpha: float) -> bool:
-    """B is significantly worse than A on ``metric``: Δ < 0 and its Holm-adjusted p below ``alpha``."""
+def parse_gate(spec: str) -> tuple[str, float | None]:
+    """``METRIC`` or ``METRIC:MARGIN`` (a margin >= 0) -> (metric, margin or None)."""
+    metric, sep, margin = spec.rpartition(":")
+    if not sep:
+        return spec, None
+    try:
+        value = float(margin)
+    except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and value >= 0) or not metric:
+        raise InputError(f"`--fail-if-worse` takes METRIC or METRIC:MARGIN with a margin >= 0 (e.g. map@r:0.005). "
+                         f"Got {spec!r} instead.")
+    return metric, value
+
+
+def gate(result: dict[str, Any], spec: str, alpha: float) -> dict[str, Any]:
+    """The outcome of one ``--fail-if-worse`` gate: ``pass``, ``worse`` or ``inconclusive``, and the rule.
+
+    ``METRIC``: worse when Δ < 0 and its Holm-adjusted p is below ``alpha``, else pass. ``METRIC:MARGIN``:
+    pass when the interval's lower end is above ``-MARGIN``, worse when its upper end is below ``-MARGIN``,
+    else inconclusive.
+    """
+    metric, margin = parse_gate(spec)
     if metric not in result["metrics"]:
         raise InputError(f"--fail-if-worse names {metric!r}, which both tables do not hold; compared metrics: "
                          f"{', '.join(result['metrics'])}.")
     m = result["metrics"][metric]
-    return m["delta"] < 0 and m["p_holm"] < alpha
+    interval = f"[{_signed(m['ci_low'])}, {_signed(m['ci_high'])}]"
+    if margin is None:
+        outcome = "worse" if m["delta"] < 0 and m["p_holm"] < alpha else "pass"
+        rule = (f"{'B is significantly worse than A' if outcome == 'worse' else 'B is not significantly worse'} on "
+                f"{metric}: Δ {_signed(m['delta'])}, Holm p {_p(m['p_holm'])} "
+                f"{'<' if m['p_holm'] < alpha else '>='} {alpha}")
+    else:
+        outcome = ("pass" if m["ci_low"] > -margin else "worse" if m["ci_high"] < -margin else "inconclusive")
+        said = {"pass": "B is not worse by more than", "worse": "B is worse by more than",
+                "inconclusive": "cannot tell whether B is worse by more than"}[outcome]
+        rule = f"{said} the margin {margin:g} on {metric}: the interval of Δ is {interval}"
+    return {"gate": spec, "metric": metric, "margin": margin, "outcome": outcome, "rule": rule}
+
+
+def exit_code(gates: Sequence[dict[str, Any]]) -> int:
+    """1 when a gate is worse, else 3 when one is inconclusive, else 0."""
+    outcomes = {g["outcome"] for g in gates}
+    return EXIT_WORSE if "worse" in outcomes else EXIT_INCONCLUSIVE if "inconclusive" in outcomes else EXIT_PASS
 
 
 def parser() -> argparse.ArgumentParser:
@@ -92,18 +189,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("a", help="baseline: a per-query CSV, a folder of score outputs, a git revision or an experiment")
     p.add_argument("b", help="candidate, the same kinds")
     p.add_argument("--repo", default=".", help="the git/DVC repository of revisions and experiments (default: .)")
-    p.add_argument("--by", choices=("query", "label"), default="query",
-                   help="resampling unit: queries, or labels (their queries together; use it for leave-one-out)")
+    p.add_argument("--by", choices=paired.UNITS, default="query",
+                   help="resampling unit: queries, labels (their queries together; use it for leave-one-out), or "
+                        "two-level (the bootstrap draws labels, then queries within them; the sign flips flip labels)")
     p.add_argument("--intersect", action="store_true", help="compare the common queries when the query sets differ")
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
     p.add_argument("--permutations", type=int, default=10_000, help="random sign-flip patterns (default 10000)")
+    p.add_argument("--max-draws", type=int, default=stats.MAX_DRAWS,
+                   help=f"cap: units x resamples (and units x patterns) at most this (default {stats.MAX_DRAWS:,})")
+    p.add_argument("--delta", type=float, help="a Δ to detect: print about how many queries detect it at 80%% power")
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of --fail-if-worse")
     p.add_argument("--json", metavar="FILE", help="write the whole result (every flipped query, per label) as JSON")
     p.add_argument("--md", metavar="FILE", help="write the table as markdown (for a pull request)")
-    p.add_argument("--fail-if-worse", metavar="METRIC", action="append", default=[],
-                   help="exit 1 when B is significantly worse than A on METRIC after Holm (repeatable)")
+    p.add_argument("--fail-if-worse", metavar="METRIC[:MARGIN]", action="append", default=[],
+                   help="METRIC: exit 1 when B is significantly worse on it after Holm; METRIC:MARGIN: pass only when "
+                        "the interval's lower end is above -MARGIN, exit 1 when its upper end is below, else 3 "
+                        "(repeatable; exit 0 pass, 1 worse, 2 input error, 3 inconclusive)")
     return p
 
 
@@ -111,19 +214,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         for name, value in (("--resamples", args.resamples), ("--permutations", args.permutations)):
-            if value < 1:
-                raise InputError(f"`{name}` must be a positive integer. Got {value!r} instead.")
+            if not 1 <= value <= MAX_ASKED:
+                raise InputError(f"`{name}` must be an integer from 1 to {MAX_ASKED:,}. Got {value!r} instead.")
+        if args.max_draws < 1:
+            raise InputError(f"`--max-draws` must be a positive integer. Got {args.max_draws!r} instead.")
+        if args.delta is not None and not (math.isfinite(args.delta) and args.delta != 0):
+            raise InputError(f"`--delta` must be a nonzero finite number. Got {args.delta!r} instead.")
+        for spec in args.fail_if_worse:
+            parse_gate(spec)
         for name, value in (("--confidence", args.confidence), ("--alpha", args.alpha)):
             if not 0 < value < 1:
                 raise InputError(f"`{name}` must be strictly between 0 and 1. Got {value!r} instead.")
         (table_a, origin_a), (table_b, origin_b) = sources.load(args.a, args.repo), sources.load(args.b, args.repo)
         settings = paired.CompareSettings(by=args.by, intersect=args.intersect, resamples=args.resamples,
-                                          permutations=args.permutations, confidence=args.confidence, seed=args.seed)
+                                          permutations=args.permutations, confidence=args.confidence, seed=args.seed,
+                                          max_draws=args.max_draws, alpha=args.alpha, delta=args.delta)
         result = paired.compare(table_a, table_b, settings)
-        failed = [m for m in args.fail_if_worse if worse(result, m, args.alpha)]
+        result["gates"] = [gate(result, spec, args.alpha) for spec in args.fail_if_worse]
     except InputError as exc:
         sys.stderr.write(f"error: {exc}\n")
-        return 2
+        return EXIT_INPUT
     result["sources"] = [origin_a, origin_b]
     result["evaluated"] = [sources.evaluated(args.a, args.repo), sources.evaluated(args.b, args.repo)]
     print(text_report(result, (origin_a, origin_b)))
@@ -131,8 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     if args.md:
         Path(args.md).write_text(markdown(result, (origin_a, origin_b)), encoding="utf-8")
-    for metric in failed:
-        m = result["metrics"][metric]
-        sys.stderr.write(f"B is significantly worse than A on {metric}: Δ {m['delta']:+.4f}, Holm p {_p(m['p_holm'])} "
-                         f"< {args.alpha}\n")
-    return 1 if failed else 0
+    for g in result["gates"]:
+        if g["outcome"] != "pass":
+            sys.stderr.write(f"{g['outcome']}: {g['rule']}\n")
+    return exit_code(result["gates"])

@@ -10,6 +10,7 @@ the comparison.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,12 @@ import pandas as pd
 
 from recallk.compare import stats
 from recallk.errors import InputError
+from recallk.progress import Progress
 from recallk.tables_contract import TASK_COLUMNS, headline_key
+
+log = logging.getLogger(__name__)
+#: The resampling units: single queries, whole labels, or labels then queries within labels.
+UNITS = ("query", "label", "two-level")
 
 #: Columns that define the retrieval task of a query (TASK_COLUMNS but its id): they must agree between A and B.
 QUERY_TASK = tuple(c for c in TASK_COLUMNS if c != "image_id")
@@ -30,18 +36,28 @@ class CompareSettings:
 
     Attributes
     ----------
-    by : {"query", "label"}
+    by : {"query", "label", "two-level"}
         The resampling unit of the bootstrap and of the sign flips: single queries, or every
-        label's queries together (clustered; use it under leave-one-out).
+        label's queries together (clustered; use it under leave-one-out), or ``two-level``: the
+        bootstrap draws labels, then queries within each drawn label, and the sign flips flip whole
+        labels (a second level of flips would only re-draw each query's sign: the query-level test).
     intersect : bool
         Compare the common queries when the query sets differ (else an InputError).
     resamples, permutations : int
         Bootstrap resamples (the same resample indices for every metric) and random sign-flip
-        patterns (every pattern is enumerated when there are at most that many).
+        patterns (every pattern is enumerated when there are at most that many), each capped so that
+        units x draws stays within ``max_draws`` (:func:`recallk.compare.stats.capped`; the result
+        reports the numbers drawn).
     confidence : float
         Level of the bootstrap interval of the mean difference.
     seed : int
         Seed of both the bootstrap and the sign flips.
+    max_draws : int
+        The most unit draws of the bootstrap, and of the sign flips.
+    alpha, power : float
+        Level and power of the minimum detectable difference (per metric, unadjusted).
+    delta : float, optional
+        A difference to detect: the result says about how many queries detect it at ``power``.
     """
 
     by: str = "query"
@@ -50,10 +66,14 @@ class CompareSettings:
     permutations: int = 10_000
     confidence: float = 0.95
     seed: int = 0
+    max_draws: int = stats.MAX_DRAWS
+    alpha: float = 0.05
+    power: float = 0.8
+    delta: float | None = None
 
     def __post_init__(self) -> None:
-        if self.by not in ("query", "label"):
-            raise InputError(f"`by` must be query or label. Got {self.by!r} instead.")
+        if self.by not in UNITS:
+            raise InputError(f"`by` must be one of {', '.join(UNITS)}. Got {self.by!r} instead.")
 
 
 def metric_columns(frame: pd.DataFrame) -> list[str]:
@@ -103,8 +123,8 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, settings: CompareSettings | None =
     a, b : DataFrame
         Per-query tables (see the module docstring).
     settings : CompareSettings, optional
-        The resampling unit, intersect, resamples, permutations, confidence and seed (default:
-        ``CompareSettings()``).
+        The resampling unit, intersect, resamples, permutations, confidence, seed, the draws' cap and
+        the power analysis (default: ``CompareSettings()``).
     names : (str, str)
         What the messages and the result call A and B.
 
@@ -115,7 +135,10 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, settings: CompareSettings | None =
         headline metric with ``mean_a``, ``mean_b``, ``delta`` (B - A), ``ci_low``/``ci_high``
         (paired bootstrap), ``p`` (two-sided paired sign-flip randomization) with ``p_exact``,
         ``p_holm`` (Holm over the metrics), ``p_mcnemar`` with ``discordant`` [A only hits,
-        B only hits] for recall@K, ``dz`` (Cohen's d_z) and ``wins``/``ties``/``losses``;
+        B only hits] for recall@K, ``dz`` (Cohen's d_z), ``wins``/``ties``/``losses``, ``se``
+        (the bootstrap standard error of Δ), ``mde`` (the minimum detectable |Δ| at ``power``,
+        :func:`recallk.compare.stats.detectable`) and, with ``delta``, ``queries_needed``; ``draws``:
+        the resamples and sign patterns drawn (after the cap) and asked; ``power``: alpha, power, delta;
         ``flips``: per K the queries whose hit changed; ``per_label``: per label and metric.
     """
     settings = settings or CompareSettings()
@@ -129,51 +152,87 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, settings: CompareSettings | None =
     values_b = b[columns].apply(pd.to_numeric, errors="coerce")
     included = values_a.notna().all(axis=1) & values_b.notna().all(axis=1)  # queries with positives
     labels = a.loc[included, "label"].astype(str).to_numpy()
-    groups = labels if by == "label" else None
+    groups = None if by == "query" else labels
     if not included.any():
         raise InputError("no compared query has a positive: every metric is undefined.")
+    va, vb = values_a.loc[included].to_numpy(np.float64), values_b.loc[included].to_numpy(np.float64)
+    deltas = vb - va
+    draws = _draws(settings, deltas.shape[0], groups)
+    with Progress(draws["resamples"] + draws["permutations"], "compare", "draws", log, delay=2.0) as bar:
+        boot = stats.bootstrap_deltas(deltas, draws["resamples"], settings.seed, groups, by == "two-level",
+                                      bar.update)
+        p_values, exact = stats.sign_flip_pvalues(deltas, draws["permutations"], settings.seed, groups, bar.update)
     results: dict[str, dict[str, Any]] = {}
-    for column in columns:
-        va, vb = values_a.loc[included, column].to_numpy(), values_b.loc[included, column].to_numpy()
-        delta = vb - va
-        low, high = stats.paired_bootstrap_ci(delta, settings.resamples, settings.seed, settings.confidence, groups)
-        p, exact = stats.sign_flip_pvalue(delta, settings.permutations, settings.seed, groups)
+    for j, column in enumerate(columns):
+        delta = deltas[:, j]
+        low, high = stats.percentile_interval(boot[:, j], settings.confidence)
+        se = float(boot[:, j].std(ddof=1)) if boot.shape[0] > 1 else 0.0
         wins, ties, losses = stats.win_tie_loss(delta)
-        entry = {"column": column, "mean_a": stats.fsum_mean(va), "mean_b": stats.fsum_mean(vb),
-                 "delta": stats.fsum_mean(vb) - stats.fsum_mean(va), "ci_low": low, "ci_high": high, "p": p,
-                 "p_exact": exact, "dz": stats.cohens_dz(delta), "wins": wins, "ties": ties, "losses": losses}
+        mean_a, mean_b = stats.fsum_mean(va[:, j]), stats.fsum_mean(vb[:, j])
+        entry = {"column": column, "mean_a": mean_a, "mean_b": mean_b, "delta": mean_b - mean_a, "ci_low": low,
+                 "ci_high": high, "p": float(p_values[j]), "p_exact": exact, "dz": stats.cohens_dz(delta),
+                 "wins": wins, "ties": ties, "losses": losses, "se": se,
+                 "mde": stats.detectable(se, settings.alpha, settings.power, draws["units"])}
+        if settings.delta is not None:
+            entry["queries_needed"] = stats.queries_needed(delta.size, se, settings.delta, settings.alpha,
+                                                           settings.power)
         if column.startswith("hit@"):
-            p_mc, only_a, only_b = stats.mcnemar_exact(va > 0, vb > 0)
+            p_mc, only_a, only_b = stats.mcnemar_exact(va[:, j] > 0, vb[:, j] > 0)
             entry.update(p_mcnemar=p_mc, discordant=[only_a, only_b])
         results[headline_key(column)] = entry
     for entry, adjusted in zip(results.values(), stats.holm([e["p"] for e in results.values()])):
         entry["p_holm"] = adjusted
     return {"names": list(names), "queries": int(included.sum()), "excluded": int((~included).sum()),
-            "dropped": dropped, "by": by, "confidence": settings.confidence, "metrics": results,
+            "dropped": dropped, "by": by, "confidence": settings.confidence, "draws": draws,
+            "power": {"alpha": settings.alpha, "power": settings.power, "delta": settings.delta},
+            "metrics": results,
             "flips": _flips(a[included], values_a[included], values_b[included]),
             "per_label": _per_label(labels, values_a[included], values_b[included])}
+
+
+def _draws(settings: CompareSettings, queries: int, groups: np.ndarray | None) -> dict[str, Any]:
+    """The resamples and sign patterns to draw (capped by ``max_draws``), the units they draw, and what was
+    asked: the result's ``draws``."""
+    labels = 0 if groups is None else int(np.unique(groups).size)
+    boot_units = queries if settings.by in ("query", "two-level") else labels
+    flip_units = queries if settings.by == "query" else labels
+    out = {"units": flip_units, "unit": "label" if settings.by != "query" else "query",
+           "resamples": stats.capped(settings.resamples, boot_units, settings.max_draws),
+           "permutations": stats.capped(settings.permutations, flip_units, settings.max_draws),
+           "resamples_asked": settings.resamples, "permutations_asked": settings.permutations,
+           "max_draws": settings.max_draws}
+    for kind in ("resamples", "permutations"):
+        if out[kind] < out[f"{kind}_asked"]:
+            log.warning("%s capped at %d of %d asked: %d units x %d would exceed %d draws (raise --max-draws)",
+                        kind, out[kind], out[f"{kind}_asked"], boot_units if kind == "resamples" else flip_units,
+                        out[f"{kind}_asked"], settings.max_draws)
+    return out
 
 
 def _flips(a: pd.DataFrame, values_a: pd.DataFrame, values_b: pd.DataFrame) -> dict[str, dict[str, list]]:
     """Per recall@K: the queries that went hit -> miss (``lost``) and miss -> hit (``gained``), with labels."""
     out: dict[str, dict[str, list]] = {}
+    ids, labels = a.index.astype(str).to_numpy(), a["label"].astype(str).to_numpy()
     for column in (c for c in values_a.columns if c.startswith("hit@")):
-        hit_a, hit_b = values_a[column] > 0, values_b[column] > 0
+        hit_a, hit_b = values_a[column].to_numpy() > 0, values_b[column].to_numpy() > 0
         out[headline_key(column)] = {
-            kind: [{"image_id": str(i), "label": str(a.at[i, "label"])} for i in a.index[mask]]
+            kind: [{"image_id": i, "label": label} for i, label in zip(ids[mask].tolist(), labels[mask].tolist())]
             for kind, mask in (("lost", hit_a & ~hit_b), ("gained", ~hit_a & hit_b))}
     return out
 
 
 def _per_label(labels: np.ndarray, values_a: pd.DataFrame, values_b: pd.DataFrame) -> list[dict[str, Any]]:
     """Per label: its number of queries and, per metric, the mean of A, of B and the difference."""
+    names, inverse = np.unique(labels.astype(str), return_inverse=True)
+    order = np.argsort(inverse.ravel(), kind="stable")
+    bounds = np.cumsum(np.bincount(inverse.ravel(), minlength=names.size))[:-1]
+    parts = {column: (np.split(values_a[column].to_numpy(np.float64)[order], bounds),
+                      np.split(values_b[column].to_numpy(np.float64)[order], bounds)) for column in values_a.columns}
     rows = []
-    for label in sorted(set(labels.tolist())):
-        mask = labels == label
-        row: dict[str, Any] = {"label": label, "queries": int(mask.sum())}
-        for column in values_a.columns:
-            mean_a = stats.fsum_mean(values_a[column].to_numpy()[mask])
-            mean_b = stats.fsum_mean(values_b[column].to_numpy()[mask])
+    for i, label in enumerate(names.tolist()):
+        row: dict[str, Any] = {"label": label, "queries": int(parts[values_a.columns[0]][0][i].size)}
+        for column, (side_a, side_b) in parts.items():
+            mean_a, mean_b = stats.fsum_mean(side_a[i]), stats.fsum_mean(side_b[i])
             row[headline_key(column)] = {"mean_a": mean_a, "mean_b": mean_b, "delta": mean_b - mean_a}
         rows.append(row)
     return rows

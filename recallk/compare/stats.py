@@ -1,62 +1,230 @@
 """Paired statistics of two systems scored on the same queries.
 
 Every function takes per-query values ``a`` and ``b`` (same queries, same order) or
-their differences ``delta = b - a``, and optional ``groups`` (one id per query, e.g.
-the label) for a cluster-level analysis, where whole groups are resampled or
-sign-flipped together (leave-one-out queries of one label are correlated, so a
-query-level analysis is optimistic there).
+their differences ``delta = b - a`` (one column per metric for the vectorised ones), and
+optional ``groups`` (one id per query, e.g. the label) for a cluster-level analysis,
+where whole groups are resampled or sign-flipped together (leave-one-out queries of one
+label are correlated, so a query-level analysis is optimistic there). The two-level
+bootstrap resamples labels, then queries within each drawn label.
+
+Bootstrap resamples and sign-flip patterns are drawn in chunks of about :data:`CELLS`
+unit draws, every metric in one matrix product per chunk, so the scratch stays bounded
+and the cost is ``units x draws`` whatever the number of metrics.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from scipy import stats
 
-from recallk.score.resample import bootstrap_means, percentile_interval, unit_sums
+from recallk.score.resample import percentile_interval
 
-#: Differences closer than this (relative to the largest |delta|) count as equal in the
+#: Differences closer than this, relative to the sum of the |unit sums|, count as equal in the
 #: randomization test, so float rounding never turns |T*| = |T| into |T*| < |T|.
-_TIE_TOL = 1e-12
+TIE_TOL = 1e-10
+#: Unit draws per chunk (bounds the scratch to ~32 MB).
+CELLS = 4_000_000
+#: The most unit draws (units x resamples, and units x sign patterns) one comparison makes by default:
+#: beyond it the resamples and patterns are capped (:func:`capped`) and the result says so.
+MAX_DRAWS = 200_000_000
+#: The fewest resamples or patterns a cap leaves (below it a percentile bound or a p-value is too coarse).
+MIN_DRAWS = 1_000
+
+Tick = Callable[[int], None]
+
+
+def capped(requested: int, units: int, max_draws: int = MAX_DRAWS) -> int:
+    """The resamples (or sign patterns) to draw: ``requested``, capped so that ``units x draws <= max_draws``,
+    but never below ``min(requested, MIN_DRAWS)``."""
+    return int(min(requested, max(max_draws // max(units, 1), min(requested, MIN_DRAWS))))
+
+
+def _as_matrix(delta: np.ndarray) -> np.ndarray:
+    delta = np.asarray(delta, dtype=np.float64)
+    return delta[:, None] if delta.ndim == 1 else delta
+
+
+def unit_totals(delta: np.ndarray, groups: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per unit (a query, or a group): the sum of each column of ``delta`` (n, M), the unit's number of
+    queries, and each query's unit (groups numbered in sorted order of their ids as text)."""
+    delta = _as_matrix(delta)
+    if groups is None:
+        return delta, np.ones(delta.shape[0]), np.arange(delta.shape[0])
+    _, inverse = np.unique(np.asarray(groups).astype(str), return_inverse=True)
+    inverse = inverse.ravel()
+    units = int(inverse.max(initial=-1)) + 1
+    sums = np.zeros((units, delta.shape[1]))
+    np.add.at(sums, inverse, delta)
+    return sums, np.bincount(inverse, minlength=units).astype(np.float64), inverse
+
+
+def sign_flip_pvalues(delta: np.ndarray, permutations: int = 10_000, seed: int = 0,
+                      groups: np.ndarray | None = None, tick: Tick | None = None) -> tuple[np.ndarray, bool]:
+    """Two-sided paired randomization test of mean = 0 by sign flips, for every column of ``delta``.
+
+    Parameters
+    ----------
+    delta : array (n,) or (n, M)
+        Per-query differences B - A, one column per metric (no NaN).
+    permutations : int
+        Random sign patterns (the same patterns serve every column).
+    seed : int
+    groups : array (n,), optional
+        Flip whole groups: ``T* = sum_u s_u * S_u`` over the groups' sums ``S_u``.
+    tick : callable, optional
+        Called with the number of patterns done after each chunk (progress).
+
+    Returns
+    -------
+    p : array (M,)
+        Under the null each unit's difference is as likely negative as positive, so its sign is flipped
+        at random: ``T* = sum_u s_u S_u`` (``s_u = +-1``), ``T = sum_u S_u``. Units whose sums are all 0
+        are left out (they never move T*). When ``2**units <= permutations`` (and at most 20 units) every
+        pattern is enumerated and ``p = #{|T*| >= |T|} / 2**units`` exactly; otherwise ``p = (1 +
+        #{|T*| >= |T|}) / (permutations + 1)`` (the +1 counts the observed pattern, so p is never 0).
+    exact : bool
+        Whether every pattern was enumerated.
+    """
+    sums = unit_totals(delta, groups)[0]
+    sums = sums[(sums != 0).any(axis=1)]
+    n_units, total = sums.shape[0], sums.sum(axis=0)
+    observed = np.abs(total) - TIE_TOL * np.abs(sums).sum(axis=0)
+    if n_units <= 20 and 2**n_units <= permutations:
+        patterns = ((np.arange(2**n_units)[:, None] >> np.arange(n_units)) & 1) * 2.0 - 1.0
+        flipped = np.abs(patterns @ sums)
+        if tick:
+            tick(permutations)
+        return np.count_nonzero(flipped >= observed, axis=0) / patterns.shape[0], True
+    rng = np.random.default_rng(seed)
+    count = np.zeros(sums.shape[1], dtype=np.int64)
+    step = max(1, CELLS // n_units)
+    for start in range(0, permutations, step):
+        size = min(step, permutations - start)
+        bits = np.unpackbits(rng.integers(0, 256, size=(size, (n_units + 7) // 8), dtype=np.uint8), axis=1,
+                             count=n_units)
+        flipped = np.abs(2.0 * (bits.astype(np.float64) @ sums) - total)  # s = 2 * bit - 1
+        count += np.count_nonzero(flipped >= observed, axis=0)
+        if tick:
+            tick(size)
+    return (1 + count) / (permutations + 1), False
+
+
+def sign_flip_pvalue(delta: np.ndarray, resamples: int = 10_000, seed: int = 0,
+                     groups: np.ndarray | None = None) -> tuple[float, bool]:
+    """:func:`sign_flip_pvalues` of one metric's differences: ``(p, exact)``."""
+    p, exact = sign_flip_pvalues(np.asarray(delta, dtype=np.float64), resamples, seed, groups)
+    return float(p[0]), exact
+
+
+def _counts(rng: np.random.Generator, size: int, units: int) -> np.ndarray:
+    """``size`` rows of bootstrap counts: how often each of ``units`` is drawn in ``units`` draws."""
+    idx = rng.integers(0, units, size=(size, units))
+    idx += (np.arange(size) * units)[:, None]
+    return np.bincount(idx.ravel(), minlength=size * units).reshape(size, units).astype(np.float64)
+
+
+def _two_level_counts(rng: np.random.Generator, label_counts: np.ndarray, starts: np.ndarray,
+                      sizes: np.ndarray, n: int) -> np.ndarray:
+    """Query counts of two-level resamples: each drawn label (``label_counts`` (size, G) times) draws its
+    own number of queries with replacement from its queries (``starts``/``sizes``: its rows, sorted by
+    label)."""
+    size, n_labels = label_counts.shape
+    draws = (label_counts * sizes).astype(np.int64).ravel()
+    cell = np.repeat(np.arange(size * n_labels), draws)
+    label, row = cell % n_labels, cell // n_labels
+    query = starts[label] + (rng.random(cell.size) * sizes[label]).astype(np.int64)
+    return np.bincount(row * n + query, minlength=size * n).reshape(size, n).astype(np.float64)
+
+
+def bootstrap_deltas(delta: np.ndarray, resamples: int, seed: int, groups: np.ndarray | None = None,
+                     two_level: bool = False, tick: Tick | None = None) -> np.ndarray:
+    """Bootstrap means of every column of ``delta`` (n, M): the same resamples serve every column.
+
+    By query (no ``groups``): ``n`` queries drawn with replacement. By group: ``G`` groups drawn with
+    replacement, the mean being the sum of their values over the number of their queries. Two-level
+    (``groups`` and ``two_level``): ``G`` groups drawn with replacement, then within each drawn group as
+    many queries as it holds, drawn with replacement from its queries. Every mean is kept within the range
+    of its column (a constant column's resamples are that constant exactly). Returns (resamples, M).
+    """
+    delta = _as_matrix(delta)
+    n = delta.shape[0]
+    low, high = delta.min(axis=0), delta.max(axis=0)
+    rng = np.random.default_rng(seed)
+    out = np.empty((resamples, delta.shape[1]))
+    if groups is None:
+        sums, sizes = delta, None
+    else:
+        sums, sizes, inverse = unit_totals(delta, groups)
+        if two_level:
+            order = np.argsort(inverse, kind="stable")
+            sorted_delta, starts = delta[order], np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    units = sums.shape[0]
+    step = max(1, CELLS // max(units if not (groups is not None and two_level) else n, 1))
+    for start in range(0, resamples, step):
+        size = min(step, resamples - start)
+        counts = _counts(rng, size, units)
+        if sizes is None:
+            means = counts @ sums / n
+        elif two_level:
+            queries = _two_level_counts(rng, counts, starts, sizes.astype(np.int64), n)
+            means = (queries @ sorted_delta) / queries.sum(axis=1, keepdims=True)
+        else:
+            means = (counts @ sums) / (counts @ sizes)[:, None]
+        np.clip(means, low, high, out=out[start:start + size])
+        if tick:
+            tick(size)
+    return out
 
 
 def paired_bootstrap_ci(delta: np.ndarray, resamples: int, seed: int, confidence: float = 0.95,
                         groups: np.ndarray | None = None) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean difference, resampling queries (or, with ``groups``,
-    whole groups) with replacement; the same ``seed`` gives every metric the same resample indices
-    (:func:`recallk.score.resample.bootstrap_means`)."""
-    means = bootstrap_means({"delta": np.asarray(delta, dtype=np.float64)}, resamples, seed, groups)["delta"]
+    whole groups) with replacement (:func:`bootstrap_deltas`)."""
+    means = bootstrap_deltas(np.asarray(delta, dtype=np.float64), resamples, seed, groups)[:, 0]
     return percentile_interval(means, confidence)
 
 
-def sign_flip_pvalue(delta: np.ndarray, resamples: int = 10_000, seed: int = 0,
-                     groups: np.ndarray | None = None) -> tuple[float, bool]:
-    """Two-sided paired randomization test of mean(delta) = 0 by sign flips.
+def _quantile(q: float, units: int | None) -> float:
+    """The standard normal quantile, or Student's t with ``units - 1`` degrees of freedom."""
+    return float(stats.norm.ppf(q) if units is None or units < 3 else stats.t.ppf(q, units - 1))
 
-    Under the null each unit's difference is as likely negative as positive, so its sign is
-    flipped at random: ``T* = sum(s_u * d_u) / n`` with ``s_u = +-1`` per unit (a query, or a
-    whole group), ``T = mean(delta)``. When ``2**units <= resamples`` every sign pattern is
-    enumerated and ``p = #{|T*| >= |T|} / 2**units`` exactly; otherwise ``resamples`` random
-    patterns give ``p = (1 + #{|T*| >= |T|}) / (resamples + 1)`` (the +1 counts the observed
-    pattern, so p is never 0). Returns ``(p, exact)``.
-    """
-    delta = np.asarray(delta, dtype=np.float64)
-    sums, sizes = (delta, np.ones(delta.size)) if groups is None else unit_sums(delta, groups)[:2]
-    n_units, n = sums.size, sizes.sum()
-    observed = abs(sums.sum()) / n
-    tol = _TIE_TOL * max(float(np.abs(sums).max(initial=0.0)), 1e-300)
-    if n_units <= 20 and 2**n_units <= resamples:
-        patterns = ((np.arange(2**n_units)[:, None] >> np.arange(n_units)) & 1) * 2 - 1
-        flipped = np.abs(patterns @ sums) / n
-        return float(np.count_nonzero(flipped >= observed - tol) / patterns.shape[0]), True
-    rng = np.random.default_rng(seed)
-    count, step = 0, max(1, 2**22 // max(n_units, 1))
-    for start in range(0, resamples, step):
-        signs = rng.integers(0, 2, size=(min(step, resamples - start), n_units), dtype=np.int8) * 2 - 1
-        count += int(np.count_nonzero(np.abs(signs @ sums) / n >= observed - tol))
-    return (1 + count) / (resamples + 1), False
+
+def _unbiased(se: float, units: int | None) -> float:
+    """A bootstrap standard error over ``units`` scaled by sqrt(units / (units - 1)) (the bootstrap's
+    plug-in variance divides by ``units``)."""
+    return se if units is None or units < 2 else se * math.sqrt(units / (units - 1))
+
+
+def detectable(se: float, alpha: float = 0.05, power: float = 0.8, units: int | None = None) -> float:
+    """The minimum detectable |Δ| of a two-sided level-``alpha`` test at ``power``, when the estimate of
+    Δ has standard error ``se``: ``(q_{1-alpha/2} + q_power) * se``, with normal quantiles, or, given the
+    number of resampled ``units`` (queries, or labels), Student's t quantiles with ``units - 1`` degrees
+    of freedom and ``se * sqrt(units / (units - 1))`` (few labels: a t-like test)."""
+    return float((_quantile(1 - alpha / 2, units) + _quantile(power, units)) * _unbiased(se, units))
+
+
+def power_at(delta: float, se: float, alpha: float = 0.05, units: int | None = None) -> float:
+    """The power of a two-sided level-``alpha`` test to detect a true Δ of ``delta`` with standard error
+    ``se``: ``F(|Δ|/se - q) + F(-|Δ|/se - q)``, ``q = q_{1-alpha/2}``, F normal (or t, as in
+    :func:`detectable`); ``alpha`` when ``se`` and Δ are 0, 1 when only ``se`` is."""
+    se = _unbiased(se, units)
+    if se <= 0:
+        return alpha if delta == 0 else 1.0
+    q, shift = _quantile(1 - alpha / 2, units), abs(delta) / se
+    cdf = stats.norm.cdf if units is None or units < 3 else (lambda x: stats.t.cdf(x, units - 1))
+    return float(cdf(shift - q) + cdf(-shift - q))
+
+
+def queries_needed(queries: int, se: float, delta: float, alpha: float = 0.05, power: float = 0.8) -> int | None:
+    """About how many queries (like these: the same spread, the same queries per label) detect a true
+    ``delta`` at ``power``: the standard error shrinks as 1/sqrt(queries), so ``ceil(queries *
+    (detectable / delta)**2)`` (normal quantiles). None when ``se`` is 0 (no spread to scale)."""
+    if se <= 0 or delta == 0:
+        return None
+    return max(1, math.ceil(queries * (detectable(se, alpha, power) / abs(delta)) ** 2))
 
 
 def mcnemar_exact(hit_a: np.ndarray, hit_b: np.ndarray) -> tuple[float, int, int]:
