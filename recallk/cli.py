@@ -6,6 +6,9 @@ import sys
 from typing import Sequence
 
 COMMANDS = {"compare": "recallk.compare.cli"}
+#: ``recallk leaderboard``, ``recallk track`` and ``recallk report`` (issue 24): module and entry point.
+COMMANDS.update(leaderboard="recallk.compare.board_cli", track="recallk.compare.board_cli:track_main",
+                report="recallk.compare.multi_report:main")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -15,7 +18,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     import importlib
 
-    return importlib.import_module(COMMANDS[args[0]]).main(args[1:])
+    module, _, function = COMMANDS[args[0]].partition(":")
+    return getattr(importlib.import_module(module), function or "main")(args[1:])
 
 
 if __name__ == "__main__":
