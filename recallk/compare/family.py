@@ -29,8 +29,10 @@ from recallk.compare import stats
 
 #: Permuted values drawn per chunk (float32 values and their indices: about 24 MB of scratch).
 CELLS = 1 << 21
-#: Draws closer than this (relative to the largest column sum) to an observed difference count as reaching it.
-TIE_TOL = 1e-9
+#: Draws closer than this (relative to the largest column sum) to an observed difference count as reaching it: the
+#: values are tested as float32, whose rounding (at most 6e-8 of a sum, even summed over every unit) must never
+#: break a tie such as 0.2 + 0.4 = 0.1 + 0.5; a difference of means below a millionth of the largest is no finding.
+TIE_TOL = 1e-6
 #: The most systems the split permutation tables serve (C(12, 6) * 6! rows); more are drawn by sorting keys.
 TABLE_MAX_SYSTEMS = 12
 
