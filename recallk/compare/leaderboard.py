@@ -21,7 +21,7 @@ import numpy as np
 from recallk.compare import family, stats
 from recallk.compare.systems import Panel
 from recallk.errors import InputError
-from recallk.score.resample import bootstrap_means, percentile_interval, unit_sums
+from recallk.score.resample import percentile_interval, unit_sums
 
 
 @dataclass(frozen=True)
@@ -85,18 +85,22 @@ def metric_board(board: Panel, metric: str, settings: BoardSettings, reference: 
     means = [stats.fsum_mean(values[:, s]) for s in range(k)]
     order = sorted(range(k), key=lambda s: (-means[s], s))
     ref = order[0] if reference is None else reference
-    boots = bootstrap_means({str(s): values[:, s] for s in range(k)}, settings.resamples, settings.seed, groups)
+    boots = family.shared_bootstrap_means(values, settings.resamples, settings.seed, groups)
+    others = [s for s in range(k) if s != ref]
+    flips = dict(zip(others, family.sign_flip_pvalues(values[:, others] - values[:, [ref]], settings.permutations,
+                                                      settings.seed, groups)))
     tukey = family.randomized_tukey_hsd(_tukey_units(values, groups), settings.permutations, settings.seed)
     letters = family.compact_letters(order, tukey["p"] < settings.alpha)
     sds = board.run_sd(metric)
     rows = []
     for rank, s in enumerate(order, start=1):
-        low, high = percentile_interval(boots[str(s)], settings.confidence)
+        low, high = percentile_interval(boots[:, s], settings.confidence)
         row = {"system": board.names[s], "rank": rank, "mean": means[s], "ci_low": low, "ci_high": high,
                "run_sd": sds[s], "runs": len(board.run_means[metric][s]), "group": letters[s]}
-        if s != ref:
-            row.update(vs_reference(values[:, s] - values[:, ref], settings, groups))
-            row["delta"] = means[s] - means[ref]
+        if s != ref:  # the paired interval from the same resamples: mean of the differences = difference of means
+            delta_low, delta_high = percentile_interval(boots[:, s] - boots[:, ref], settings.confidence)
+            row.update(delta=means[s] - means[ref], delta_low=delta_low, delta_high=delta_high, p=flips[s][0],
+                       p_exact=flips[s][1])
         rows.append(row)
     pairs = [{"a": board.names[i], "b": board.names[j], "diff": means[j] - means[i], "p_tukey": float(tukey["p"][i, j]),
               "significant": bool(tukey["p"][i, j] < settings.alpha)} for i, j in itertools.combinations(range(k), 2)]
