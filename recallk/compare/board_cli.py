@@ -146,8 +146,8 @@ def parser(prog: str, description: str) -> argparse.ArgumentParser:
     return p
 
 
-def gather(args: argparse.Namespace) -> systems.Panel:
-    """The panel of the command line's systems (and --experiments), restricted to --metric."""
+def specs_of(args: argparse.Namespace) -> list[systems.SystemSpec]:
+    """The command line's systems, then every experiment matching --experiments (by name)."""
     specs = [systems.parse_system(arg) for arg in args.systems]
     if args.experiments:
         names = systems.experiment_names(args.repo, args.experiments)
@@ -155,6 +155,12 @@ def gather(args: argparse.Namespace) -> systems.Panel:
             raise InputError(f"no DVC experiment of {Path(args.repo).resolve()} matches {args.experiments!r}; "
                              "list them with `dvc exp list`.")
         specs += [systems.SystemSpec(name, (name,)) for name in names if name not in {s.name for s in specs}]
+    return specs
+
+
+def gather(args: argparse.Namespace, specs: list[systems.SystemSpec] | None = None) -> systems.Panel:
+    """The panel of the command line's systems (and --experiments), restricted to --metric."""
+    specs = specs_of(args) if specs is None else specs
     board = systems.panel(systems.load_systems(specs, args.repo), intersect=args.intersect)
     if args.metric:
         unknown = [m for m in args.metric if m not in board.metrics]
