@@ -55,7 +55,8 @@ def preamble(result: dict[str, Any]) -> list[str]:
     lines = []
     for system in result["systems"]:
         runs = system["runs"]
-        lines.append(f"{system['name']}: {runs[0]}" + (f" (+{len(runs) - 1} more runs)" if len(runs) > 1 else ""))
+        more = f" (+{len(runs) - 1} more runs)" if len(runs) > 1 else ""
+        lines.append(f"{system['name']}{more}" if runs[0] == system["name"] else f"{system['name']}: {runs[0]}{more}")
     case = {"single run": "one run per system; units are the queries",
             "same queries": "repeated runs on the same queries: each query averaged over a system's runs, then "
                             "tested; units are the queries",
