@@ -1,4 +1,4 @@
-"""The ``recallk`` console script: ``recallk compare A B`` (see ``recallk compare --help``)."""
+"""The ``recallk`` console script: ``recallk compare A B``, ``recallk leaderboard|track|report A B C ...``."""
 
 from __future__ import annotations
 
