@@ -28,7 +28,8 @@ def _p(x: float | None) -> str:
     return "" if x is None else (f"{x:.4f}" if x >= 1e-4 else f"{x:.1e}")
 
 
-HEADER = ["rank", "system", "mean", "interval", "run SD", "group", "Δ vs ref", "interval of Δ", "p", "p adj"]
+HEADER = ["rank", "system", "mean", "interval", "run SD", "group", "Δ vs ref", "interval of Δ", "Δ run SD", "p",
+          "p adj"]
 
 
 def board_rows(entry: dict[str, Any]) -> list[list[str]]:
@@ -39,6 +40,7 @@ def board_rows(entry: dict[str, Any]) -> list[list[str]]:
         out.append([str(row["rank"]), row["system"], _f(row["mean"]), f"[{_f(row['ci_low'])}, {_f(row['ci_high'])}]",
                     _f(row["run_sd"]), row["group"], "reference" if ref else _f(row["delta"], True),
                     "" if ref else f"[{_f(row['delta_low'], True)}, {_f(row['delta_high'], True)}]",
+                    "" if ref else _f(row["delta_run_sd"]),
                     "" if ref else _p(row["p"]), "" if ref else _p(row["p_adjusted"])])
     return out
 
@@ -66,7 +68,7 @@ def preamble(result: dict[str, Any]) -> list[str]:
     unit = "labels (clusters of queries)" if result["by"] == "label" else result["units"]
     lines += [f"case: {case}", f"{result['queries']} queries ({result['excluded']} without a positive left out); "
               f"resampling {unit}; {result['confidence']:.0%} bootstrap intervals; run SD = between-run standard "
-              "deviation of the per-run means",
+              "deviation of the per-run means (of Δ: runs paired by position)",
               f"Δ vs {ref}: paired bootstrap interval, sign-flip p, {result['adjust']} over all "
               f"{sum(len(e['rows']) - 1 for e in result['metrics'].values())} comparisons; group: systems sharing a "
               f"letter are not told apart by the randomized Tukey HSD ({result['permutations']} permutations, "

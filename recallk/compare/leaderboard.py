@@ -100,11 +100,19 @@ def metric_board(board: Panel, metric: str, settings: BoardSettings, reference: 
         if s != ref:  # the paired interval from the same resamples: mean of the differences = difference of means
             delta_low, delta_high = percentile_interval(boots[:, s] - boots[:, ref], settings.confidence)
             row.update(delta=means[s] - means[ref], delta_low=delta_low, delta_high=delta_high, p=flips[s][0],
-                       p_exact=flips[s][1])
+                       p_exact=flips[s][1], delta_run_sd=_paired_run_sd(board.run_means[metric], s, ref))
         rows.append(row)
     pairs = [{"a": board.names[i], "b": board.names[j], "diff": means[j] - means[i], "p_tukey": float(tukey["p"][i, j]),
               "significant": bool(tukey["p"][i, j] < settings.alpha)} for i, j in itertools.combinations(range(k), 2)]
     return {"reference": board.names[ref], "best": board.names[order[0]], "rows": rows, "pairs": pairs}
+
+
+def _paired_run_sd(run_means: list[list[float]], s: int, ref: int) -> float | None:
+    """The between-run SD of Δ: of the per-run differences of means, run r paired with run r (None unless
+    both systems have the same number of runs, at least two)."""
+    if len(run_means[s]) != len(run_means[ref]):
+        return None
+    return family.between_run_sd([a - b for a, b in zip(run_means[s], run_means[ref])])
 
 
 def vs_reference(delta: np.ndarray, settings: BoardSettings, groups: np.ndarray | None) -> dict[str, Any]:
@@ -124,7 +132,8 @@ def leaderboard(board: Panel, settings: BoardSettings | None = None) -> dict[str
         ``confidence``, ``alpha``, ``adjust``, ``permutations``, ``resamples``, ``baseline``;
         ``metrics``: per metric ``reference``, ``best``, ``rows`` (ranked: ``system``, ``rank``,
         ``mean``, ``ci_low``, ``ci_high``, ``run_sd``, ``runs``, ``group`` letters; and for every
-        system but the reference ``delta``, ``delta_low``, ``delta_high``, ``p``, ``p_adjusted``) and
+        system but the reference ``delta``, ``delta_low``, ``delta_high``, ``delta_run_sd`` (the between-run SD
+        of Δ, runs paired by position), ``p``, ``p_adjusted``) and
         ``pairs`` (every pair in command-line order: ``a``, ``b``, ``diff`` = b - a, ``p_tukey``,
         ``significant``; a pair with the reference also ``p_adjusted``).
     """

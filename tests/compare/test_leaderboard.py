@@ -76,6 +76,7 @@ def test_repeated_runs_on_the_same_queries_are_averaged_per_query():
     assert board.run_sd("map")[0] == pytest.approx(np.std([0.5, 0.7], ddof=1)) and board.run_sd("map")[1] is None
     row = leaderboard.leaderboard(board, FAST)["metrics"]["map"]["rows"]
     assert {r["system"]: r["runs"] for r in row} == {"S0": 2, "S1": 1}
+    assert all(r.get("delta_run_sd") is None for r in row)  # 2 runs against 1: no run pairing
 
 
 def test_repeated_runs_on_different_queries_are_paired_by_run():
@@ -88,6 +89,7 @@ def test_repeated_runs_on_different_queries_are_paired_by_run():
     assert board.run_sd("recall@1") == pytest.approx([0.05, 0.05])
     row = leaderboard.leaderboard(board, FAST)["metrics"]["recall@1"]["rows"][1]
     assert row["p_exact"] and row["p"] == pytest.approx(0.25)  # 3 runs: 8 sign patterns, 2 as extreme
+    assert row["delta_run_sd"] == pytest.approx(0.0, abs=1e-12)  # Δ is 0.1 in every run
     with pytest.raises(InputError, match="--by label needs the same queries in every run"):
         leaderboard.leaderboard(board, leaderboard.BoardSettings(by="label"))
 
