@@ -29,8 +29,9 @@ from recallk.compare import stats
 from recallk.score.resample import CELLS as RESAMPLE_CELLS
 from recallk.score.resample import unit_sums
 
-#: Permuted values drawn per chunk (float32 values and their indices: about 24 MB of scratch).
-CELLS = 1 << 21
+#: Permuted positions drawn per chunk (their indices, and the float32 values of up to 8 metrics gathered at them:
+#: at most about 50 MB of scratch per thread).
+CELLS = 1 << 20
 #: Draws closer than this (relative to the largest column sum) to an observed difference count as reaching it: the
 #: values are tested as float32, whose rounding (at most 6e-8 of a sum, even summed over every unit) must never
 #: break a tie such as 0.2 + 0.4 = 0.1 + 0.5; a difference of means below a millionth of the largest is no finding.
@@ -70,40 +71,56 @@ def _packed(table: np.ndarray) -> np.ndarray:
 
 
 def permuted_column_sums(values: np.ndarray, draws: int, seed: int) -> np.ndarray:
-    """Column sums of ``values`` (units x systems, float32) after permuting every row at random, ``draws`` times.
+    """Column sums of ``values`` (units x systems, or units x systems x metrics) after permuting the
+    systems of every unit at random, ``draws`` times (one permutation per unit and draw serves every metric).
 
     Draws come in fixed chunks, each from its own child of ``numpy.random.SeedSequence(seed)``, so
-    the result depends on the seed alone (not on the threads that compute the chunks). Rows are
-    permuted through :func:`split_tables` (up to :data:`TABLE_MAX_SYSTEMS` systems; beyond, by
-    sorting random keys). Returns (draws, systems) float64.
+    the result depends on the seed alone (not on the threads that compute the chunks, nor on the
+    number of metrics). Units are permuted through :func:`split_tables` (up to
+    :data:`TABLE_MAX_SYSTEMS` systems; beyond, by sorting random keys). The values are gathered as
+    float32, up to 8 metrics a row (more are taken 8 at a time with the same permutations). Returns
+    (draws, systems[, metrics]) float64.
     """
-    n, k = values.shape
-    flat = np.ascontiguousarray(values, dtype=np.float32).ravel()
-    per_chunk = max(1, CELLS // max(n * k, 1))
+    values = np.asarray(values, dtype=np.float32)
+    if values.ndim == 3 and values.shape[2] > 8:
+        return np.concatenate([permuted_column_sums(values[:, :, i:i + 8], draws, seed)
+                               for i in range(0, values.shape[2], 8)], axis=2)
+    n, k = values.shape[:2]
+    metrics = 1 if values.ndim == 2 else values.shape[2]
+    width = 1 if values.ndim == 2 else 1 << (metrics - 1).bit_length()  # 1, 2, 4 or 8: numpy's fast row copies
+    if values.ndim == 2:
+        flat = np.ascontiguousarray(values).ravel()
+    else:
+        flat = np.zeros((n * k, width), dtype=np.float32)
+        flat[:, :metrics] = values.reshape(n * k, metrics)
+    per_chunk = max(1, CELLS // max(n * k, 1))  # not by the metrics: the draws of a seed stay the same
     starts = list(range(0, draws, per_chunk))
     children = np.random.SeedSequence(seed).spawn(len(starts))
     offsets = np.arange(n, dtype=np.intp) * k
-    out = np.empty((draws, k))
+    out = np.empty((draws, k, width))
     if k <= TABLE_MAX_SYSTEMS:
         left, right, n_left, n_right = split_tables(k)
         halves = ((_packed(left), n_left, left.shape[1], slice(0, left.shape[1])),
                   (_packed(right), n_right, right.shape[1], slice(left.shape[1], k)))
 
+    def gathered_sums(index: np.ndarray, axis: int) -> np.ndarray:
+        taken = np.take(flat, index, axis=0)
+        return taken.sum(axis=axis, dtype=np.float64).reshape(*index.shape[:axis], *index.shape[axis + 1:], width)
+
     def chunk(i: int) -> None:
         rng, size = np.random.default_rng(children[i]), min(per_chunk, draws - starts[i])
         rows = out[starts[i]:starts[i] + size]
         if k > TABLE_MAX_SYSTEMS:
-            index = np.argsort(rng.random((size, n, k)), axis=2) + offsets[None, :, None]
-            rows[:] = np.take(flat, index).sum(axis=1, dtype=np.float64)
+            rows[:] = gathered_sums(np.argsort(rng.random((size, n, k)), axis=2) + offsets[None, :, None], 1)
             return
         subset = rng.integers(0, len(left) // n_left, size=(size, n), dtype=np.int32)
         index = np.empty((size, max(left.shape[1], right.shape[1]), n), dtype=np.intp)
-        for packed, n_orders, width, columns in halves:
+        for packed, n_orders, positions_per_half, columns in halves:
             row = subset * n_orders
             row += rng.integers(0, n_orders, size=(size, n), dtype=np.int32)
-            positions = np.take(packed, row).view(np.int8).reshape(size, n, 8)[:, :, :width].transpose(0, 2, 1)
-            np.add(positions, offsets, out=index[:, :width], casting="unsafe")
-            rows[:, columns] = np.take(flat, index[:, :width]).sum(axis=2, dtype=np.float64)
+            positions = np.take(packed, row).view(np.int8).reshape(size, n, 8)[:, :, :positions_per_half]
+            np.add(positions.transpose(0, 2, 1), offsets, out=index[:, :positions_per_half], casting="unsafe")
+            rows[:, columns] = gathered_sums(index[:, :positions_per_half], 2)
 
     workers = max(1, min(len(starts), os.cpu_count() or 1))
     if workers == 1:
@@ -112,7 +129,7 @@ def permuted_column_sums(values: np.ndarray, draws: int, seed: int) -> np.ndarra
     else:
         with ThreadPoolExecutor(workers) as pool:  # numpy's takes, adds and sums release the GIL
             list(pool.map(chunk, range(len(starts))))
-    return out
+    return out[:, :, 0] if values.ndim == 2 else out[:, :, :metrics]
 
 
 def randomized_tukey_hsd(values: np.ndarray, permutations: int = 10_000, seed: int = 0) -> dict[str, np.ndarray]:
@@ -138,18 +155,28 @@ def randomized_tukey_hsd(values: np.ndarray, permutations: int = 10_000, seed: i
     values = np.asarray(values, dtype=np.float64)
     if values.ndim != 2 or values.shape[1] < 2 or values.shape[0] < 1:
         raise ValueError(f"values must be (units, systems >= 2); got shape {values.shape}")
-    rounded = values.astype(np.float32)
+    return randomized_tukey_hsd_many(values[:, :, None], permutations, seed)[0]
+
+
+def randomized_tukey_hsd_many(values: np.ndarray, permutations: int = 10_000, seed: int = 0) -> list[dict]:
+    """:func:`randomized_tukey_hsd` of every metric of ``values`` (units x systems x metrics) at once: each
+    draw permutes a unit's systems the same way for every metric (each metric's test is the same as
+    alone; the gathers are shared). Returns one result per metric."""
+    rounded = np.asarray(values, dtype=np.float64).astype(np.float32)
     n = rounded.shape[0]
     sums = rounded.sum(axis=0, dtype=np.float64)
     draws = permuted_column_sums(rounded, permutations, seed)
-    ranges = np.sort(draws.max(axis=1) - draws.min(axis=1))
-    tol = TIE_TOL * max(float(np.abs(sums).max()), 1e-300)
-    observed = np.abs(sums[None, :] - sums[:, None])
-    reached = ranges.size - np.searchsorted(ranges, observed - tol, side="left")
-    p = (1.0 + reached) / (ranges.size + 1.0)
-    np.fill_diagonal(p, 1.0)
-    means = sums / n
-    return {"means": means, "diff": means[None, :] - means[:, None], "p": p, "ranges": ranges / n}
+    results = []
+    for m in range(rounded.shape[2]):
+        ranges = np.sort(draws[:, :, m].max(axis=1) - draws[:, :, m].min(axis=1))
+        tol = TIE_TOL * max(float(np.abs(sums[:, m]).max()), 1e-300)
+        observed = np.abs(sums[None, :, m] - sums[:, None, m])
+        reached = ranges.size - np.searchsorted(ranges, observed - tol, side="left")
+        p = (1.0 + reached) / (ranges.size + 1.0)
+        np.fill_diagonal(p, 1.0)
+        means = sums[:, m] / n
+        results.append({"means": means, "diff": means[None, :] - means[:, None], "p": p, "ranges": ranges / n})
+    return results
 
 
 def compact_letters(order: Sequence[int], significant: np.ndarray) -> list[str]:

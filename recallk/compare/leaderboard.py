@@ -5,7 +5,8 @@ system and metric) and its between-run SD; the rank; Δ of each system against t
 best system, or ``baseline``) with a paired bootstrap interval and a paired sign-flip p-value,
 adjusted over the whole vs-reference family (every metric times every other system) by Holm or
 Benjamini-Hochberg; and the all-pairs randomized Tukey HSD (:func:`recallk.compare.family.
-randomized_tukey_hsd`, per metric) with its compact letter display. ``track`` adds, for an ordered
+randomized_tukey_hsd`, per metric; one permutation per query serves every metric) with its compact letter
+display. ``track`` adds, for an ordered
 series, each point's paired Δ against the previous one and the set of points indistinguishable from
 the best (vs-best adjusted p at least ``alpha``).
 """
@@ -77,8 +78,10 @@ def _tukey_units(values: np.ndarray, groups: np.ndarray | None) -> np.ndarray:
     return np.column_stack([unit_sums(values[:, s], groups)[0] for s in range(values.shape[1])])
 
 
-def metric_board(board: Panel, metric: str, settings: BoardSettings, reference: int | None) -> dict[str, Any]:
-    """One metric's leaderboard (see the module docstring); ``reference`` None means the best."""
+def metric_board(board: Panel, metric: str, settings: BoardSettings, reference: int | None,
+                 tukey: dict[str, np.ndarray]) -> dict[str, Any]:
+    """One metric's leaderboard (see the module docstring) given its Tukey HSD; ``reference`` None means
+    the best."""
     values = board.values[metric]
     k = values.shape[1]
     groups = _groups(board, settings)
@@ -89,7 +92,6 @@ def metric_board(board: Panel, metric: str, settings: BoardSettings, reference: 
     others = [s for s in range(k) if s != ref]
     flips = dict(zip(others, family.sign_flip_pvalues(values[:, others] - values[:, [ref]], settings.permutations,
                                                       settings.seed, groups)))
-    tukey = family.randomized_tukey_hsd(_tukey_units(values, groups), settings.permutations, settings.seed)
     letters = family.compact_letters(order, tukey["p"] < settings.alpha)
     sds = board.run_sd(metric)
     rows = []
@@ -142,7 +144,11 @@ def leaderboard(board: Panel, settings: BoardSettings | None = None) -> dict[str
         raise InputError(f"--baseline names {settings.baseline!r}, which is not one of the systems: "
                          f"{', '.join(board.names)}.")
     reference = None if settings.baseline is None else board.names.index(settings.baseline)
-    metrics = {metric: metric_board(board, metric, settings, reference) for metric in board.metrics}
+    groups = _groups(board, settings)
+    units = np.stack([_tukey_units(board.values[metric], groups) for metric in board.metrics], axis=2)
+    tukeys = family.randomized_tukey_hsd_many(units, settings.permutations, settings.seed)  # shared permutations
+    metrics = {metric: metric_board(board, metric, settings, reference, tukey)
+               for metric, tukey in zip(board.metrics, tukeys)}
     family_rows = [row for entry in metrics.values() for row in entry["rows"] if "p" in row]
     for row, adjusted in zip(family_rows, family.adjust([row["p"] for row in family_rows], settings.adjust)):
         row["p_adjusted"] = adjusted

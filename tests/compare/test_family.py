@@ -137,3 +137,11 @@ def test_batched_bootstrap_and_sign_flips_equal_one_call_per_column(grouped):
     deltas = values[:, 1:] - values[:, [0]] + [0.0, 0.05, 0.1]
     assert family.sign_flip_pvalues(deltas, 900, seed=3, groups=groups) == [
         stats.sign_flip_pvalue(deltas[:, c], 900, 3, groups) for c in range(3)]
+
+
+def test_many_metrics_share_the_permutations_and_each_test_is_the_same_as_alone():
+    values = np.random.default_rng(8).random((50, 3, 10))  # ten metrics: gathered 8 and then 2 at a time
+    together = family.randomized_tukey_hsd_many(values, 300, seed=6)
+    for m in (0, 7, 8, 9):
+        alone = family.randomized_tukey_hsd(values[:, :, m], 300, seed=6)
+        assert np.array_equal(together[m]["p"], alone["p"]) and np.array_equal(together[m]["ranges"], alone["ranges"])
