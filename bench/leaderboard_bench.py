@@ -3,6 +3,7 @@
     python bench/leaderboard_bench.py            # the issue's size: 10 systems x 10,000 queries, 10,000 draws
     python bench/leaderboard_bench.py --quick    # 10 x 1,000, 1,000 draws: proves it runs
     python bench/leaderboard_bench.py --peers    # also ranx.compare(stat_test="tukey") and statsmodels
+    python bench/leaderboard_bench.py --metrics 10   # also a leaderboard of 10 metrics (the score stage's count)
 
 Prints, for one metric: the randomized Tukey HSD alone, the whole leaderboard of that metric (bootstrap
 intervals of every system and of every Δ, batched sign flips, Tukey, letters) and the target's ratio (15 s on
@@ -29,18 +30,21 @@ from recallk.compare import family, leaderboard, systems  # noqa: E402
 TARGET_S = 15.0
 
 
-def panel(values: np.ndarray) -> systems.Panel:
+def panel(values: np.ndarray, metrics: int = 1) -> systems.Panel:
+    """``metrics`` metrics, each the values shifted a little (the same per-query structure)."""
     k = values.shape[1]
     names = [f"s{i}" for i in range(k)]
-    return systems.Panel(names, [[n] for n in names], "single run", "queries", ["map@r"], {"map@r": values},
-                         {"map@r": [[float(values[:, s].mean())] for s in range(k)]}, None, values.shape[0], 0)
+    tables = {f"m{m}": np.clip(values + 0.01 * m, 0, 1) for m in range(metrics)}
+    return systems.Panel(names, [[n] for n in names], "single run", "queries", list(tables), tables,
+                         {m: [[float(v[:, s].mean())] for s in range(k)] for m, v in tables.items()}, None,
+                         values.shape[0], 0)
 
 
 def load() -> str:
     return "load %.1f" % os.getloadavg()[0]
 
 
-def speed(n: int, k: int, draws: int) -> None:
+def speed(n: int, k: int, draws: int, metrics: int) -> None:
     rng = np.random.default_rng(0)
     values = np.clip(rng.normal(0.6, 0.2, (n, 1)) + rng.normal(0, 0.1, (n, k)) + np.linspace(0, 0.02, k), 0, 1)
     start = time.perf_counter()
@@ -52,6 +56,11 @@ def speed(n: int, k: int, draws: int) -> None:
     whole = time.perf_counter() - start
     print(f"whole leaderboard of one metric (same sizes, {draws} resamples): {whole:.2f} s ({load()}); "
           f"target {TARGET_S:.0f} s on 2 cores: {whole / TARGET_S:.2f}x of it; {os.cpu_count()} cores here")
+    if metrics > 1:
+        start = time.perf_counter()
+        leaderboard.leaderboard(panel(values, metrics), leaderboard.BoardSettings(resamples=draws, permutations=draws))
+        print(f"whole leaderboard of {metrics} metrics: {time.perf_counter() - start:.2f} s ({load()}; the Tukey "
+              "permutations are shared by the metrics)")
 
 
 def peers(draws: int) -> None:
@@ -86,8 +95,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--peers", action="store_true")
+    parser.add_argument("--metrics", type=int, default=1, help="also time a leaderboard of this many metrics")
     args = parser.parse_args()
-    speed(1_000 if args.quick else 10_000, 10, 1_000 if args.quick else 10_000)
+    speed(1_000 if args.quick else 10_000, 10, 1_000 if args.quick else 10_000, args.metrics)
     if args.peers:
         peers(2_000 if args.quick else 20_000)
 
