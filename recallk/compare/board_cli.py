@@ -114,6 +114,13 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_targets(*paths: str | None) -> None:
+    """Every output's folder exists (checked before any statistic is computed, so an error writes nothing)."""
+    for path in paths:
+        if path and not Path(path).parent.is_dir():
+            raise InputError(f"cannot write {path}: folder {str(Path(path).parent)!r} does not exist.")
+
+
 def write_atomic(path: str, text: str | bytes) -> None:
     """Write ``path`` through a temporary file and a rename (no partial output)."""
     target = Path(path)
@@ -185,6 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--baseline", metavar="SYSTEM", help="compare every system with this one (default: the best)")
     args = p.parse_args(argv)
     try:
+        check_targets(args.json, args.md)
         result = leaderboard.leaderboard(gather(args), settings_of(args, args.baseline))
         outputs = {args.json: json.dumps(result, indent=2) + "\n", args.md: markdown(result)}
         for path, text in outputs.items():
@@ -204,6 +212,7 @@ def track_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--png", metavar="FILE", default="track.png", help="the plot (default track.png)")
     args = p.parse_args(argv)
     try:
+        check_targets(args.json, args.md, args.png)
         result = leaderboard.track(gather(args), settings_of(args))
         outputs = {args.json: json.dumps(result, indent=2) + "\n", args.md: markdown(result),
                    args.png: track_plot.png_bytes(result)}

@@ -124,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--label-metric", default="recall@1", help="the metric of the per-label table (recall@1)")
     args = p.parse_args(argv)
     try:
+        board_cli.check_targets(args.out)
         specs = board_cli.specs_of(args)
         board = board_cli.gather(args, specs)
         if args.label_metric not in board.metrics:

@@ -142,14 +142,17 @@ def test_the_command_writes_text_json_and_markdown(tmp_path, capsys):
 @pytest.mark.parametrize("extra_args, message", [
     (["--metric", "ndcg"], "--metric names 'ndcg'"),                                   # unknown metric
     (["--json", "/no/such/folder/x.json"], "folder '/no/such/folder' does not exist"),  # nowhere to write
+    (["--md", "/no/such/x.md", "--json", "OUT.json"], "folder '/no/such' does not exist"),  # nothing written
     (["--alpha", "2"], "`alpha` must be strictly between 0 and 1. Got 2.0 instead"),    # bad level
     (["--experiments", "nothing-*"], "no DVC experiment"),                              # no match
 ])
 def test_command_errors_exit_2_with_one_line(tmp_path, capsys, extra_args, message):
     paths = [write(tmp_path, f"{n}.csv", t) for n, t in (("mid", MIDDLE), ("strong", STRONG))]
+    extra_args = [a.replace("OUT", str(tmp_path / "out")) for a in extra_args]
     code = board_cli.main([*paths, "--repo", str(tmp_path), *extra_args])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "out.json").exists()
 
 
 def test_track_marks_the_best_and_what_cannot_be_told_from_it(tmp_path, capsys):
