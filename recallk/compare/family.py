@@ -12,6 +12,9 @@
   is not significant.
 - :func:`adjust`: Holm's step-down (family-wise error) or Benjamini-Hochberg's step-up (false
   discovery rate) adjustment of a family of p-values.
+- :func:`shared_bootstrap_means` and :func:`sign_flip_pvalues`: the bootstrap of
+  :mod:`recallk.score.resample` and the sign flips of :mod:`recallk.compare.stats` for many columns
+  at once (the same resamples and sign patterns, hence the same results as one call per column).
 """
 
 from __future__ import annotations
