@@ -32,9 +32,9 @@ from recallk.compare import stats
 from recallk.score.resample import CELLS as RESAMPLE_CELLS
 from recallk.score.resample import unit_sums
 
-#: Permuted positions drawn per chunk (their indices, and the float32 values of up to 8 metrics gathered at them:
-#: at most about 50 MB of scratch per thread).
-CELLS = 1 << 20
+#: Permuted positions drawn per chunk (their indices and one metric's float32 values gathered at them: about
+#: 24 MB of scratch per thread).
+CELLS = 1 << 21
 #: Draws closer than this (relative to the largest column sum) to an observed difference count as reaching it: the
 #: values are tested as float32, whose rounding (at most 6e-8 of a sum, even summed over every unit) must never
 #: break a tie such as 0.2 + 0.4 = 0.1 + 0.5; a difference of means below a millionth of the largest is no finding.
@@ -80,50 +80,41 @@ def permuted_column_sums(values: np.ndarray, draws: int, seed: int) -> np.ndarra
     Draws come in fixed chunks, each from its own child of ``numpy.random.SeedSequence(seed)``, so
     the result depends on the seed alone (not on the threads that compute the chunks, nor on the
     number of metrics). Units are permuted through :func:`split_tables` (up to
-    :data:`TABLE_MAX_SYSTEMS` systems; beyond, by sorting random keys). The values are gathered as
-    float32, up to 8 metrics a row (more are taken 8 at a time with the same permutations). Returns
+    :data:`TABLE_MAX_SYSTEMS` systems; beyond, by sorting random keys); the permuted positions are
+    drawn once per chunk and each metric's float32 values gathered at them. Returns
     (draws, systems[, metrics]) float64.
     """
     values = np.asarray(values, dtype=np.float32)
-    if values.ndim == 3 and values.shape[2] > 8:
-        return np.concatenate([permuted_column_sums(values[:, :, i:i + 8], draws, seed)
-                               for i in range(0, values.shape[2], 8)], axis=2)
     n, k = values.shape[:2]
-    metrics = 1 if values.ndim == 2 else values.shape[2]
-    width = 1 if values.ndim == 2 else 1 << (metrics - 1).bit_length()  # 1, 2, 4 or 8: numpy's fast row copies
-    if values.ndim == 2:
-        flat = np.ascontiguousarray(values).ravel()
-    else:
-        flat = np.zeros((n * k, width), dtype=np.float32)
-        flat[:, :metrics] = values.reshape(n * k, metrics)
-    per_chunk = max(1, CELLS // max(n * k, 1))  # not by the metrics: the draws of a seed stay the same
+    stacked = values[:, :, None] if values.ndim == 2 else values
+    flats = [np.ascontiguousarray(stacked[:, :, m]).ravel() for m in range(stacked.shape[2])]
+    per_chunk = max(1, CELLS // max(n * k, 1))
     starts = list(range(0, draws, per_chunk))
     children = np.random.SeedSequence(seed).spawn(len(starts))
     offsets = np.arange(n, dtype=np.intp) * k
-    out = np.empty((draws, k, width))
+    out = np.empty((draws, k, len(flats)))
     if k <= TABLE_MAX_SYSTEMS:
         left, right, n_left, n_right = split_tables(k)
         halves = ((_packed(left), n_left, left.shape[1], slice(0, left.shape[1])),
                   (_packed(right), n_right, right.shape[1], slice(left.shape[1], k)))
 
-    def gathered_sums(index: np.ndarray, axis: int) -> np.ndarray:
-        taken = np.take(flat, index, axis=0)
-        return taken.sum(axis=axis, dtype=np.float64).reshape(*index.shape[:axis], *index.shape[axis + 1:], width)
-
     def chunk(i: int) -> None:
         rng, size = np.random.default_rng(children[i]), min(per_chunk, draws - starts[i])
         rows = out[starts[i]:starts[i] + size]
         if k > TABLE_MAX_SYSTEMS:
-            rows[:] = gathered_sums(np.argsort(rng.random((size, n, k)), axis=2) + offsets[None, :, None], 1)
+            index = np.argsort(rng.random((size, n, k)), axis=2).transpose(0, 2, 1) + offsets
+            for m, flat in enumerate(flats):
+                rows[:, :, m] = np.take(flat, index).sum(axis=2, dtype=np.float64)
             return
         subset = rng.integers(0, len(left) // n_left, size=(size, n), dtype=np.int32)
         index = np.empty((size, max(left.shape[1], right.shape[1]), n), dtype=np.intp)
-        for packed, n_orders, positions_per_half, columns in halves:
+        for packed, n_orders, width, columns in halves:
             row = subset * n_orders
             row += rng.integers(0, n_orders, size=(size, n), dtype=np.int32)
-            positions = np.take(packed, row).view(np.int8).reshape(size, n, 8)[:, :, :positions_per_half]
-            np.add(positions.transpose(0, 2, 1), offsets, out=index[:, :positions_per_half], casting="unsafe")
-            rows[:, columns] = gathered_sums(index[:, :positions_per_half], 2)
+            positions = np.take(packed, row).view(np.int8).reshape(size, n, 8)[:, :, :width].transpose(0, 2, 1)
+            np.add(positions, offsets, out=index[:, :width], casting="unsafe")
+            for m, flat in enumerate(flats):  # the units' axis last: contiguous sums
+                rows[:, columns, m] = np.take(flat, index[:, :width]).sum(axis=2, dtype=np.float64)
 
     workers = max(1, min(len(starts), os.cpu_count() or 1))
     if workers == 1:
@@ -132,7 +123,7 @@ def permuted_column_sums(values: np.ndarray, draws: int, seed: int) -> np.ndarra
     else:
         with ThreadPoolExecutor(workers) as pool:  # numpy's takes, adds and sums release the GIL
             list(pool.map(chunk, range(len(starts))))
-    return out[:, :, 0] if values.ndim == 2 else out[:, :, :metrics]
+    return out[:, :, 0] if values.ndim == 2 else out
 
 
 def randomized_tukey_hsd(values: np.ndarray, permutations: int = 10_000, seed: int = 0) -> dict[str, np.ndarray]:

@@ -78,20 +78,19 @@ def _tukey_units(values: np.ndarray, groups: np.ndarray | None) -> np.ndarray:
     return np.column_stack([unit_sums(values[:, s], groups)[0] for s in range(values.shape[1])])
 
 
-def metric_board(board: Panel, metric: str, settings: BoardSettings, reference: int | None,
-                 tukey: dict[str, np.ndarray]) -> dict[str, Any]:
-    """One metric's leaderboard (see the module docstring) given its Tukey HSD; ``reference`` None means
-    the best."""
+def _order(values: np.ndarray) -> tuple[list[float], list[int]]:
+    """The systems' means and their ranking (best first; ties in command-line order)."""
+    means = [stats.fsum_mean(values[:, s]) for s in range(values.shape[1])]
+    return means, sorted(range(len(means)), key=lambda s: (-means[s], s))
+
+
+def metric_board(board: Panel, metric: str, settings: BoardSettings, ref: int, tukey: dict[str, np.ndarray],
+                 boots: np.ndarray, flips: dict[int, tuple[float, bool]]) -> dict[str, Any]:
+    """One metric's leaderboard (see the module docstring) given its reference, its Tukey HSD, the
+    bootstrap means of its systems (resamples, systems) and the sign-flip p of each other system."""
     values = board.values[metric]
     k = values.shape[1]
-    groups = _groups(board, settings)
-    means = [stats.fsum_mean(values[:, s]) for s in range(k)]
-    order = sorted(range(k), key=lambda s: (-means[s], s))
-    ref = order[0] if reference is None else reference
-    boots = family.shared_bootstrap_means(values, settings.resamples, settings.seed, groups)
-    others = [s for s in range(k) if s != ref]
-    flips = dict(zip(others, family.sign_flip_pvalues(values[:, others] - values[:, [ref]], settings.permutations,
-                                                      settings.seed, groups)))
+    means, order = _order(values)
     letters = family.compact_letters(order, tukey["p"] < settings.alpha)
     sds = board.run_sd(metric)
     rows = []
@@ -145,10 +144,19 @@ def leaderboard(board: Panel, settings: BoardSettings | None = None) -> dict[str
                          f"{', '.join(board.names)}.")
     reference = None if settings.baseline is None else board.names.index(settings.baseline)
     groups = _groups(board, settings)
-    units = np.stack([_tukey_units(board.values[metric], groups) for metric in board.metrics], axis=2)
-    tukeys = family.randomized_tukey_hsd_many(units, settings.permutations, settings.seed)  # shared permutations
-    metrics = {metric: metric_board(board, metric, settings, reference, tukey)
-               for metric, tukey in zip(board.metrics, tukeys)}
+    names, k = board.metrics, len(board.names)
+    refs = [_order(board.values[m])[1][0] if reference is None else reference for m in names]
+    others = [[s for s in range(k) if s != ref] for ref in refs]
+    # every metric at once: the same permutations, resamples and sign patterns as one metric at a time
+    tukeys = family.randomized_tukey_hsd_many(np.stack([_tukey_units(board.values[m], groups) for m in names],
+                                                       axis=2), settings.permutations, settings.seed)
+    boots = family.shared_bootstrap_means(np.concatenate([board.values[m] for m in names], axis=1),
+                                          settings.resamples, settings.seed, groups)
+    deltas = np.concatenate([board.values[m][:, rest] - board.values[m][:, [ref]]
+                             for m, ref, rest in zip(names, refs, others)], axis=1)
+    flips = iter(family.sign_flip_pvalues(deltas, settings.permutations, settings.seed, groups))
+    metrics = {m: metric_board(board, m, settings, refs[i], tukeys[i], boots[:, i * k:(i + 1) * k],
+                               {s: next(flips) for s in others[i]}) for i, m in enumerate(names)}
     family_rows = [row for entry in metrics.values() for row in entry["rows"] if "p" in row]
     for row, adjusted in zip(family_rows, family.adjust([row["p"] for row in family_rows], settings.adjust)):
         row["p_adjusted"] = adjusted

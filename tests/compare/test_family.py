@@ -140,8 +140,16 @@ def test_batched_bootstrap_and_sign_flips_equal_one_call_per_column(grouped):
 
 
 def test_many_metrics_share_the_permutations_and_each_test_is_the_same_as_alone():
-    values = np.random.default_rng(8).random((50, 3, 10))  # ten metrics: gathered 8 and then 2 at a time
+    values = np.random.default_rng(8).random((50, 3, 10))  # ten metrics, one set of permutations
     together = family.randomized_tukey_hsd_many(values, 300, seed=6)
     for m in (0, 7, 8, 9):
         alone = family.randomized_tukey_hsd(values[:, :, m], 300, seed=6)
         assert np.array_equal(together[m]["p"], alone["p"]) and np.array_equal(together[m]["ranges"], alone["ranges"])
+
+
+def test_more_systems_than_the_tables_serve_are_permuted_uniformly_too():
+    k = family.TABLE_MAX_SYSTEMS + 1  # drawn by sorting random keys
+    draws = family.permuted_column_sums(np.arange(k, dtype=np.float32)[None, :], 13_000, seed=2)
+    assert np.all(np.sort(draws, axis=1) == np.arange(k))  # every draw a permutation of the one unit
+    counts = np.array([np.bincount(draws[:, j].astype(int), minlength=k) for j in range(k)])
+    assert counts.min() > 1000 - 4 * 31 and counts.max() < 1000 + 4 * 31  # each value at each position 1/13
