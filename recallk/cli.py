@@ -1,5 +1,5 @@
-"""The ``recallk`` console script: ``recallk compare A B`` (see ``recallk compare --help``), ``recallk datasets
-prepare NAME ROOT`` (``recallk datasets --help``)."""
+"""The ``recallk`` console script: ``recallk compare A B`` (see ``recallk compare --help``), ``recallk
+leaderboard|track|report A B C ...``, ``recallk datasets prepare NAME ROOT`` (``recallk datasets --help``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import sys
 from typing import Sequence
 
 COMMANDS = {"compare": "recallk.compare.cli", "datasets": "recallk.datasets.cli"}
+#: ``recallk leaderboard``, ``recallk track`` and ``recallk report`` (issue 24): module and entry point.
+COMMANDS.update(leaderboard="recallk.compare.board_cli", track="recallk.compare.board_cli:track_main",
+                report="recallk.compare.multi_report:main")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -16,7 +19,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     import importlib
 
-    return importlib.import_module(COMMANDS[args[0]]).main(args[1:])
+    module, _, function = COMMANDS[args[0]].partition(":")
+    return getattr(importlib.import_module(module), function or "main")(args[1:])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,206 @@
+"""The statistics of ``recallk leaderboard`` and ``recallk track`` over a :class:`~recallk.compare.systems.Panel`.
+
+Per metric: every system's mean with its bootstrap interval (the same resample indices for every
+system and metric) and its between-run SD; the rank; Δ of each system against the reference (the
+best system, or ``baseline``) with a paired bootstrap interval and a paired sign-flip p-value,
+adjusted over the whole vs-reference family (every metric times every other system) by Holm or
+Benjamini-Hochberg; and the all-pairs randomized Tukey HSD (:func:`recallk.compare.family.
+randomized_tukey_hsd`, per metric; one permutation per query serves every metric) with its compact letter
+display. ``track`` adds, for an ordered
+series, each point's paired Δ against the previous one and the set of points indistinguishable from
+the best (vs-best adjusted p at least ``alpha``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from recallk.compare import family, stats
+from recallk.compare.systems import Panel
+from recallk.errors import InputError
+from recallk.score.resample import percentile_interval, unit_sums
+
+
+@dataclass(frozen=True)
+class BoardSettings:
+    """How the leaderboard tests (the command's options).
+
+    Attributes
+    ----------
+    baseline : str or None
+        The system every other is compared with (None: the best on each metric).
+    adjust : {"holm", "bh"}
+        The adjustment of the vs-reference family.
+    by : {"query", "label"}
+        Resample and permute single queries, or every label's queries together (queries only).
+    resamples, permutations, seed, confidence, alpha : as in ``recallk compare``; ``alpha`` draws
+        the letters and the indistinguishable set.
+    """
+
+    baseline: str | None = None
+    adjust: str = "holm"
+    by: str = "query"
+    resamples: int = 10_000
+    permutations: int = 10_000
+    seed: int = 0
+    confidence: float = 0.95
+    alpha: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.adjust not in family.ADJUSTMENTS:
+            raise InputError(f"`adjust` must be one of {', '.join(family.ADJUSTMENTS)}. Got {self.adjust!r} instead.")
+        if self.by not in ("query", "label"):
+            raise InputError(f"`by` must be query or label. Got {self.by!r} instead.")
+        for name in ("resamples", "permutations"):
+            if getattr(self, name) < 1:
+                raise InputError(f"`{name}` must be a positive integer. Got {getattr(self, name)!r} instead.")
+        for name in ("confidence", "alpha"):
+            if not 0 < getattr(self, name) < 1:
+                raise InputError(f"`{name}` must be strictly between 0 and 1. Got {getattr(self, name)!r} instead.")
+
+
+def _groups(board: Panel, settings: BoardSettings) -> np.ndarray | None:
+    if settings.by == "query":
+        return None
+    if board.labels is None:
+        raise InputError("--by label needs the same queries in every run; these runs are paired by run.")
+    return board.labels
+
+
+def _tukey_units(values: np.ndarray, groups: np.ndarray | None) -> np.ndarray:
+    """The Tukey units: the rows, or with ``groups`` each group's column sums (permuted together)."""
+    if groups is None:
+        return values
+    return np.column_stack([unit_sums(values[:, s], groups)[0] for s in range(values.shape[1])])
+
+
+def _order(values: np.ndarray) -> tuple[list[float], list[int]]:
+    """The systems' means and their ranking (best first; ties in command-line order)."""
+    means = [stats.fsum_mean(values[:, s]) for s in range(values.shape[1])]
+    return means, sorted(range(len(means)), key=lambda s: (-means[s], s))
+
+
+def metric_board(board: Panel, metric: str, settings: BoardSettings, ref: int, tukey: dict[str, np.ndarray],
+                 boots: np.ndarray, flips: dict[int, tuple[float, bool]]) -> dict[str, Any]:
+    """One metric's leaderboard (see the module docstring) given its reference, its Tukey HSD, the
+    bootstrap means of its systems (resamples, systems) and the sign-flip p of each other system."""
+    values = board.values[metric]
+    k = values.shape[1]
+    means, order = _order(values)
+    letters = family.compact_letters(order, tukey["p"] < settings.alpha)
+    sds = board.run_sd(metric)
+    rows = []
+    for rank, s in enumerate(order, start=1):
+        low, high = percentile_interval(boots[:, s], settings.confidence)
+        row = {"system": board.names[s], "rank": rank, "mean": means[s], "ci_low": low, "ci_high": high,
+               "run_sd": sds[s], "runs": len(board.run_means[metric][s]), "group": letters[s]}
+        if s != ref:  # the paired interval from the same resamples: mean of the differences = difference of means
+            delta_low, delta_high = percentile_interval(boots[:, s] - boots[:, ref], settings.confidence)
+            row.update(delta=means[s] - means[ref], delta_low=delta_low, delta_high=delta_high, p=flips[s][0],
+                       p_exact=flips[s][1], delta_run_sd=_paired_run_sd(board.run_means[metric], s, ref))
+        rows.append(row)
+    pairs = [{"a": board.names[i], "b": board.names[j], "diff": means[j] - means[i], "p_tukey": float(tukey["p"][i, j]),
+              "significant": bool(tukey["p"][i, j] < settings.alpha)} for i, j in itertools.combinations(range(k), 2)]
+    return {"reference": board.names[ref], "best": board.names[order[0]], "rows": rows, "pairs": pairs}
+
+
+def _paired_run_sd(run_means: list[list[float]], s: int, ref: int) -> float | None:
+    """The between-run SD of Δ: of the per-run differences of means, run r paired with run r (None unless
+    both systems have the same number of runs, at least two)."""
+    if len(run_means[s]) != len(run_means[ref]):
+        return None
+    return family.between_run_sd([a - b for a, b in zip(run_means[s], run_means[ref])])
+
+
+def vs_reference(delta: np.ndarray, settings: BoardSettings, groups: np.ndarray | None) -> dict[str, Any]:
+    """Paired bootstrap interval and sign-flip p of ``delta`` (system minus reference, per unit)."""
+    low, high = stats.paired_bootstrap_ci(delta, settings.resamples, settings.seed, settings.confidence, groups)
+    p, exact = stats.sign_flip_pvalue(delta, settings.permutations, settings.seed, groups)
+    return {"delta_low": low, "delta_high": high, "p": p, "p_exact": exact}
+
+
+def leaderboard(board: Panel, settings: BoardSettings | None = None) -> dict[str, Any]:
+    """Every metric's leaderboard and the family-adjusted vs-reference p-values.
+
+    Returns
+    -------
+    dict
+        ``systems`` (name, runs' origins), ``case``, ``units``, ``queries``, ``excluded``, ``by``,
+        ``confidence``, ``alpha``, ``adjust``, ``permutations``, ``resamples``, ``baseline``;
+        ``metrics``: per metric ``reference``, ``best``, ``rows`` (ranked: ``system``, ``rank``,
+        ``mean``, ``ci_low``, ``ci_high``, ``run_sd``, ``runs``, ``group`` letters; and for every
+        system but the reference ``delta``, ``delta_low``, ``delta_high``, ``delta_run_sd`` (the between-run SD
+        of Δ, runs paired by position), ``p``, ``p_adjusted``) and
+        ``pairs`` (every pair in command-line order: ``a``, ``b``, ``diff`` = b - a, ``p_tukey``,
+        ``significant``; a pair with the reference also ``p_adjusted``).
+    """
+    settings = settings or BoardSettings()
+    if settings.baseline is not None and settings.baseline not in board.names:
+        raise InputError(f"--baseline names {settings.baseline!r}, which is not one of the systems: "
+                         f"{', '.join(board.names)}.")
+    reference = None if settings.baseline is None else board.names.index(settings.baseline)
+    groups = _groups(board, settings)
+    names, k = board.metrics, len(board.names)
+    refs = [_order(board.values[m])[1][0] if reference is None else reference for m in names]
+    others = [[s for s in range(k) if s != ref] for ref in refs]
+    # every metric at once: the same permutations, resamples and sign patterns as one metric at a time
+    tukeys = family.randomized_tukey_hsd_many(np.stack([_tukey_units(board.values[m], groups) for m in names],
+                                                       axis=2), settings.permutations, settings.seed)
+    boots = family.shared_bootstrap_means(np.concatenate([board.values[m] for m in names], axis=1),
+                                          settings.resamples, settings.seed, groups)
+    deltas = np.concatenate([board.values[m][:, rest] - board.values[m][:, [ref]]
+                             for m, ref, rest in zip(names, refs, others)], axis=1)
+    flips = iter(family.sign_flip_pvalues(deltas, settings.permutations, settings.seed, groups))
+    metrics = {m: metric_board(board, m, settings, refs[i], tukeys[i], boots[:, i * k:(i + 1) * k],
+                               {s: next(flips) for s in others[i]}) for i, m in enumerate(names)}
+    family_rows = [row for entry in metrics.values() for row in entry["rows"] if "p" in row]
+    for row, adjusted in zip(family_rows, family.adjust([row["p"] for row in family_rows], settings.adjust)):
+        row["p_adjusted"] = adjusted
+    for entry in metrics.values():
+        adjusted_of = {row["system"]: row["p_adjusted"] for row in entry["rows"] if "p" in row}
+        for pair in entry["pairs"]:
+            other = {pair["a"], pair["b"]} - {entry["reference"]}
+            if len(other) == 1 and entry["reference"] in (pair["a"], pair["b"]):
+                pair["p_adjusted"] = adjusted_of[other.pop()]
+    return {"systems": [{"name": name, "runs": origins} for name, origins in zip(board.names, board.origins)],
+            "case": board.case, "units": board.units, "queries": board.queries, "excluded": board.excluded,
+            "by": settings.by, "confidence": settings.confidence, "alpha": settings.alpha, "adjust": settings.adjust,
+            "permutations": settings.permutations, "resamples": settings.resamples, "baseline": settings.baseline,
+            "metrics": metrics}
+
+
+def track(board: Panel, settings: BoardSettings | None = None) -> dict[str, Any]:
+    """:func:`leaderboard` against the best point plus, per metric in the given order, ``series``: each
+    point's ``mean`` and interval, ``delta_prev`` with its paired interval and p (adjusted over the
+    steps by ``settings.adjust``), and ``indistinguishable`` (the best and every point whose vs-best
+    adjusted p is at least ``alpha``)."""
+    settings = settings or BoardSettings()
+    if settings.baseline is not None:
+        raise InputError("track compares each point with the best and with the previous one; it takes no --baseline.")
+    result = leaderboard(board, settings)
+    groups = _groups(board, settings)
+    for metric, entry in result["metrics"].items():
+        values = board.values[metric]
+        by_name = {row["system"]: row for row in entry["rows"]}
+        steps = [vs_reference(values[:, s] - values[:, s - 1], settings, groups) for s in range(1, len(board.names))]
+        for step, adjusted in zip(steps, family.adjust([s["p"] for s in steps], settings.adjust)):
+            step["p_adjusted"] = adjusted
+        series = []
+        for s, name in enumerate(board.names):
+            row = by_name[name]
+            point = {key: row.get(key) for key in ("system", "mean", "ci_low", "ci_high", "run_sd", "group")}
+            point["vs_best"] = {key: row[key] for key in ("delta", "delta_low", "delta_high", "p", "p_adjusted")
+                                if key in row}
+            if s:
+                step = steps[s - 1]
+                point["delta_prev"] = {"delta": row["mean"] - by_name[board.names[s - 1]]["mean"],
+                                       **{key: step[key] for key in ("delta_low", "delta_high", "p", "p_adjusted")}}
+            series.append(point)
+        entry["series"] = series
+        entry["indistinguishable"] = [p["system"] for p in series if p["system"] == entry["best"]
+                                      or p["vs_best"]["p_adjusted"] >= settings.alpha]
+    return result

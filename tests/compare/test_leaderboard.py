@@ -1,0 +1,196 @@
+"""recallk leaderboard / track: hand-checked tables, the three repeated-run cases, the CLI's outputs and errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from recallk.compare import board_cli, leaderboard, paired, stats, systems
+from recallk.errors import InputError
+
+FAST = leaderboard.BoardSettings(resamples=400, permutations=2000)
+
+
+def table(hits, aps, ids=None, labels=None) -> pd.DataFrame:
+    """A per-query table as the score stage writes it (hit@1 and ap)."""
+    n = len(hits)
+    return pd.DataFrame({"image_id": ids or [f"q{i:02d}" for i in range(n)], "label": labels or list("ab") * (n // 2),
+                         "num_positives": ["2"] * n, "num_retrievable": ["9"] * n,
+                         "hit@1": [str(float(h)) for h in hits], "ap": [str(x) for x in aps]})
+
+
+def board_of(*systems_runs, names=None, intersect=False) -> systems.Panel:
+    """A panel of systems, each a table (one run) or a list of tables (its runs)."""
+    names = names or [f"S{i}" for i in range(len(systems_runs))]
+    systems_runs = [[runs] if isinstance(runs, pd.DataFrame) else runs for runs in systems_runs]
+    return systems.panel([(name, list(runs), [f"{name}:{r}" for r in range(len(runs))])
+                          for name, runs in zip(names, systems_runs)], intersect=intersect)
+
+
+RNG = np.random.default_rng(0)
+STRONG = table([1] * 18 + [0] * 2, RNG.uniform(0.6, 1.0, 20))
+MIDDLE = table([1] * 10 + [0] * 10, RNG.uniform(0.3, 0.7, 20))
+WEAK = table([1] * 9 + [0] * 11, RNG.uniform(0.3, 0.7, 20))
+
+
+def test_hand_checked_leaderboard():
+    result = leaderboard.leaderboard(board_of(MIDDLE, STRONG, WEAK), FAST)
+    r1 = result["metrics"]["recall@1"]
+    assert [row["system"] for row in r1["rows"]] == ["S1", "S0", "S2"] and r1["reference"] == "S1"
+    assert [row["mean"] for row in r1["rows"]] == pytest.approx([0.9, 0.5, 0.45])
+    vs = paired.compare(STRONG, MIDDLE, paired.CompareSettings(resamples=400, permutations=2000))["metrics"]
+    s0 = r1["rows"][1]
+    assert s0["delta"] == pytest.approx(vs["recall@1"]["delta"]) and s0["p"] == vs["recall@1"]["p"]  # as compare
+    assert s0["delta_low"] <= s0["delta"] <= s0["delta_high"] < 0
+    family = [row for entry in result["metrics"].values() for row in entry["rows"] if "p" in row]
+    assert len(family) == 4 and [row["p_adjusted"] for row in family] == pytest.approx(
+        stats.holm([row["p"] for row in family]))  # one Holm family over both metrics
+    assert [row["group"] for row in r1["rows"]] == ["a", "b", "b"]  # 0.5 and 0.45 are not told apart
+    assert [(p["a"], p["b"]) for p in r1["pairs"]] == [("S0", "S1"), ("S0", "S2"), ("S1", "S2")]  # command order
+    assert r1["pairs"][0]["diff"] == pytest.approx(0.4) and "p_adjusted" in r1["pairs"][0]
+    assert "p_adjusted" not in r1["pairs"][1]  # S0 vs S2 involves no reference: its adjusted p is Tukey's
+    assert all(p["p_tukey"] < 0.05 for p in (r1["pairs"][0], r1["pairs"][2])) and r1["pairs"][1]["p_tukey"] > 0.05
+
+
+def test_a_baseline_and_bh():
+    settings = leaderboard.BoardSettings(baseline="S2", adjust="bh", resamples=400, permutations=2000)
+    result = leaderboard.leaderboard(board_of(MIDDLE, STRONG, WEAK), settings)
+    rows = result["metrics"]["recall@1"]["rows"]
+    assert result["metrics"]["recall@1"]["reference"] == "S2" and "delta" not in rows[2]
+    assert [row["delta"] for row in rows[:2]] == pytest.approx([0.45, 0.05])
+    with pytest.raises(InputError, match="--baseline names 'nope', which is not one of the systems: S0, S1, S2"):
+        leaderboard.leaderboard(board_of(MIDDLE, STRONG, WEAK), leaderboard.BoardSettings(baseline="nope"))
+
+
+def test_repeated_runs_on_the_same_queries_are_averaged_per_query():
+    run_a = table([1, 0, 1, 0] * 5, [0.5] * 20)
+    run_b = table([1, 1, 0, 0] * 5, [0.7] * 20)
+    board = board_of([run_a, run_b], [WEAK])
+    assert board.case == "same queries" and board.units == "queries"
+    assert np.array_equal(board.values["recall@1"][:, 0], np.array([1, 0.5, 0.5, 0] * 5))
+    assert board.run_sd("map")[0] == pytest.approx(np.std([0.5, 0.7], ddof=1)) and board.run_sd("map")[1] is None
+    row = leaderboard.leaderboard(board, FAST)["metrics"]["map"]["rows"]
+    assert {r["system"]: r["runs"] for r in row} == {"S0": 2, "S1": 1}
+    assert all(r.get("delta_run_sd") is None for r in row)  # 2 runs against 1: no run pairing
+
+
+def test_repeated_runs_on_different_queries_are_paired_by_run():
+    def runs(shift):
+        return [table([1] * (10 + shift + r) + [0] * (10 - shift - r), [0.5 + 0.01 * (shift + r)] * 20,
+                      ids=[f"seed{r}-{i}" for i in range(20)]) for r in range(3)]
+    board = board_of(runs(0), runs(2))
+    assert board.case == "different queries" and board.units == "runs" and board.labels is None
+    assert np.allclose(board.values["recall@1"], [[0.5, 0.6], [0.55, 0.65], [0.6, 0.7]])
+    assert board.run_sd("recall@1") == pytest.approx([0.05, 0.05])
+    row = leaderboard.leaderboard(board, FAST)["metrics"]["recall@1"]["rows"][1]
+    assert row["p_exact"] and row["p"] == pytest.approx(0.25)  # 3 runs: 8 sign patterns, 2 as extreme
+    assert row["delta_run_sd"] == pytest.approx(0.0, abs=1e-12)  # Δ is 0.1 in every run
+    with pytest.raises(InputError, match="--by label needs the same queries in every run"):
+        leaderboard.leaderboard(board, leaderboard.BoardSettings(by="label"))
+
+
+@pytest.mark.parametrize("runs, message", [
+    ([[MIDDLE]], "at least two systems; got 1"),                                               # one system
+    ([[MIDDLE], [table([1] * 20, [0.5] * 20, ids=[f"x{i}" for i in range(20)])]],
+     "different queries, and the systems have \\[1\\] runs"),                                  # other split, 1 run
+    ([[MIDDLE, MIDDLE], [MIDDLE.iloc[2:]]], "different queries, and the systems have \\[1, 2\\] runs"),
+    ([[MIDDLE], [MIDDLE.assign(num_retrievable="8")]], "differ in `num_retrievable`"),           # another gallery
+])
+def test_runs_that_fit_no_case_are_refused(runs, message):
+    with pytest.raises(InputError, match=message):
+        board_of(*runs)
+
+
+def test_intersect_keeps_the_queries_every_run_shares():
+    board = board_of([MIDDLE], [MIDDLE.iloc[3:]], intersect=True)
+    assert board.queries == 17 and board.case == "single run"
+
+
+@pytest.mark.parametrize("arg, want", [
+    ("HEAD", ("HEAD", ("HEAD",))),                        # one run, named as given
+    ("seed0+seed1", ("seed0+seed1", ("seed0", "seed1"))),  # two runs
+    ("big=s0+s1+s2", ("big", ("s0", "s1", "s2"))),         # named
+])
+def test_system_arguments(arg, want):
+    spec = systems.parse_system(arg)
+    assert (spec.name, spec.runs) == want
+
+
+def write(folder, name, frame):
+    path = folder / name
+    frame.to_csv(path, index=False)
+    return str(path)
+
+
+def test_the_command_writes_text_json_and_markdown(tmp_path, capsys):
+    paths = [write(tmp_path, f"{n}.csv", t) for n, t in (("mid", MIDDLE), ("strong", STRONG), ("weak", WEAK))]
+    code = board_cli.main([*paths, "--json", str(tmp_path / "b.json"), "--md", str(tmp_path / "b.md"),
+                           "--permutations", "500", "--resamples", "300", "--metric", "recall@1"])
+    out = capsys.readouterr().out
+    assert code == 0 and "case: one run per system" in out and "reference" in out
+    result = json.loads((tmp_path / "b.json").read_text())
+    assert list(result["metrics"]) == ["recall@1"]
+    assert [(p["a"], p["b"]) for p in result["metrics"]["recall@1"]["pairs"]][0] == (paths[0], paths[1])
+    assert "| 1 | " + paths[1] in (tmp_path / "b.md").read_text()
+
+
+@pytest.mark.parametrize("extra_args, message", [
+    (["--metric", "ndcg"], "--metric names 'ndcg'"),                                   # unknown metric
+    (["--json", "/no/such/folder/x.json"], "folder '/no/such/folder' does not exist"),  # nowhere to write
+    (["--md", "/no/such/x.md", "--json", "OUT.json"], "folder '/no/such' does not exist"),  # nothing written
+    (["--alpha", "2"], "`alpha` must be strictly between 0 and 1. Got 2.0 instead"),    # bad level
+    (["--experiments", "nothing-*"], "no DVC experiment"),                              # no match
+])
+def test_command_errors_exit_2_with_one_line(tmp_path, capsys, extra_args, message):
+    paths = [write(tmp_path, f"{n}.csv", t) for n, t in (("mid", MIDDLE), ("strong", STRONG))]
+    extra_args = [a.replace("OUT", str(tmp_path / "out")) for a in extra_args]
+    code = board_cli.main([*paths, "--repo", str(tmp_path), *extra_args])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_track_marks_the_best_and_what_cannot_be_told_from_it(tmp_path, capsys):
+    epochs = [write(tmp_path, f"epoch{i}.csv", t) for i, t in enumerate((WEAK, MIDDLE, STRONG))]
+    args = [*epochs, "--png", str(tmp_path / "t.png"), "--json", str(tmp_path / "t.json"), "--permutations",
+            "1000", "--resamples", "300"]
+    assert board_cli.track_main(args) == 0
+    entry = json.loads((tmp_path / "t.json").read_text())["metrics"]["recall@1"]
+    assert entry["best"] == epochs[2] and entry["indistinguishable"] == [epochs[2]]
+    assert [p["system"] for p in entry["series"]] == epochs  # the given order, not the ranking
+    assert "delta_prev" not in entry["series"][0]
+    assert entry["series"][2]["delta_prev"]["delta"] == pytest.approx(0.4)
+    assert "indistinguishable from it" in capsys.readouterr().out
+    first = (tmp_path / "t.png").read_bytes()
+    with Image.open(tmp_path / "t.png") as image:
+        assert image.size == (900, 480) and len(image.convert("RGB").getcolors(1 << 16)) > 20
+    board_cli.track_main(args)
+    assert (tmp_path / "t.png").read_bytes() == first  # same inputs, same bytes
+
+
+def test_every_experiment_of_a_repository_by_pattern(tmp_path, capsys):
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    (tmp_path / "metrics").mkdir()
+    commits = {}
+    for name, frame in (("lr-small", WEAK), ("lr-big", STRONG), ("other", MIDDLE)):
+        frame.to_csv(tmp_path / "metrics/per_query.csv", index=False)
+        git("add", "metrics")
+        git("commit", "-qm", name)
+        commits[name] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True,
+                                       text=True).stdout.strip()
+        git("update-ref", f"refs/exps/ab/{'c' * 38}/{name}", commits[name])  # where DVC keeps an experiment
+    assert systems.experiment_names(tmp_path, "lr-*") == ["lr-big", "lr-small"]
+    code = board_cli.main(["--experiments", "lr-*", "--repo", str(tmp_path), "--permutations", "300",
+                           "--resamples", "200", "--metric", "recall@1"])
+    out = capsys.readouterr().out
+    assert code == 0 and "lr-big: lr-big (" in out and "lr-small" in out and "other" not in out
