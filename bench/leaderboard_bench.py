@@ -2,7 +2,7 @@
 
     python bench/leaderboard_bench.py            # the size: 10 systems x 10,000 queries, 10,000 draws
     python bench/leaderboard_bench.py --quick    # 10 x 1,000, 1,000 draws: proves it runs
-    python bench/leaderboard_bench.py --peers    # also ranx.compare(stat_test="tukey") and statsmodels (pip install -e ".[peers,ranx]")
+    python bench/leaderboard_bench.py --peers    # also ranx and statsmodels (pip install -e ".[peers,ranx]")
     python bench/leaderboard_bench.py --metrics 10   # also a leaderboard of 10 metrics (the score stage's count)
 
 Prints, for one metric: the randomized Tukey HSD alone, the whole leaderboard of that metric (bootstrap
