@@ -12,9 +12,9 @@
   is not significant.
 - :func:`adjust`: Holm's step-down (family-wise error) or Benjamini-Hochberg's step-up (false
   discovery rate) adjustment of a family of p-values.
-- :func:`shared_bootstrap_means` and :func:`sign_flip_pvalues`: the bootstrap of
-  :mod:`recallk.score.resample` and the sign flips of :mod:`recallk.compare.stats` for many columns
-  at once (the same resamples and sign patterns, hence the same results as one call per column).
+
+The bootstrap and the sign flips of many columns at once are :mod:`recallk.compare.stats`'
+(``bootstrap_deltas``, ``sign_flip_pvalues``), shared with ``recallk compare``.
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ from typing import Sequence
 import numpy as np
 
 from recallk.compare import stats
-from recallk.score.resample import CELLS as RESAMPLE_CELLS
-from recallk.score.resample import unit_sums
 
 #: Permuted positions drawn per chunk (their indices and one metric's float32 values gathered at them: about
 #: 24 MB of scratch per thread).
@@ -39,8 +37,6 @@ CELLS = 1 << 21
 #: values are tested as float32, whose rounding (at most 6e-8 of a sum, even summed over every unit) must never
 #: break a tie such as 0.2 + 0.4 = 0.1 + 0.5; a difference of means below a millionth of the largest is no finding.
 TIE_TOL = 1e-6
-#: Sign-flip sums this close (relative to the largest unit sum) count as equal, as in recallk.compare.stats.
-SIGN_TIE_TOL = 1e-12
 #: The most systems the split permutation tables serve (C(12, 6) * 6! rows); more are drawn by sorting keys.
 TABLE_MAX_SYSTEMS = 12
 
@@ -235,51 +231,3 @@ def between_run_sd(run_means: Sequence[float]) -> float | None:
         return None
     mean = math.fsum(run_means) / len(run_means)
     return math.sqrt(math.fsum((x - mean) ** 2 for x in run_means) / (len(run_means) - 1))
-
-
-def shared_bootstrap_means(values: np.ndarray, resamples: int, seed: int,
-                           groups: np.ndarray | None = None) -> np.ndarray:
-    """Bootstrap means of every column of ``values`` (units x systems) at once: the resample indices of
-    :func:`recallk.score.resample.bootstrap_means` (same seed, same chunks, so the same resamples), each
-    chunk's indices counted per unit and multiplied into the columns (one matrix product instead of one
-    gather per system). Returns (resamples, systems), each mean kept within its column's range."""
-    values = np.asarray(values, dtype=np.float64)
-    if groups is None:
-        sums, sizes = values, np.ones(values.shape[0])
-    else:
-        parts = [unit_sums(values[:, s], groups) for s in range(values.shape[1])]
-        sums, sizes = np.column_stack([p[0] for p in parts]), parts[0][1]
-    units = sizes.size
-    rng = np.random.default_rng(seed)
-    out = np.empty((resamples, values.shape[1]))
-    step = max(1, RESAMPLE_CELLS // max(units, 1))
-    for start in range(0, resamples, step):
-        idx = rng.integers(0, units, size=(min(step, resamples - start), units))
-        counts = np.bincount((idx + (np.arange(idx.shape[0]) * units)[:, None]).ravel(),
-                             minlength=idx.size).reshape(idx.shape).astype(np.float64)
-        out[start:start + idx.shape[0]] = (counts @ sums) / (counts @ sizes)[:, None]
-    return np.clip(out, values.min(axis=0), values.max(axis=0))
-
-
-def sign_flip_pvalues(deltas: np.ndarray, resamples: int, seed: int,
-                      groups: np.ndarray | None = None) -> list[tuple[float, bool]]:
-    """:func:`recallk.compare.stats.sign_flip_pvalue` of every column of ``deltas`` (units x tests), the
-    random sign patterns drawn once and multiplied into all columns (the same patterns, hence the same
-    p-values, as one call per column). Returns ``(p, exact)`` per column."""
-    deltas = np.asarray(deltas, dtype=np.float64)
-    if groups is None:
-        sums, n = deltas, deltas.shape[0]
-    else:
-        sums = np.column_stack([unit_sums(deltas[:, c], groups)[0] for c in range(deltas.shape[1])])
-        n = deltas.shape[0]
-    units = sums.shape[0]
-    if units <= 20 and 2**units <= resamples:  # enumerated exactly: cheap, one column at a time
-        return [stats.sign_flip_pvalue(deltas[:, c], resamples, seed, groups) for c in range(deltas.shape[1])]
-    observed = np.abs(sums.sum(axis=0)) / n
-    tol = SIGN_TIE_TOL * np.maximum(np.abs(sums).max(axis=0, initial=0.0), 1e-300)
-    rng = np.random.default_rng(seed)
-    count, step = np.zeros(deltas.shape[1], dtype=np.int64), max(1, 2**22 // max(units, 1))
-    for start in range(0, resamples, step):
-        signs = rng.integers(0, 2, size=(min(step, resamples - start), units), dtype=np.int8) * 2 - 1
-        count += np.count_nonzero(np.abs(signs.astype(np.float64) @ sums) / n >= observed - tol, axis=0)
-    return [((1 + int(c)) / (resamples + 1), False) for c in count]

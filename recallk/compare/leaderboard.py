@@ -150,11 +150,12 @@ def leaderboard(board: Panel, settings: BoardSettings | None = None) -> dict[str
     # every metric at once: the same permutations, resamples and sign patterns as one metric at a time
     tukeys = family.randomized_tukey_hsd_many(np.stack([_tukey_units(board.values[m], groups) for m in names],
                                                        axis=2), settings.permutations, settings.seed)
-    boots = family.shared_bootstrap_means(np.concatenate([board.values[m] for m in names], axis=1),
-                                          settings.resamples, settings.seed, groups)
+    boots = stats.bootstrap_deltas(np.concatenate([board.values[m] for m in names], axis=1),
+                                   settings.resamples, settings.seed, groups)
     deltas = np.concatenate([board.values[m][:, rest] - board.values[m][:, [ref]]
                              for m, ref, rest in zip(names, refs, others)], axis=1)
-    flips = iter(family.sign_flip_pvalues(deltas, settings.permutations, settings.seed, groups))
+    p_values, exact = stats.sign_flip_pvalues(deltas, settings.permutations, settings.seed, groups)
+    flips = iter([(float(p), exact) for p in p_values])
     metrics = {m: metric_board(board, m, settings, refs[i], tukeys[i], boots[:, i * k:(i + 1) * k],
                                {s: next(flips) for s in others[i]}) for i, m in enumerate(names)}
     family_rows = [row for entry in metrics.values() for row in entry["rows"] if "p" in row]

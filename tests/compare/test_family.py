@@ -13,8 +13,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from extras import extra
-from recallk.compare import family, stats
-from recallk.score.resample import bootstrap_means
+from recallk.compare import family
 
 
 @pytest.mark.parametrize("k", [2, 3, 4, 5, 6, 7])
@@ -123,20 +122,6 @@ def test_letters_are_shared_exactly_by_the_pairs_not_told_apart():
 def test_between_run_sd(runs, want):
     got = family.between_run_sd(runs)
     assert got == (None if want is None else pytest.approx(want))
-
-
-@pytest.mark.parametrize("grouped", [False, True])  # by query; by label (clusters of 3 queries)
-def test_batched_bootstrap_and_sign_flips_equal_one_call_per_column(grouped):
-    rng = np.random.default_rng(11)
-    values = rng.random((90, 4))
-    groups = np.repeat(np.arange(30), 3) if grouped else None
-    boots = family.shared_bootstrap_means(values, 700, seed=2, groups=groups)
-    for s in range(4):
-        alone = bootstrap_means({"x": values[:, s]}, 700, 2, groups)["x"]
-        assert np.allclose(boots[:, s], alone, rtol=0, atol=1e-12)
-    deltas = values[:, 1:] - values[:, [0]] + [0.0, 0.05, 0.1]
-    assert family.sign_flip_pvalues(deltas, 900, seed=3, groups=groups) == [
-        stats.sign_flip_pvalue(deltas[:, c], 900, 3, groups) for c in range(3)]
 
 
 def test_many_metrics_share_the_permutations_and_each_test_is_the_same_as_alone():
