@@ -17,6 +17,7 @@ import pandas as pd
 from PIL import Image
 
 from recallk import images
+from recallk.atomic import write_all
 from recallk.data.contract import has_files
 from recallk.errors import InputError
 from recallk.report import html
@@ -36,7 +37,6 @@ from stages.runner import (
     read_input_csv,
     remove_outputs,
     run_stage,
-    write_all,
 )
 from stages.score_inputs import load_inputs
 

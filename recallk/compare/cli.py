@@ -10,12 +10,10 @@ markdown table. ``--fail-if-worse METRIC`` exits 1 when B is significantly worse
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
 from typing import Any, Sequence
 
-from recallk.compare import paired, sources
+from recallk.compare import outputs, paired, sources
 from recallk.errors import InputError
 
 #: Flipped queries listed per K and direction in the text output (all of them go to --json).
@@ -121,16 +119,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                                           permutations=args.permutations, confidence=args.confidence, seed=args.seed)
         result = paired.compare(table_a, table_b, settings)
         failed = [m for m in args.fail_if_worse if worse(result, m, args.alpha)]
+        result["sources"] = [origin_a, origin_b]
+        result["evaluated"] = [sources.evaluated(args.a, args.repo), sources.evaluated(args.b, args.repo)]
+        outputs.write(args.json, args.md, result, markdown(result, (origin_a, origin_b)))  # atomic, before the text
     except InputError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
-    result["sources"] = [origin_a, origin_b]
-    result["evaluated"] = [sources.evaluated(args.a, args.repo), sources.evaluated(args.b, args.repo)]
     print(text_report(result, (origin_a, origin_b)))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    if args.md:
-        Path(args.md).write_text(markdown(result, (origin_a, origin_b)), encoding="utf-8")
     for metric in failed:
         m = result["metrics"][metric]
         sys.stderr.write(f"B is significantly worse than A on {metric}: Δ {m['delta']:+.4f}, Holm p {_p(m['p_holm'])} "
