@@ -25,7 +25,8 @@ def written() -> pd.DataFrame:
         "image_id": ["q0", "q1"], "label": ["a", "b"], "num_positives": np.array([2, 0], dtype=np.int32),
         "num_retrievable": [9, 9], "first_positive_rank": pd.array([1, pd.NA], dtype="Int64"),
         "first_positive_rank_other_tie_rule": pd.array([2, pd.NA], dtype="Int64"),
-        **{per_query_column(k): [1.0 if k.startswith("recall") else 0.5, np.nan] for k in KEYS}, "top1_id": ["g3", "g1"], "top1_label": ["a", "a"]})
+        **{per_query_column(k): [1.0 if k.startswith("recall") else 0.5, np.nan] for k in KEYS},  # hit@K is 0 or 1
+        "top1_id": ["g3", "g1"], "top1_label": ["a", "a"]})
 
 
 def read_back(frame: pd.DataFrame) -> pd.DataFrame:

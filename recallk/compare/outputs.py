@@ -1,14 +1,17 @@
 """The files ``recallk compare`` writes (``--json``, ``--md``): all or nothing, even under SIGKILL.
 
 Both are written by :func:`recallk.atomic.write_all` (a temp file beside each, fsynced, renamed into place
-together; the folders made when missing), so a killed run never leaves half a JSON file, and the next run
-removes its temp files. The JSON is strict: a value that is not a finite number is written as ``null``.
+together, after the old files are removed; the folders made when missing), so a killed run never leaves half
+a JSON file or a new JSON beside an old markdown, and the next run removes its temp files.
+The JSON is strict: a value that is not a finite number is written as ``null``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -42,4 +45,7 @@ def write(json_path: str | None, md_path: str | None, result: dict[str, Any], ma
         writers.append((json_path, lambda tmp: tmp.write_text(text, encoding="utf-8", newline="\n")))
     if md_path:
         writers.append((md_path, lambda tmp: tmp.write_text(markdown, encoding="utf-8", newline="\n")))
+    for path in paths:  # an old pair never stays half-replaced: a killed run leaves both missing or new
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
     write_all(writers)
