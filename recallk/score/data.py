@@ -16,6 +16,7 @@ import numpy as np
 
 from recallk.checks import check_exclude_pairs, check_inputs, integer_ids, same_values
 from recallk.errors import InputError
+from recallk.score.labels import by_value
 
 
 def user_stacklevel() -> int:
@@ -46,8 +47,10 @@ class RetrievalData:
         everything); a torch tensor is detached and copied to the CPU. Held as numpy arrays.
     query_labels : sequence of length n_queries
     gallery_labels : sequence of length n_gallery
-        A gallery item is a positive of the queries of its label; compared as text, so ``1`` and
-        ``"1"`` are one label. No value may be missing (None, NaN, "").
+        A gallery item is a positive of the queries of its label. Numbers compare by value (``1.0`` is ``1``;
+        held as int64, or float64 when a label is not whole), text as text; numbers on one side and text on the
+        other are an error, and so is a query side with no label in the gallery
+        (:func:`recallk.score.labels.by_value`). No value may be missing (None, NaN, "").
     query_ids, gallery_ids : sequences of length n_queries and n_gallery, optional
         Both or neither. A gallery item with the query's own id (compared as text) is its own image:
         never retrieved and never a positive. Gallery ids are unique.
@@ -64,7 +67,8 @@ class RetrievalData:
     Raises
     ------
     InputError
-        Any of the above broken, named by argument (``"`gallery_emb` is empty; ..."``).
+        Any of the above broken, named by argument (``"`gallery_emb` is empty; ..."``); numeric labels against
+        text labels; no query label in the gallery.
 
     Warns
     -----
@@ -85,6 +89,7 @@ class RetrievalData:
         q, g = check_inputs(self.query_emb, self.gallery_emb, self.query_labels, self.gallery_labels,
                             self.query_ids, self.gallery_ids)
         pairs = check_exclude_pairs(self.exclude, q.shape[0], g.shape[0])
+        query_labels, gallery_labels = by_value(self.query_labels, self.gallery_labels)
         if self.same_set and not (self.query_ids is not None and ids_match(self.query_ids, self.gallery_ids)
                                   and q.shape == g.shape):
             raise InputError("`same_set=True` needs the queries to be the gallery row for row: the same ids "
@@ -96,6 +101,8 @@ class RetrievalData:
                           stacklevel=user_stacklevel())
         object.__setattr__(self, "query_emb", q)  # frozen: the checked arrays replace what was given
         object.__setattr__(self, "gallery_emb", g)
+        object.__setattr__(self, "query_labels", query_labels)  # numbers by value (int64 or float64 arrays)
+        object.__setattr__(self, "gallery_labels", gallery_labels)
         object.__setattr__(self, "exclude", tuple(tuple(pair) for pair in pairs))
 
     @property
