@@ -128,8 +128,8 @@ class PerQueryTable(pa.DataFrameModel):
         """A query with a positive has every metric; one without a positive has none."""
         present = frame[metric_columns(frame)].notna()
         positives = pd.to_numeric(frame["num_positives"], errors="coerce")
-        return (positives > 0).where(positives.notna(), True) == present.all(axis=1) \
-            if present.shape[1] else pd.Series(True, index=frame.index)
+        ok = present.all(axis=1).where(positives > 0, ~present.any(axis=1))
+        return ok | positives.isna()  # an unreadable count fails its own column's rule
 
     @pa.dataframe_check(name=RETRIEVABLE_RULE)
     @classmethod

@@ -55,8 +55,8 @@ def decode(data: bytes | str, source: str) -> str:
         raise InputError(f"{source} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r}); it is "
                          "binary or another encoding. Name the per-query CSV the score stage wrote.") from None
     if "\x00" in text:
-        raise InputError(f"{source} holds a NUL byte at character {text.index(chr(0))}: it is a binary file, not the "
-                         "per-query CSV the score stage wrote.")
+        raise InputError(f"{source} holds a NUL byte at character {text.index(chr(0))}: it is binary (or UTF-16) "
+                         "data, not the UTF-8 per-query CSV the score stage wrote.")
     return text
 
 
