@@ -16,7 +16,7 @@ import numpy as np
 
 from recallk.checks import check_exclude_pairs, check_inputs, integer_ids, same_values
 from recallk.errors import InputError
-from recallk.score.labels import by_value
+from recallk.score.labels import by_value, ids_by_value
 
 
 def user_stacklevel() -> int:
@@ -52,7 +52,8 @@ class RetrievalData:
         other are an error, and so is a query side with no label in the gallery
         (:func:`recallk.score.labels.by_value`). No value may be missing (None, NaN, "").
     query_ids, gallery_ids : sequences of length n_queries and n_gallery, optional
-        Both or neither. A gallery item with the query's own id (compared as text) is its own image:
+        Both or neither. A gallery item with the query's own id (numbers on both sides by value, else as text)
+        is its own image:
         never retrieved and never a positive. Gallery ids are unique.
     exclude : sequence of (query values, gallery values) pairs
         1-D sequences with one value per query and one per gallery item: a gallery item that shares the
@@ -90,6 +91,10 @@ class RetrievalData:
                             self.query_ids, self.gallery_ids)
         pairs = check_exclude_pairs(self.exclude, q.shape[0], g.shape[0])
         query_labels, gallery_labels = by_value(self.query_labels, self.gallery_labels)
+        if self.query_ids is not None:
+            query_ids, gallery_ids = ids_by_value(self.query_ids, self.gallery_ids)
+            object.__setattr__(self, "query_ids", query_ids)  # numbers by value, like the labels
+            object.__setattr__(self, "gallery_ids", gallery_ids)
         if self.same_set and not (self.query_ids is not None and ids_match(self.query_ids, self.gallery_ids)
                                   and q.shape == g.shape):
             raise InputError("`same_set=True` needs the queries to be the gallery row for row: the same ids "

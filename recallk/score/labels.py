@@ -1,7 +1,8 @@
 """Labels compared by value: what :class:`~recallk.score.data.RetrievalData` does with ``query_labels`` and
 ``gallery_labels`` before anything is ranked.
 
-Numbers compare by value on both sides: ``1.0`` (a float gallery label) is the label ``1`` of an integer query,
+Ids that are numbers on both sides compare by value too (:func:`ids_by_value`). Numbers compare by value on
+both sides: ``1.0`` (a float gallery label) is the label ``1`` of an integer query,
 as in pytorch-metric-learning's own tests, and ``True`` is ``1``. Text compares as text. Numbers on one side
 and text on the other can never match, so they are an InputError, and so is a query side none of whose labels
 occurs in the gallery (every metric would be undefined), whatever the kinds.
@@ -91,3 +92,19 @@ def _sample(values: np.ndarray, n: int = 3) -> str:
     distinct = list(dict.fromkeys(values.tolist()))
     more = f", ... {len(distinct) - n} more" if len(distinct) > n else ""
     return ", ".join(quote(v) for v in distinct[:n]) + more
+
+
+def ids_by_value(query_ids: Any, gallery_ids: Any) -> tuple[Any, Any]:
+    """Numeric ids on both sides made comparable by value (``1.0`` is the id ``1``, so a query's own image is
+    found however its id was typed), as two int64 (or float64) arrays; other ids as given (compared as text).
+    ``gallery_ids`` that become equal (``1`` and ``1.0``) are an InputError."""
+    q, g = np.asarray(query_ids), np.asarray(gallery_ids)
+    if (kind(q), kind(g)) != ("number", "number"):
+        return query_ids, gallery_ids
+    q, g = as_numbers(q), as_numbers(g)
+    if q.dtype != g.dtype:
+        q, g = q.astype(np.float64), g.astype(np.float64)
+    if np.unique(g).size != g.size:
+        raise InputError("`gallery_ids` must be unique (numbers compared by value: 1 and 1.0 are one id); a repeated "
+                         "id makes the self-match ambiguous.")
+    return q, g

@@ -19,6 +19,7 @@ from helpers import CATALOG, ROOT, SCORE_OUTPUTS, assert_no_outputs, assert_user
 from recallk import recall_at_k
 from recallk.compare import cli, outputs
 from recallk.report import failure_sheet
+from recallk.score.metrics import retrieval_summary
 
 HEADER = "image_id,label,num_positives,num_retrievable,hit@1,ap,evaluated"
 ROWS = ["q0,a,2,9,1,0.5,e1", "q1,a,2,9,0,0.25,e1", "q2,b,1,9,1,1,e1", "q3,c,0,9,,,e1"]  # q3: no positive
@@ -207,3 +208,19 @@ def test_a_tampered_catalog_never_makes_score_read_outside_the_data_or_draw_a_ch
         Image.new("RGB", Image.open(image).size, (0, 255, 0)).save(image)
     assert_user_error(run_module("stages.score", cwd=proj), "changed since split", "sha256")
     assert_no_outputs(proj, SCORE_OUTPUTS)
+
+
+@pytest.mark.parametrize("query_ids", [
+    np.array([0.0, 1.0, 2.0]),  # float query ids against int gallery ids: the query's own image is still found
+    [0.0, 1.0, 2.0],
+    [0, 1, 2],                  # the same ids typed alike (the reference)
+])
+def test_numeric_ids_compare_by_value(query_ids):
+    g = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]])  # q0's only label-0 item is itself: it must be excluded
+    got = retrieval_summary(g, g, [0, 1, 1], [0, 1, 1], ks=[1], query_ids=query_ids, gallery_ids=[0, 1, 2])
+    assert (got["num_queries"], got["num_excluded_queries"]) == (2, 1)
+
+
+def test_gallery_ids_equal_by_value_are_a_repeat():
+    with pytest.raises(ValueError, match="`gallery_ids` must be unique"):
+        recall_at_k(Q, G, [1], [1, 2], ks=[1], query_ids=[5], gallery_ids=[1, 1.0])
