@@ -13,7 +13,7 @@ imports the other.
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -75,6 +75,15 @@ _PER_QUERY_NAMES = {"map@r": "ap@r", "map": "ap", "mrr": "rr"}
 TASK_COLUMNS = ("image_id", "label", "num_positives", "num_retrievable")
 #: The name of every per-query metric column (:func:`per_query_column`).
 METRIC_COLUMN = r"^(?:hit@[1-9][0-9]*|precision@[1-9][0-9]*|r_precision|ap@r|ap|rr)$"
+#: The hit@K columns (each 0 or 1).
+HIT_COLUMN = r"^hit@[1-9][0-9]*$"
+#: The names of the model's row checks (in its messages).
+POSITIVES_RULE, RETRIEVABLE_RULE = "metrics_iff_positives", "positives_are_retrievable"
+
+
+def metric_columns(frame: pd.DataFrame) -> list:
+    """The per-query metric columns of ``frame`` (:data:`METRIC_COLUMN`), in its order."""
+    return [c for c in frame.columns if re.match(METRIC_COLUMN, str(c))]
 
 
 def per_query_column(key: str) -> str:
@@ -111,6 +120,24 @@ class PerQueryTable(pa.DataFrameModel):
     top1_id: Optional[Series[str]] = pa.Field(nullable=True)
     top1_label: Optional[Series[str]] = pa.Field(nullable=True)
     metric: Series[float] = pa.Field(alias=METRIC_COLUMN, regex=True, ge=0, le=1, nullable=True)
+    hit: Series[float] = pa.Field(alias=HIT_COLUMN, regex=True, isin=[0.0, 1.0], nullable=True)
+
+    @pa.dataframe_check(name=POSITIVES_RULE)
+    @classmethod
+    def metrics_iff_positives(cls, frame: pd.DataFrame) -> pd.Series:
+        """A query with a positive has every metric; one without a positive has none."""
+        present = frame[metric_columns(frame)].notna()
+        positives = pd.to_numeric(frame["num_positives"], errors="coerce")
+        ok = present.all(axis=1).where(positives > 0, ~present.any(axis=1))
+        return ok | positives.isna()  # an unreadable count fails its own column's rule
+
+    @pa.dataframe_check(name=RETRIEVABLE_RULE)
+    @classmethod
+    def positives_are_retrievable(cls, frame: pd.DataFrame) -> pd.Series:
+        """A query's positives are among its retrievable gallery images."""
+        positives = pd.to_numeric(frame["num_positives"], errors="coerce")
+        retrievable = pd.to_numeric(frame["num_retrievable"], errors="coerce")
+        return ~((positives > retrievable) & (retrievable >= 0))
 
     class Config:
         name = "per-query table"
@@ -123,43 +150,81 @@ _COLUMN_RULES = {"image_id": "a text id, each once", "label": "a label, never em
                  "num_positives": "a whole number, 0 or more", "num_retrievable": "a whole number, 0 or more",
                  "first_positive_rank": "a whole number, 1 or more, or empty",
                  "first_positive_rank_other_tie_rule": "a whole number, 1 or more, or empty",
-                 METRIC_COLUMN: "a number from 0 to 1, or empty for a query without a positive"}
+                 METRIC_COLUMN: "a number from 0 to 1 (not nan or infinite), or empty for a query without a positive",
+                 HIT_COLUMN: "0 or 1, or empty for a query without a positive",
+                 POSITIVES_RULE: "a value for a query with a positive (num_positives > 0) and none without one",
+                 RETRIEVABLE_RULE: "a count no larger than num_retrievable"}
 #: How many failing rows to name per column.
 _MAX_ROWS = 5
 
 
-def check_per_query(frame: pd.DataFrame, source: str) -> None:
-    """Check ``frame`` against :class:`PerQueryTable` (lazily: every failing column at once), as written (typed)
-    or as read back from CSV (text, empty cells missing); raise one InputError naming ``source``, each failing
-    column with its rule and its first failing CSV lines (the frame's rows in file order)."""
+def check_per_query(frame: pd.DataFrame, source: str, lines: Sequence[int] | None = None) -> None:
+    """Check ``frame`` against :class:`PerQueryTable` (lazily: every failure at once), as written (typed)
+    or as read back from CSV (text, empty cells missing).
+
+    Raises one InputError naming ``source`` and, per failing column, its rule and its first failing rows by
+    CSV line and query id. ``lines`` are the rows' first CSV lines (a quoted cell may span lines); by default
+    row ``i`` is line ``i + 2`` (the header is line 1). A metric cell that is not a number (``abc``, a cut
+    ``0.9e``), ``nan`` or infinite fails its column's range rule, like ``7`` or ``-3``."""
     missing = [c for c in TASK_COLUMNS if c not in frame.columns]
     if missing:
         raise InputError(f"{source} lacks column(s) {', '.join(missing)} of the per-query table (found: "
                          f"{', '.join(quote(str(c)) for c in frame.columns)}); re-run the score stage that "
                          "wrote it (this version writes them all).")
-    if not any(re.match(METRIC_COLUMN, str(c)) for c in frame.columns):
+    if not metric_columns(frame):
         raise InputError(f"{source} has no per-query metric column (hit@K, precision@K, r_precision, ap@r, ap, "
                          "rr); re-run the score stage that wrote it (this version writes every metric per query).")
     frame = frame.reset_index(drop=True)
     typed = frame.copy()
-    for column in (c for c in frame.columns if re.match(METRIC_COLUMN, str(c))):
-        # pandera names a regex column's failed coercion by its pattern: a cell that is no number is +inf
-        # here instead, so the range check names its column and line
-        values = pd.to_numeric(frame[column], errors="coerce")
-        typed[column] = values.where(values.notna() | frame[column].isna(), np.inf)
+    for column in metric_columns(frame):
+        # pandera names a regex column's failed coercion by its pattern: a cell that is no number, the text
+        # ``nan`` or an infinity is +inf here instead, so the range check names its column and line; a missing
+        # cell (empty in the CSV, NaN in the typed table the writer checks) stays missing
+        values = pd.to_numeric(frame[column].astype(object), errors="coerce").astype(float)
+        typed[column] = values.mask(frame[column].notna() & ~np.isfinite(values), np.inf)
     try:
         PerQueryTable.validate(typed, lazy=True)
     except pa.errors.SchemaErrors as exc:
-        raise InputError(_describe(exc.failure_cases, frame, source)) from None
+        numbers = list(lines) if lines is not None else [i + 2 for i in range(len(frame))]
+        raise InputError(_describe(exc.failure_cases, frame, source, numbers)) from None
 
 
-def _describe(failures: pd.DataFrame, frame: pd.DataFrame, source: str) -> str:
-    lines = [f"{source} breaks the per-query table's contract:"]
-    for column, cases in failures.groupby("column", sort=False):
-        rule = _COLUMN_RULES.get(METRIC_COLUMN if re.match(METRIC_COLUMN, str(column)) else column, "its type")
-        rows = sorted({int(i) for i in cases["index"].dropna()})
-        where = ", ".join(f"CSV line {i + 2} ({quote(frame[column].iloc[i])})" for i in rows[:_MAX_ROWS])
-        more = f" and {len(rows) - _MAX_ROWS} more" if len(rows) > _MAX_ROWS else ""
-        lines.append(f"  - column `{column}` must hold {rule}: {where or 'the column'}{more}")
-    lines.append("Re-run the score stage that wrote it (`dvc repro score`).")
-    return "\n".join(lines)
+def _failing_column(frame: pd.DataFrame, row: int) -> str:
+    """The first metric column of ``row`` that breaks the positives rule."""
+    with_positives = str(frame["num_positives"].iloc[row]).strip() not in ("0", "0.0")
+    for column in metric_columns(frame):
+        if pd.isna(frame[column].iloc[row]) == with_positives:
+            return column
+    return metric_columns(frame)[0]
+
+
+def _describe(failures: pd.DataFrame, frame: pd.DataFrame, source: str, lines: list) -> str:
+    """The message: per failing column (row rules under the column they name), its rule and first rows."""
+    failing: dict[tuple[str, str], set] = {}
+    for _, case in failures.iterrows():
+        check, column, index = str(case["check"]), case["column"], case["index"]
+        if pd.isna(index):
+            continue
+        row = int(index)
+        if check == POSITIVES_RULE:
+            key = (_failing_column(frame, row), POSITIVES_RULE)
+        elif check == RETRIEVABLE_RULE:
+            key = ("num_positives", RETRIEVABLE_RULE)
+        else:
+            pattern = next((p for p in (HIT_COLUMN, METRIC_COLUMN) if re.match(p, str(column))), column)
+            key = (str(column), pattern)
+        failing.setdefault(key, set()).add(row)
+    out = [f"{source} breaks the per-query table's contract:"]
+    for (column, rule), rows in failing.items():
+        if rule == METRIC_COLUMN and (column, HIT_COLUMN) in failing:
+            continue  # a bad hit@K cell: its own rule says it
+        ordered = sorted(rows)
+        where = ", ".join(f"CSV line {lines[i]} (query {quote(str(frame['image_id'].iloc[i]))}: "
+                          f"{quote(str(frame[column].iloc[i])) if pd.notna(frame[column].iloc[i]) else 'empty'})"
+                          for i in ordered[:_MAX_ROWS])
+        more = f" and {len(ordered) - _MAX_ROWS} more" if len(ordered) > _MAX_ROWS else ""
+        out.append(f"  - column `{column}` must hold {_COLUMN_RULES.get(rule, 'its type')}: {where}{more}")
+    if len(out) == 1:  # a failure with no row (a whole column of the wrong type)
+        out += [f"  - column `{c}`: {_COLUMN_RULES.get(c, 'its type')}" for c in failures["column"].dropna().unique()]
+    out.append("Re-run the score stage that wrote it (`dvc repro score`).")
+    return "\n".join(out)

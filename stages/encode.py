@@ -15,11 +15,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from recallk.atomic import write_all
 from recallk.encode.batches import EncodeInterrupted
 from recallk.encode.embed import embed
 from recallk.settings.encode import EncodeSettings
 from stages.params import load_settings
-from stages.runner import json_file, output_paths, parse_stage_args, read_catalog, remove_outputs, run_stage, write_all
+from stages.runner import json_file, output_paths, parse_stage_args, read_catalog, remove_outputs, run_stage
 
 #: What the stage reads and writes, by option name (``--catalog PATH`` ...): dvc.yaml's deps and outs
 #: (tests/test_dvc_yaml.py).
@@ -29,7 +30,7 @@ OUTPUTS = {"embeddings": "data/embeddings/embeddings.npy", "ids": "data/embeddin
 
 
 def npy(array: np.ndarray) -> Callable[[Path], None]:
-    """A writer of ``array`` as ``.npy`` (no pickles) for :func:`stages.runner.write_all`."""
+    """A writer of ``array`` as ``.npy`` (no pickles) for :func:`recallk.atomic.write_all`."""
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as fh:
             np.save(fh, array, allow_pickle=False)

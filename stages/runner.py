@@ -1,4 +1,4 @@
-"""Shared plumbing of the three stage scripts: arguments, atomic writes, the stage runner.
+"""Shared plumbing of the three stage scripts: arguments, atomic writes (:mod:`recallk.atomic`), the stage runner.
 
 Nothing here knows about retrieval. The library raises
 :class:`~recallk.errors.InputError` for problems the user must fix; :func:`run_stage`
@@ -15,58 +15,18 @@ import logging
 import os
 import sqlite3
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import pandas as pd
 
+from recallk.atomic import remove_leftovers
 from recallk.data import contract
 from recallk.errors import InputError, os_advice, sqlite_advice
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)  # read the process umask once (setting it back at once)
-
-
-def write_all(writers: Sequence[tuple[str | os.PathLike, Callable[[Path], None]]]) -> None:
-    """Write several outputs all or nothing: each ``writer(tmp)`` fills a temp file next to its
-    target; only when every one succeeded are they fsynced and renamed over the targets.
-
-    On any failure every temp file is removed, so no partial or half-updated output
-    remains; an OS error (disk full, file-size limit) becomes an :class:`InputError`
-    naming the file.
-    """
-    temps: list[tuple[Path, Path]] = []
-    try:
-        for path, writer in writers:
-            target = Path(path)
-            try:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-                os.close(fd)
-                os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600: give the output the user's usual mode
-                temps.append((Path(tmp), target))
-                writer(Path(tmp))
-                with open(tmp, "rb+") as fh:  # on disk before the rename: a crash never leaves an empty file
-                    os.fsync(fh.fileno())
-            except OSError as exc:
-                why = f"{exc.strerror} (errno {exc.errno})" if exc.errno else f"the write was cut short ({exc})"
-                raise InputError(f"could not write {target}: {why}. To fix: {os_advice(exc)}, then re-run; no "
-                                 "partial output was kept.") from None
-        try:
-            for tmp, target in temps:
-                os.replace(tmp, target)
-        except OSError as exc:
-            raise InputError(f"could not rename the finished outputs into place ({exc}); delete "
-                            f"{', '.join(str(t) for _, t in temps)} and re-run.") from None
-    finally:
-        for tmp, _ in temps:
-            if tmp.exists():
-                tmp.unlink()
-
 
 def json_file(data: Any) -> Callable[[Path], None]:
-    """A writer of ``data`` as indented UTF-8 JSON (a trailing newline) for :func:`write_all`."""
+    """A writer of ``data`` as indented UTF-8 JSON (a trailing newline) for :func:`recallk.atomic.write_all`."""
     return lambda tmp: tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8", newline="\n")
 
 
@@ -108,7 +68,9 @@ def read_split(path: str | os.PathLike) -> pd.DataFrame:
 
 
 def remove_outputs(paths: Sequence[str | os.PathLike]) -> None:
-    """Delete stale outputs so a failed run cannot leave an old result looking current."""
+    """Delete stale outputs so a failed run cannot leave an old result looking current, and the temp files
+    of a killed run (:func:`recallk.atomic.remove_leftovers`)."""
+    remove_leftovers(paths)
     for p in paths:
         with contextlib.suppress(FileNotFoundError):
             Path(p).unlink()

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 import pandas as pd
 from PIL import Image
 
-from recallk import images
+from recallk.atomic import write_all
 from recallk.data.contract import has_files
 from recallk.errors import InputError
 from recallk.report import html
@@ -36,9 +36,8 @@ from stages.runner import (
     read_input_csv,
     remove_outputs,
     run_stage,
-    write_all,
 )
-from stages.score_inputs import load_inputs
+from stages.score_inputs import load_inputs, verified_loader
 
 #: What the stage reads and writes, by option name (``--catalog PATH`` ...): dvc.yaml's deps and outs
 #: (tests/test_dvc_yaml.py).
@@ -107,10 +106,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     evaluated = provenance(split_provenance, read_provenance(args.encode_provenance), as_params(settings))
     if args.show:
         return show(args.metrics, args.intervals, evaluated)
-    inputs = load_inputs(args.catalog, args.split, args.embeddings, args.ids, train=settings.whiten == "pca")
-    paths = inputs.catalog["path"]
-    # an embeddings-only catalog has no image to draw: the failure gallery stays a placeholder
-    load = (lambda image_id: images.load(paths[image_id])) if has_files(inputs.catalog) else None
+    inputs = load_inputs(args.catalog, args.split, args.embeddings, args.ids, train=settings.whiten == "pca",
+                         data_root=(split_provenance or {}).get("data_root"))
+    # an embeddings-only catalog has no image to draw: the failure gallery stays a placeholder; each drawn
+    # image is checked against the catalog's sha256
+    load = verified_loader(inputs.catalog) if has_files(inputs.catalog) else None
     metrics, tables = score_split(inputs.sets, inputs.catalog, settings, load=load)
     pair_counts = (split_provenance or {}).get("near_duplicates") or {}  # the split stage's pHash pairs
     metrics.update({k: pair_counts[k] for k in PAIR_COUNTS if k in pair_counts})

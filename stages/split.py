@@ -13,12 +13,13 @@ from typing import Sequence
 
 import pandas as pd
 
+from recallk.atomic import write_all
 from recallk.data.phash import PAIR_COLUMNS
 from recallk.data.prepare import prepare_all
 from recallk.data.splitting import SPLITS
 from recallk.settings.split import SplitSettings
 from stages.params import load_settings
-from stages.runner import json_file, output_paths, parse_stage_args, remove_outputs, run_stage, write_all
+from stages.runner import json_file, output_paths, parse_stage_args, remove_outputs, run_stage
 
 log = logging.getLogger("stages.split" if __name__ == "__main__" else __name__)
 

@@ -25,7 +25,8 @@ def written() -> pd.DataFrame:
         "image_id": ["q0", "q1"], "label": ["a", "b"], "num_positives": np.array([2, 0], dtype=np.int32),
         "num_retrievable": [9, 9], "first_positive_rank": pd.array([1, pd.NA], dtype="Int64"),
         "first_positive_rank_other_tie_rule": pd.array([2, pd.NA], dtype="Int64"),
-        **{per_query_column(k): [0.5, np.nan] for k in KEYS}, "top1_id": ["g3", "g1"], "top1_label": ["a", "a"]})
+        **{per_query_column(k): [1.0 if k.startswith("recall") else 0.5, np.nan] for k in KEYS},  # hit@K is 0 or 1
+        "top1_id": ["g3", "g1"], "top1_label": ["a", "a"]})
 
 
 def read_back(frame: pd.DataFrame) -> pd.DataFrame:
@@ -51,7 +52,7 @@ def test_the_written_table_and_its_csv_meet_the_model():
     ("num_positives", "two", "a whole number, 0 or more"),
     ("num_retrievable", "-1", "a whole number, 0 or more"),
     ("first_positive_rank", "0", "1 or more"),
-    ("hit@1", "1.5", "a number from 0 to 1"),
+    ("hit@1", "1.5", "0 or 1"),
     ("ap", "abc", "a number from 0 to 1"),
     ("image_id", "q1", "each once"),
     ("label", pd.NA, "never empty"),

@@ -20,13 +20,11 @@ line); 3: no gate fails but some is inconclusive (more queries would decide it).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
-from pathlib import Path
 from typing import Any, Sequence
 
-from recallk.compare import paired, sources, stats
+from recallk.compare import outputs, paired, sources, stats
 from recallk.errors import InputError
 
 #: Flipped queries listed per K and direction in the text output (all of them go to --json).
@@ -231,16 +229,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                                           max_draws=args.max_draws, alpha=args.alpha, delta=args.delta)
         result = paired.compare(table_a, table_b, settings)
         result["gates"] = [gate(result, spec, args.alpha) for spec in args.fail_if_worse]
+        result["sources"] = [origin_a, origin_b]
+        result["evaluated"] = [sources.evaluated(args.a, args.repo), sources.evaluated(args.b, args.repo)]
+        outputs.write(args.json, args.md, result, markdown(result, (origin_a, origin_b)))  # atomic, before the text
     except InputError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_INPUT
-    result["sources"] = [origin_a, origin_b]
-    result["evaluated"] = [sources.evaluated(args.a, args.repo), sources.evaluated(args.b, args.repo)]
     print(text_report(result, (origin_a, origin_b)))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    if args.md:
-        Path(args.md).write_text(markdown(result, (origin_a, origin_b)), encoding="utf-8")
     for g in result["gates"]:
         if g["outcome"] != "pass":
             sys.stderr.write(f"{g['outcome']}: {g['rule']}\n")

@@ -7,6 +7,7 @@ a fresh clone with no DVC cache, e.g. in CI against the base branch.
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from recallk.errors import InputError
+from recallk.errors import InputError, quote
 from recallk.tables_contract import check_per_query, restore_formulas
 
 #: The compact per-query table, committed with the metrics.
@@ -25,8 +26,8 @@ FULL_TABLE = "data/scores/per_query.csv"
 CANDIDATES = ("per_query.csv", TABLE)
 
 
-def _git(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+def _git(*args: str, cwd: Path, binary: bool = False) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=not binary)
 
 
 def resolve_revision(spec: str, repo: Path) -> str | None:
@@ -44,21 +45,58 @@ def resolve_revision(spec: str, repo: Path) -> str | None:
     return matches[0] if matches else None
 
 
-def read_table(text: str, source: str) -> pd.DataFrame:
+def decode(data: bytes | str, source: str) -> str:
+    """``data`` as text: UTF-8 (a BOM dropped), no NUL byte; else an InputError naming ``source``."""
+    if isinstance(data, str):
+        return data
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{source} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r}); it is "
+                         "binary or another encoding. Name the per-query CSV the score stage wrote.") from None
+    if "\x00" in text:
+        raise InputError(f"{source} holds a NUL byte at character {text.index(chr(0))}: it is binary (or UTF-16) "
+                         "data, not the UTF-8 per-query CSV the score stage wrote.")
+    return text
+
+
+def record_lines(text: str) -> list[int]:
+    """The first CSV line (1-based) of each data record of ``text`` (a quoted cell may span lines)."""
+    reader = csv.reader(io.StringIO(text))
+    starts, line = [], 1
+    next(reader, None)
+    line = reader.line_num + 1
+    for _ in reader:
+        starts.append(line)
+        line = reader.line_num + 1
+    return starts
+
+
+def read_table(data: bytes | str, source: str) -> pd.DataFrame:
     """Parse a per-query CSV (every cell as text, empty cells missing), checked against its contract
-    (:func:`recallk.tables_contract.check_per_query`: one InputError naming ``source`` and each bad column)."""
+    (:func:`recallk.tables_contract.check_per_query`): one InputError naming ``source``, each bad column, its
+    CSV lines and queries. Text that is not UTF-8, holds a NUL byte, or does not end with a newline (the
+    writer ends every line with one: the file was cut short) is refused too."""
+    text = decode(data, source)
+    if text and not text.endswith("\n"):
+        last = text.rsplit("\n", 1)[-1]
+        raise InputError(f"{source} is cut short: its last line ({quote(last)}, line {text.count(chr(10)) + 1}) "
+                         "does not end with a newline, as every line the score stage writes does. Re-run the score "
+                         "stage that wrote it (`dvc repro score`).")
     try:
         frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        lines = record_lines(text)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error) as exc:
         raise InputError(f"{source} is not a readable per-query CSV ({exc}).") from None
     frame = restore_formulas(frame).replace("", pd.NA)  # the score stage quotes formula-like text
-    check_per_query(frame, source)
+    check_per_query(frame, source, lines if len(lines) == len(frame) else None)
     return frame
 
 
 def evaluated(spec: str, repo: str | Path = ".") -> dict[str, str]:
     """What the score stage says it evaluated (``metrics/evaluated.json``) beside ``spec``'s per-query
-    table: in a folder, or at a revision; empty when there is none (a CSV file, an older revision)."""
+    table: in a folder, or at a revision; empty when there is none (a CSV file, an older revision).
+    A damaged file (not UTF-8, not JSON, not one object) is an InputError naming it."""
     path = Path(spec)
     if path.is_file():
         candidates = [path.parent / "evaluated.json"]
@@ -66,12 +104,32 @@ def evaluated(spec: str, repo: str | Path = ".") -> dict[str, str]:
         candidates = [path / "evaluated.json", path / "metrics" / "evaluated.json"]
     else:
         commit = resolve_revision(spec, Path(repo))
-        shown = _git("show", f"{commit}:metrics/evaluated.json", cwd=Path(repo)) if commit else None
-        return json.loads(shown.stdout) if shown is not None and shown.returncode == 0 else {}
+        shown = _git("show", f"{commit}:metrics/evaluated.json", cwd=Path(repo), binary=True) if commit else None
+        if shown is None or shown.returncode != 0:
+            return {}
+        return parse_evaluated(shown.stdout, f"{spec}:metrics/evaluated.json")
     for candidate in candidates:
         if candidate.is_file():
-            return json.loads(candidate.read_text(encoding="utf-8"))
+            return parse_evaluated(candidate.read_bytes(), str(candidate))
     return {}
+
+
+def parse_evaluated(data: bytes, source: str) -> dict[str, str]:
+    """An ``evaluated.json``'s object, its values as text (the report prints them); an InputError naming
+    ``source`` when it is not UTF-8 JSON holding one object."""
+    try:
+        facts = json.loads(decode(data, source))
+    except ValueError as exc:  # json.JSONDecodeError, or a number too deep to parse
+        raise InputError(f"{source} is not readable JSON ({exc}); re-run the score stage that writes it "
+                         "(`dvc repro score`), or compare the per-query CSV files by name.") from None
+    except RecursionError:
+        raise InputError(f"{source} nests too deeply to be the score stage's evaluated.json; re-run the score "
+                         "stage that writes it (`dvc repro score`).") from None
+    if not isinstance(facts, dict):
+        raise InputError(f"{source} holds a JSON {type(facts).__name__}, not the object the score stage writes; "
+                         "re-run the score stage (`dvc repro score`).")
+    return {str(k): v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v)
+            for k, v in facts.items()}
 
 
 def load(spec: str, repo: str | Path = ".") -> tuple[pd.DataFrame, str]:
@@ -82,11 +140,11 @@ def load(spec: str, repo: str | Path = ".") -> tuple[pd.DataFrame, str]:
     """
     path = Path(spec)
     if path.is_file():
-        return read_table(path.read_text(encoding="utf-8"), str(path)), str(path)
+        return read_table(path.read_bytes(), str(path)), str(path)
     if path.is_dir():
         for name in CANDIDATES:
             if (path / name).is_file():
-                return read_table((path / name).read_text(encoding="utf-8"), str(path / name)), str(path / name)
+                return read_table((path / name).read_bytes(), str(path / name)), str(path / name)
         raise InputError(f"folder {spec!r} holds no per-query table ({' or '.join(CANDIDATES)}); run the score "
                          "stage there, or name the CSV file.")
     repo = Path(repo)
@@ -94,20 +152,20 @@ def load(spec: str, repo: str | Path = ".") -> tuple[pd.DataFrame, str]:
     if commit is None:
         raise InputError(f"{spec!r} is not a file, a folder, a git revision or a DVC experiment of {repo.resolve()}; "
                          "list experiments with `dvc exp list`.")
-    shown = _git("show", f"{commit}:{TABLE}", cwd=repo)
+    shown = _git("show", f"{commit}:{TABLE}", cwd=repo, binary=True)
     if shown.returncode == 0:
         return read_table(shown.stdout, f"{spec}:{TABLE}"), f"{spec} ({commit[:7]}):{TABLE}"
     full = read_table(_from_dvc_cache(spec, commit, repo), f"{spec}:{FULL_TABLE}")
     return full, f"{spec} ({commit[:7]}):{FULL_TABLE}"
 
 
-def _from_dvc_cache(spec: str, commit: str, repo: Path) -> str:
+def _from_dvc_cache(spec: str, commit: str, repo: Path) -> bytes:
     """The full per-query table of a revision that kept no compact one in git, through ``dvc.api``
     (it needs that revision's outputs in the DVC cache or a remote)."""
     import dvc.api
 
     try:
-        return dvc.api.read(FULL_TABLE, repo=str(repo), rev=commit, encoding="utf-8")
+        return dvc.api.read(FULL_TABLE, repo=str(repo), rev=commit, mode="rb")
     except Exception as exc:  # dvc raises many types here (missing cache, no remote, no such path)
         raise InputError(f"revision {spec!r} ({commit[:7]}) has no {TABLE} in git, and its {FULL_TABLE} is not in "
                          f"the DVC cache ({type(exc).__name__}); fetch it with `dvc pull` (or `dvc exp pull` for an "

@@ -1,14 +1,16 @@
 """The failure gallery: a contact sheet of the worst queries and what they retrieved (``plots/failures.png``).
 
 One row per query, the worst first (lowest ``ap@r``, then the deepest first positive,
-ties by image_id): the query framed blue with its label, its top k retrieved items
-framed green (same label) or red (another) with their cosine, then its first positive
-framed grey with its rank. Drawn with Pillow and its built-in font, so the same inputs
-give the same bytes.
+ties by image_id): the query framed blue, captioned with its id and label; its top k retrieved
+items framed green (same label) or red (another), each captioned ``+`` (same label) or ``x``
+(another) with its label in text and its cosine, so the sheet reads without colour too; then
+its first positive framed grey with its rank. A legend at the top says all of this. Drawn with
+Pillow and its built-in font, so the same inputs give the same bytes.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Callable, Sequence
 
 import numpy as np
@@ -17,7 +19,13 @@ from PIL import Image, ImageDraw, ImageFont, ImageOps
 
 THUMB = 72          # thumbnail side, pixels
 FRAME = 3           # frame width
-CAPTION = 14        # caption height under each thumbnail
+LINE = 12           # one caption line's height
+CAPTION = 2 * LINE + 2  # caption under each thumbnail: two lines
+CHARS = 13          # characters per caption line (the built-in font, a thumbnail's width)
+LEGEND_LINES = ("each row: a query (blue: q <id>, its label), its top retrieved items, then its first positive",
+                "+ <label>: same label as the query (green)   x <label>: another label (red)   under each: cosine",
+                "#<rank>: the first positive (grey) and its rank")
+LEGEND = len(LEGEND_LINES) * LINE + 4  # the legend band above the rows
 GAP = 6             # space between tiles
 COLOURS = {"query": (31, 119, 180), "hit": (44, 160, 44), "miss": (214, 39, 40), "first": (127, 127, 127)}
 
@@ -32,30 +40,50 @@ def worst_queries(per_query: pd.DataFrame, n: int) -> pd.DataFrame:
     return rows.head(n).drop(columns=["_ap", "_rank"])
 
 
-def _tile(image: Image.Image, colour: tuple[int, int, int], caption: str, font) -> Image.Image:
+def printable(text: object) -> str:
+    """``text`` for a caption: control, format (bidi) and line-separator characters shown as ``?``, the rest as is
+    (the built-in font draws what it has)."""
+    return "".join("?" if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") else c for c in str(text))
+
+
+def captions(row: dict) -> list[tuple[str, tuple[str, str]]]:
+    """The tiles of one sheet row: (kind, two caption lines) for the query, each retrieved item and the
+    first positive (``kind`` is a key of :data:`COLOURS`)."""
+    qid, qlabel = row["query"]
+    out = [("query", (f"q {printable(qid)}", printable(qlabel)))]
+    out += [("hit" if pos else "miss", (f"{'+' if pos else 'x'} {printable(label)}", f"{score:.3f}"))
+            for _, label, score, pos in row["retrieved"]]
+    if row["first"] is not None:
+        _, rank, score = row["first"]
+        out.append(("first", (f"#{rank} {printable(qlabel)}", f"{score:.3f}")))
+    return out
+
+
+def _tile(image: Image.Image, colour: tuple[int, int, int], lines: Sequence[str], font) -> Image.Image:
     tile = Image.new("RGB", (THUMB + 2 * FRAME, THUMB + 2 * FRAME + CAPTION), "white")
     ImageDraw.Draw(tile).rectangle([0, 0, THUMB + 2 * FRAME - 1, THUMB + 2 * FRAME - 1], fill=colour)
     thumb = ImageOps.pad(image.convert("RGB"), (THUMB, THUMB), method=Image.Resampling.BILINEAR, color="white")
     tile.paste(thumb, (FRAME, FRAME))
-    ImageDraw.Draw(tile).text((1, THUMB + 2 * FRAME + 1), caption[:14], fill=(0, 0, 0), font=font)
+    for n, line in enumerate(lines):
+        ImageDraw.Draw(tile).text((1, THUMB + 2 * FRAME + 1 + n * LINE), line[:CHARS], fill=(0, 0, 0), font=font)
     return tile
 
 
 def draw(rows: Sequence[dict], load: Callable[[str], Image.Image]) -> Image.Image:
-    """The contact sheet of ``rows``: each ``{"query": (id, label), "retrieved": [(id, label, score,
-    is_positive)], "first": (id, rank, score) or None}``; ``load(image_id)`` gives an upright image."""
+    """The contact sheet of ``rows`` under its legend: each row ``{"query": (id, label), "retrieved": [(id, label,
+    score, is_positive)], "first": (id, rank, score) or None}``; ``load(image_id)`` gives an upright image."""
     font = ImageFont.load_default()
     width = max(1, max((2 + len(r["retrieved"]) for r in rows), default=1))
     tile_w, tile_h = THUMB + 2 * FRAME + GAP, THUMB + 2 * FRAME + CAPTION + GAP
-    sheet = Image.new("RGB", (width * tile_w + GAP, max(1, len(rows)) * tile_h + GAP), "white")
+    legend_w = max(int(font.getlength(line)) for line in LEGEND_LINES) + 2 * GAP
+    sheet = Image.new("RGB", (max(width * tile_w + GAP, legend_w), LEGEND + max(1, len(rows)) * tile_h + GAP),
+                      "white")
+    for n, line in enumerate(LEGEND_LINES):
+        ImageDraw.Draw(sheet).text((GAP, 2 + n * LINE), line, fill=(0, 0, 0), font=font)
     for y, row in enumerate(rows):
-        qid, qlabel = row["query"]
-        tiles = [_tile(load(qid), COLOURS["query"], f"q {qlabel}", font)]
-        tiles += [_tile(load(gid), COLOURS["hit" if pos else "miss"], f"{score:.3f}", font)
-                  for gid, _, score, pos in row["retrieved"]]
-        if row["first"] is not None:
-            gid, rank, score = row["first"]
-            tiles.append(_tile(load(gid), COLOURS["first"], f"#{rank} \u00b7 {score:.3f}", font))
-        for x, tile in enumerate(tiles):
-            sheet.paste(tile, (GAP + x * tile_w, GAP + y * tile_h))
+        ids = [row["query"][0]] + [gid for gid, *_ in row["retrieved"]] + \
+            ([row["first"][0]] if row["first"] is not None else [])
+        for x, (image_id, (kind, lines)) in enumerate(zip(ids, captions(row))):
+            tile = _tile(load(image_id), COLOURS[kind], lines, font)
+            sheet.paste(tile, (GAP + x * tile_w, LEGEND + GAP + y * tile_h))
     return sheet

@@ -17,6 +17,7 @@ import numpy as np
 from recallk.checks import check_exclude_pairs, check_inputs, integer_ids, same_values
 from recallk.errors import InputError
 from recallk.score.exclusion import one_column_pairs
+from recallk.score.labels import by_value, ids_by_value
 
 
 def user_stacklevel() -> int:
@@ -47,10 +48,13 @@ class RetrievalData:
         everything); a torch tensor is detached and copied to the CPU. Held as numpy arrays.
     query_labels : sequence of length n_queries
     gallery_labels : sequence of length n_gallery
-        A gallery item is a positive of the queries of its label; compared as text, so ``1`` and
-        ``"1"`` are one label. No value may be missing (None, NaN, "").
+        A gallery item is a positive of the queries of its label. Numbers compare by value (``1.0`` is ``1``;
+        held as int64, or float64 when a label is not whole), text as text; numbers on one side and text on the
+        other are an error, and so is a query side with no label in the gallery
+        (:func:`recallk.score.labels.by_value`). No value may be missing (None, NaN, "").
     query_ids, gallery_ids : sequences of length n_queries and n_gallery, optional
-        Both or neither. A gallery item with the query's own id (compared as text) is its own image:
+        Both or neither. A gallery item with the query's own id (numbers on both sides by value, else as text)
+        is its own image:
         never retrieved and never a positive. Gallery ids are unique.
     exclude : sequence of (query values, gallery values) pairs
         1-D sequences with one value per query and one per gallery item: a gallery item that shares the
@@ -69,7 +73,8 @@ class RetrievalData:
     Raises
     ------
     InputError
-        Any of the above broken, named by argument (``"`gallery_emb` is empty; ..."``).
+        Any of the above broken, named by argument (``"`gallery_emb` is empty; ..."``); numeric labels against
+        text labels; no query label in the gallery.
 
     Warns
     -----
@@ -95,6 +100,11 @@ class RetrievalData:
             raise InputError("`same_set=True` needs the same exclusion values on both sides (each query is its "
                              "gallery row); junk for every query hides gallery items only, so under leave-one-out "
                              "drop those items from the data instead.")
+        query_labels, gallery_labels = by_value(self.query_labels, self.gallery_labels)
+        if self.query_ids is not None:
+            query_ids, gallery_ids = ids_by_value(self.query_ids, self.gallery_ids)
+            object.__setattr__(self, "query_ids", query_ids)  # numbers by value, like the labels
+            object.__setattr__(self, "gallery_ids", gallery_ids)
         if self.same_set and not (self.query_ids is not None and ids_match(self.query_ids, self.gallery_ids)
                                   and q.shape == g.shape):
             raise InputError("`same_set=True` needs the queries to be the gallery row for row: the same ids "
@@ -106,6 +116,8 @@ class RetrievalData:
                           stacklevel=user_stacklevel())
         object.__setattr__(self, "query_emb", q)  # frozen: the checked arrays replace what was given
         object.__setattr__(self, "gallery_emb", g)
+        object.__setattr__(self, "query_labels", query_labels)  # numbers by value (int64 or float64 arrays)
+        object.__setattr__(self, "gallery_labels", gallery_labels)
         object.__setattr__(self, "exclude", tuple(tuple(pair) for pair in pairs))
 
     @property

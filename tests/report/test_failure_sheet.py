@@ -35,10 +35,11 @@ def test_tiles_are_framed_by_what_they_are_and_drawing_is_deterministic():
              "first": ("g1", 1, 0.9)}]
     sheet = failure_sheet.draw(rows, _solid((200, 200, 200)))
     step = failure_sheet.THUMB + 2 * failure_sheet.FRAME + failure_sheet.GAP
-    top = failure_sheet.GAP + 1  # inside each tile's frame, above the thumbnail
+    top = failure_sheet.LEGEND + failure_sheet.GAP + 1  # inside each tile's frame, above the thumbnail
     frames = [sheet.getpixel((failure_sheet.GAP + x * step + 1, top)) for x in range(4)]
     assert frames == [failure_sheet.COLOURS[k] for k in ("query", "hit", "miss", "first")]
-    assert sheet.size == (4 * step + failure_sheet.GAP, step + failure_sheet.CAPTION + failure_sheet.GAP)
+    assert sheet.size[1] == failure_sheet.LEGEND + step + failure_sheet.CAPTION + failure_sheet.GAP
+    assert sheet.size[0] >= 4 * step + failure_sheet.GAP  # at least the tiles; wider when the legend is
     again = failure_sheet.draw(rows, _solid((200, 200, 200)))
     assert again.tobytes() == sheet.tobytes()
 
@@ -58,7 +59,8 @@ def test_the_score_stage_draws_the_worst_queries_byte_identically(project):
     image, first = _stage(project, queries=3, k=4)
     step = failure_sheet.THUMB + 2 * failure_sheet.FRAME + failure_sheet.GAP
     # 3 rows of 1 + 4 + 1 tiles
-    assert image.size == (6 * step + failure_sheet.GAP, 3 * (step + failure_sheet.CAPTION) + failure_sheet.GAP)
+    assert image.size == (max(6 * step + failure_sheet.GAP, image.size[0]),
+                          failure_sheet.LEGEND + 3 * (step + failure_sheet.CAPTION) + failure_sheet.GAP)
     proc = run_module("stages.score", cwd=project)
     assert proc.returncode == 0
     assert hashlib.sha256((project / "plots/failures.png").read_bytes()).digest() == hashlib.sha256(first).digest()

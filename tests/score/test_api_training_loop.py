@@ -22,7 +22,8 @@ G = np.array([[1.0, 0.1], [0.1, 1.0], [0.7, 0.7]])
 
 
 @pytest.mark.parametrize("kwargs", [
-    dict(query_labels=["x", "y"], gallery_labels=["a", "b", "c"]),  # no query label in the gallery
+    dict(query_labels=["a", "b"], gallery_labels=["a", "b", "c"], exclude=[(["a", "b"], ["a", "b", "c"])]),
+    # every positive shares the query's value (the label itself); no query label in the gallery is an error
     dict(query_labels=["a", "a"], gallery_labels=["a", "b", "c"], query_ids=["p", "q"], gallery_ids=["p", "q", "r"],
          exclude=[(["c", "c"], ["c", "c", "d"])]),  # every positive shares the query's camera
     dict(query_labels=["a", "b"], gallery_labels=["a", "b", "c"], query_ids=["p", "q"],
@@ -45,7 +46,8 @@ def test_the_stage_still_refuses_every_query_excluded():
     from recallk.settings.score import ScoreSettings
 
     settings = ScoreSettings(ks=(1,), metrics=("recall",))
-    ranking = rank(RetrievalData(Q, G, ["x", "y"], ["a", "b", "c"]), settings)
+    ranking = rank(RetrievalData(Q, G, ["a", "b"], ["a", "b", "c"], exclude=[(["a", "b"], ["a", "b", "c"])]),
+                   settings)  # every positive excluded
     with pytest.raises(InputError, match="every one of the 2 queries is excluded.*Put same-label images"):
         summarize(ranking, settings)
 

@@ -98,10 +98,9 @@ def test_means_only_recall_is_summarize_recall(kind):
     rng = np.random.default_rng(7)
     q, g = rng.standard_normal((40, 8)), rng.standard_normal((50, 8))
     ql, gl = rng.integers(0, 6, 40), rng.integers(0, 6, 50)
-    if kind == "all_excluded":
-        gl = gl + 10  # no query has a positive
+    exclude = [(ql, gl)] if kind == "all_excluded" else ()  # every positive excluded: no query has one
     ks = [1, 3, 10]
-    ranking = rank_positives(q, g, ql, gl, ranks=Pass.every() if kind == "complete" else
+    ranking = rank_positives(q, g, ql, gl, exclude=exclude, ranks=Pass.every() if kind == "complete" else
                              Pass.first(cap=10 if kind == "capped" else None))
     settings = ScoreSettings(ks=ks, metrics=("recall",))
     expect = (lambda: pytest.warns(RuntimeWarning, match="excluded")) if kind == "all_excluded" \

@@ -1,0 +1,110 @@
+"""Labels compared by value: what :class:`~recallk.score.data.RetrievalData` does with ``query_labels`` and
+``gallery_labels`` before anything is ranked.
+
+Ids that are numbers on both sides compare by value too (:func:`ids_by_value`). Numbers compare by value on
+both sides: ``1.0`` (a float gallery label) is the label ``1`` of an integer query,
+as in pytorch-metric-learning's own tests, and ``True`` is ``1``. Text compares as text. Numbers on one side
+and text on the other can never match, so they are an InputError, and so is a query side none of whose labels
+occurs in the gallery (every metric would be undefined), whatever the kinds.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from recallk.errors import InputError, quote
+
+#: The largest integer a float64 holds exactly: integral floats at most this large become int64 labels.
+_EXACT = 2**53
+
+
+def kind(values: np.ndarray) -> str:
+    """``"number"``, ``"text"`` or ``"mixed"`` (an object array holding both, or other objects)."""
+    if values.dtype.kind in "biuf":
+        return "number"
+    if values.dtype.kind in "US":
+        return "text"
+    items = values.tolist()
+    if all(isinstance(v, numbers.Number) and not isinstance(v, complex) for v in items):
+        return "number"
+    if all(isinstance(v, (str, bytes)) for v in items):
+        return "text"
+    return "mixed"
+
+
+def as_numbers(values: np.ndarray) -> np.ndarray:
+    """Numeric labels as one comparable array: int64 when every value is a whole number (floats too), else float64."""
+    arr = np.asarray(values.tolist() if values.dtype.kind == "O" else values)
+    if arr.dtype.kind in "biu":  # uint64 above int64's range stays as it is
+        huge = arr.dtype == np.uint64 and arr.size and int(arr.max()) > np.iinfo(np.int64).max
+        return arr if huge else arr.astype(np.int64, copy=False)
+    as_float = arr.astype(np.float64)
+    if np.all(np.isfinite(as_float)) and np.all(as_float == np.round(as_float)) and np.all(np.abs(as_float) <= _EXACT):
+        return as_float.astype(np.int64)
+    return as_float
+
+
+def by_value(query_labels: Any, gallery_labels: Any) -> tuple[np.ndarray | Any, np.ndarray | Any]:
+    """``query_labels`` and ``gallery_labels`` made comparable by value (see the module docstring).
+
+    Returns
+    -------
+    (query_labels, gallery_labels)
+        Numbers on both sides: two int64 arrays (whole numbers, e.g. ``1.0`` -> ``1``) or, when a value is not
+        whole, two float64 arrays. Otherwise the labels as given (text, or a side mixing kinds: compared as
+        text, as before).
+
+    Raises
+    ------
+    InputError
+        Numbers on one side and text on the other, or no query label in the gallery.
+    """
+    q, g = np.asarray(query_labels), np.asarray(gallery_labels)
+    kinds = (kind(q), kind(g))
+    if set(kinds) == {"number", "text"}:
+        (side, num), (other, text) = (("query_labels", q), ("gallery_labels", g))[::1 if kinds[0] == "number" else -1]
+        raise InputError(f"`{side}` are numbers and `{other}` are text ({quote(_first(num))} vs "
+                         f"{quote(_first(text))}), which never match: give both "
+                         "sides labels of one kind (e.g. `gallery_labels.astype(int)` or `[str(x) for x in labels]`).")
+    if kinds == ("number", "number"):
+        q, g = as_numbers(q), as_numbers(g)
+        if q.dtype != g.dtype:  # one side has a fraction: compare both as floats
+            q, g = q.astype(np.float64), g.astype(np.float64)
+        shared = np.intersect1d(q, g).size > 0
+        query_labels, gallery_labels = q, g
+    else:
+        shared = not {str(v) for v in q.tolist()}.isdisjoint(str(v) for v in g.tolist())
+    if not shared:
+        raise InputError(f"no query label occurs in `gallery_labels` (queries: {_sample(q)}; gallery: {_sample(g)}), "
+                         "so no query has a positive and every metric is undefined: pass a gallery that holds the "
+                         "queries' labels (or the labels of the same encoding on both sides).")
+    return query_labels, gallery_labels
+
+
+def _first(values: np.ndarray) -> Any:
+    return values.tolist()[0]
+
+
+def _sample(values: np.ndarray, n: int = 3) -> str:
+    distinct = list(dict.fromkeys(values.tolist()))
+    more = f", ... {len(distinct) - n} more" if len(distinct) > n else ""
+    return ", ".join(quote(v) for v in distinct[:n]) + more
+
+
+def ids_by_value(query_ids: Any, gallery_ids: Any) -> tuple[Any, Any]:
+    """Numeric ids on both sides made comparable by value (``1.0`` is the id ``1``, so a query's own image is
+    found however its id was typed), as two int64 (or float64) arrays; other ids as given (compared as text).
+    ``gallery_ids`` that become equal (``1`` and ``1.0``) are an InputError."""
+    q, g = np.asarray(query_ids), np.asarray(gallery_ids)
+    if (kind(q), kind(g)) != ("number", "number"):
+        return query_ids, gallery_ids
+    q, g = as_numbers(q), as_numbers(g)
+    if q.dtype != g.dtype:
+        q, g = q.astype(np.float64), g.astype(np.float64)
+    if np.unique(g).size != g.size:
+        raise InputError("`gallery_ids` must be unique (numbers compared by value: 1 and 1.0 are one id); a repeated "
+                         "id makes the self-match ambiguous.")
+    return q, g
