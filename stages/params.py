@@ -17,13 +17,60 @@ reach the stage, so they are no deps of it, just as their params sections are no
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+
+import yaml
 
 from recallk.errors import InputError, clip, did_you_mean
 from recallk.settings import SECTIONS
-from recallk.settings.base import checked, from_mapping, section_class
-from stages.params_yaml import read_params
+from recallk.settings.base import checked, from_mapping, section_class, section_of, unknown_key
+from stages.params_yaml import MAX_PROBLEMS, read_params
+
+
+def unknown_section(top: Any) -> str:
+    """The sentence for a top-level key that is no params section, with a "did you mean"."""
+    return (f"`{clip(str(top))}` is not a known params section; remove it or fix the name."
+            f"{did_you_mean(top, SECTIONS)} Known sections: {', '.join(SECTIONS)}.")
+
+
+def _key_text(node: yaml.Node) -> str:
+    return node.value if isinstance(node, yaml.ScalarNode) else f"<a {node.id} as a key>"
+
+
+def _unknown_keys(cls: type, node: yaml.Node, prefix: str) -> Iterator[tuple[str, Any, list[str]]]:
+    """``(prefix, key, known keys)`` of every key of the mapping ``node`` that ``cls`` lacks, sub-sections
+    walked where they are mappings; values are never looked at."""
+    if not isinstance(node, yaml.MappingNode):
+        return  # not a mapping: validate_section says so
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key_node, value_node in node.value:
+        key = _key_text(key_node)
+        if key not in fields:
+            yield prefix, key, list(fields)
+        elif (sub := section_of(fields[key])) is not None:
+            yield from _unknown_keys(sub, value_node, f"{prefix}.{key}")
+
+
+def refuse_unknown(document: yaml.Node) -> None:
+    """Refuse a params document (its composed YAML nodes) with unknown sections or keys, in one message
+    listing at most :data:`~stages.params_yaml.MAX_PROBLEMS` of them, before any value under them is read
+    (an unknown section may hold anything: it is not walked)."""
+    if not isinstance(document, yaml.MappingNode):
+        return
+    problems: list[str] = []
+    count = 0
+    for key_node, value_node in document.value:
+        top = _key_text(key_node)
+        unknown = [(None, top, None)] if top not in SECTIONS else _unknown_keys(section_class(top), value_node, top)
+        for prefix, key, known in unknown:
+            count += 1
+            if len(problems) < MAX_PROBLEMS:
+                problems.append(unknown_section(key) if prefix is None else unknown_key(prefix, key, known))
+    if count:
+        more = [f"... and {count - len(problems):,} more unknown keys"] if count > len(problems) else []
+        raise InputError("invalid params.yaml:\n  - " + "\n  - ".join(problems + more))
 
 
 def validate_section(params: Any, section: str) -> dict[str, Any]:
@@ -34,11 +81,7 @@ def validate_section(params: Any, section: str) -> dict[str, Any]:
         raise InputError("params.yaml must be a mapping with the sections split, encode and score.")
     for top in params:
         if top not in SECTIONS:
-            errors.append(
-                f"`{clip(str(top))}` is not a known params section; remove it or fix the name."
-                f"{did_you_mean(top, SECTIONS)}"
-                f" Known sections: {', '.join(SECTIONS)}."
-            )
+            errors.append(unknown_section(top))
     for other in SECTIONS:
         if other != section and other in params:
             checked(section_class(other), params[other], other, errors, check_values=False)
@@ -54,7 +97,7 @@ def load_section(section: str, path: str | Path = "params.yaml") -> dict[str, An
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{p} not found; run from the project root, where params.yaml lives.")
-    return validate_section(read_params(p), section)
+    return validate_section(read_params(p, refuse_unknown), section)
 
 
 def load_settings(cls: type, path: str | Path = "params.yaml") -> Any:

@@ -40,9 +40,9 @@ class FractionSettings:
 
     def problem(self) -> str | None:
         """The three must sum to 1 (within 1e-9)."""
-        total = sum(getattr(self, f.name) for f in fields(self))
+        total = math.fsum(getattr(self, f.name) for f in fields(self))
         if not math.isclose(total, 1.0, abs_tol=1e-9):
-            return f"train + val + gallery must sum to 1. Got {total:g} instead."
+            return f"train + val + gallery must sum to 1. Got {total!r} instead."
         return None
 
 
