@@ -300,7 +300,7 @@ def probe_file(root: Path, rel: object, resolved_root: Path | None = None,
         return None, None, None, None, f"cannot read the file ({exc.strerror}); fix its permissions or remove it", real
     digest = hashlib.sha256(data).hexdigest()
     try:
-        image = decode(data)
+        image = decode(data, name=location(root, rel))
     except DECODE_ERRORS as exc:
         return (digest, None, None, None,
                 f"Pillow cannot decode it ({describe_error(exc)}); replace or remove the file", real)
