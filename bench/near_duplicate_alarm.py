@@ -46,7 +46,8 @@ from recallk.settings.split import NearDuplicateSettings  # noqa: E402
 
 DEFAULT = NearDuplicateSettings().max_distance
 CLASSES = ("rescale", "jpeg", "crop", "colour")
-THRESHOLDS = (0.8, 0.85, 0.9, 0.95)
+THRESHOLDS = (0.85, 0.9, 0.92, 0.95)
+DISTANCES = (DEFAULT, 12, 14)
 
 
 def png(img: Image.Image) -> bytes:
@@ -56,9 +57,11 @@ def png(img: Image.Image) -> bytes:
 
 
 def glyph_bases(n: int, rng: np.random.Generator) -> list[Image.Image]:
-    """``n`` distinct glyph renders: one or two characters of the 62 letters and digits (the first cycles
-    through them, the second is drawn at random or absent: 62 x 63 texts, so renders rarely share one)."""
+    """``n`` distinct glyph renders: one or two of the 62 letters and digits, no text twice (look-alikes such
+    as ``I5`` and ``l5`` do occur: a real glyph set has them too)."""
     chars = string.ascii_letters + string.digits
+    every = [a + b for a in chars for b in [""] + list(chars)]
+    texts = [every[t] for t in rng.choice(len(every), size=n, replace=False)]  # no text twice: all unrelated
     out = []
     for k in range(n):
         side = int(rng.integers(40, 97))
@@ -67,7 +70,7 @@ def glyph_bases(n: int, rng: np.random.Generator) -> list[Image.Image]:
         font = ImageFont.load_default(size=int(side * rng.uniform(0.35, 0.6)))
         img = Image.new("L", (side, side), paper)
         draw = ImageDraw.Draw(img)
-        ch = chars[k % len(chars)] + str(rng.choice(list(chars) + [""]))
+        ch = texts[k]
         left, top, right, bottom = draw.textbbox((0, 0), ch, font=font)
         x = (side - (right - left)) / 2 - left + rng.uniform(-0.12, 0.12) * side
         y = (side - (bottom - top)) / 2 - top + rng.uniform(-0.12, 0.12) * side
@@ -109,7 +112,7 @@ def measure(name: str, bases: list[Image.Image], rng: np.random.Generator, small
     family, kind, sides = np.array(family), np.array(kind), np.array(sides)
     n = codes.size
     checkable = sides >= nearcopy.MIN_SIDE
-    i, j, _ = phash.near_pairs(codes, DEFAULT)  # the pHash candidates among all images
+    i, j, dist = phash.near_pairs(codes, max(DISTANCES))  # the pHash candidates among all images
     same = family[i] == family[j]
     planted = {c: np.flatnonzero(kind == c) for c in CLASSES}
     base_of = {int(f): int(k) for k, f in enumerate(family) if kind[k] == "base"}
@@ -119,7 +122,7 @@ def measure(name: str, bases: list[Image.Image], rng: np.random.Generator, small
     print(f"\n{name}: {len(bases)} bases x {1 + len(CLASSES)} = {n} images, {unrelated:,} unrelated pairs; "
           f"{int((~checkable).sum())} images too small to check (< {nearcopy.MIN_SIDE} px); "
           f"{1000 * took / n:.2f} ms per image (decode, pHash, thumbnail)")
-    pairs = {(int(a), int(b)) for a, b in zip(i, j)}
+    pairs = pairs_sorted(i, j)
 
     def recall(flag: set) -> dict[str, float]:
         out = {}
@@ -128,12 +131,18 @@ def measure(name: str, bases: list[Image.Image], rng: np.random.Generator, small
             out[c] = float(np.mean(hits)) if hits else float("nan")
         return out
 
-    rows = [("pHash alone (every image)", pairs, same)]
-    rows.append(("pHash, too-small skipped", {p for p, ok in zip(pairs_sorted(i, j), both) if ok}, same & both))
+    d0 = dist <= DEFAULT
+    rows = [("pHash alone (every image)", {p for p, ok in zip(pairs, d0) if ok}, same[d0])]
+    rows.append(("pHash, too-small skipped", {p for p, ok in zip(pairs, both & d0) if ok}, same & both & d0))
     for t in THRESHOLDS:
-        keep = both & (sim >= t)
+        keep = d0 & both & ((dist <= nearcopy.CERTAIN_BITS) | (sim >= t))  # nearcopy.confirmed at threshold t
         mark = "  <- shipped" if t == nearcopy.MIN_SIMILARITY else ""
         rows.append((f"+ thumbnail >= {t:g}{mark}", set(pairs_sorted(i[keep], j[keep])), same[keep]))
+    shipped = d0 & both & nearcopy.confirmed(thumbs, i, j, dist)
+    assert set(pairs_sorted(i[shipped], j[shipped])) == rows[2 + THRESHOLDS.index(nearcopy.MIN_SIMILARITY)][1]
+    for d in DISTANCES[1:]:  # the shipped rule at a wider split.near_duplicates.max_distance
+        keep = (dist <= d) & both & nearcopy.confirmed(thumbs, i, j, dist)
+        rows.append((f"shipped rule, max_distance {d}", set(pairs_sorted(i[keep], j[keep])), same[keep]))
     print(f"  {'check':<34} " + " ".join(f"{c:>8}" for c in CLASSES) + f" {'all':>6} {'unrelated flagged':>22}")
     for label, flag, flag_same in rows:
         rec = recall(flag)

@@ -35,7 +35,7 @@ MAX_SHIFT = 1
 #: The share of each side kept in the second thumbnail (the image's centre).
 CROP = 0.94
 #: The correlation a pHash pair must reach to be reported as a near copy.
-MIN_SIMILARITY = 0.9
+MIN_SIMILARITY = 0.92
 #: pHash distances this small are a near copy without the thumbnails' word (unrelated images that close
 #: are rare even among glyphs: bench/near_duplicate_alarm.py).
 CERTAIN_BITS = 4
