@@ -82,13 +82,14 @@ def test_ordinary_unicode_still_passes():
 
 def test_a_label_folder_with_a_bidi_override_is_refused(tmp_path):
     """Folder mode: the one label rule (the folder name is the label)."""
-    for label in ("a", "b", "abc\u202egpj"):
+    for k, label in enumerate(("a", "b", "c", "abc\u202egpj")):
         (tmp_path / label).mkdir()
-        for seed in range(3):
-            smooth(seed + 10 * len(label)).save(tmp_path / label / f"{seed}.png")
+        for seed in range(4):
+            smooth(seed + 10 * k).save(tmp_path / label / f"{seed}.png")
     with pytest.raises(InputError, match="bidirectional") as info:
         run_prepare(tmp_path)
-    assert r"'abc\u202egpj'" in str(info.value)
+    # the rule of labels, and of ids and paths too (the folder name is in both)
+    assert contract.LABEL_TEXT_RULE in str(info.value) and r"label 'abc\u202egpj'" in str(info.value)
 
 
 # ---------------------------------------------------------------- echo the value at fault
