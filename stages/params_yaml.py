@@ -7,8 +7,8 @@ otherwise (``010``, ``yes``/``off``, ``1:30``, ``1e3``) are refused, naming the 
 Before anything walks the document, its cost is bounded: a file over :data:`MAX_BYTES`, nesting deeper
 than :data:`MAX_DEPTH`, and anchors and aliases (``&a``/``*a``) that expand to more than :data:`MAX_NODES`
 values or refer to themselves are refused, each in one short message, whatever the text's size; and the
-caller's ``check_keys`` (unknown sections and keys, :func:`stages.params.refuse_unknown`) sees only the
-keys, never the values under them.
+caller's ``check_keys`` (unknown sections and keys, :func:`stages.params.unknown_keys`) sees only the
+keys, never the values under them, and may prune them from the document before it is walked.
 """
 
 from __future__ import annotations
@@ -195,8 +195,8 @@ def read_params(path: Path, check_keys: Callable[[yaml.Node], None] | None = Non
     that a YAML 1.1 reader would read differently, so that the values a stage runs with are
     always the ones dvc.lock records, whatever YAML tool wrote or reads the file.
 
-    The document is bounded first (:func:`compose`), then ``check_keys(document)`` may refuse it
-    (unknown sections and keys) before any value is walked."""
+    The document is bounded first (:func:`compose`), then ``check_keys(document)`` may refuse it or
+    prune it (unknown sections and keys) before any value is walked."""
     try:
         size = path.stat().st_size
         if size > MAX_BYTES:

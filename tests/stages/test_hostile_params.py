@@ -103,6 +103,14 @@ def test_many_unknown_keys_are_listed_up_to_the_limit(tmp_path, count):
     assert "`split.nokey0`" in message and "YAML 1.1" not in message  # values under unknown keys unread
 
 
+def test_unknown_keys_are_reported_with_the_known_values_problems(tmp_path):
+    """One message still holds both (the README's promise), the unknown key's value unread."""
+    text = BASE.replace("  seed: 0\n", "  seed: -1\n  sed: 010\n", 1)
+    message = refused(tmp_path, text)
+    assert "`split.sed` is not a known param" in message and "`split.seed` must be an integer" in message
+    assert "YAML 1.1" not in message
+
+
 def test_an_unknown_key_in_a_sub_section_is_named(tmp_path):
     message = refused(tmp_path, BASE.replace("    max_distance: 10\n", "    max_distance: 10\n    max_dist: 3\n"))
     assert "`split.near_duplicates.max_dist` is not a known param" in message and "Did you mean" in message
@@ -117,7 +125,7 @@ def test_a_huge_params_file_is_refused_unread(tmp_path):
 
 @pytest.mark.parametrize("fractions, shown", [
     ((0.5, 0.25, 0.2500001), "Got 1.0000001 instead"),  # was "Got 1"
-    ((0.5, 0.25, 0.24999), "Got 0.99999 instead (0.5 + 0.25 + 0.24999)"),  # 6 digits suffice here
+    ((0.5, 0.25, 0.24999), "Got 0.99999 instead. (0.5 + 0.25 + 0.24999)"),  # 6 digits suffice here
     ((0.3, 0.3, 0.3), "Got 0.9 instead"),  # the float sum 0.8999999999999999, at 6 digits
 ])
 def test_fractions_sum_is_printed_with_enough_digits(tmp_path, fractions, shown):
