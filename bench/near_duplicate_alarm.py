@@ -16,8 +16,8 @@ alone and for pHash confirmed by the thumbnail correlation at several thresholds
 marked): the recall of planted (base, copy) pairs, the share of unrelated pairs flagged (pairs of
 different bases, copies included: one look-alike pair of bases counts up to 25 times) and how many images
 are too small to check; first, the pairs flagged among the clean bases alone (no copies: the issue's case).
-Target: recall >= 0.95
-with <= 0.01% of unrelated pairs flagged, wherever the images are large enough to check.
+Target: recall >= 0.95 with <= 0.01% of unrelated pairs flagged, wherever the images are large enough
+to check.
 
 Run from the project root (about a minute on an idle machine at the defaults):
 
