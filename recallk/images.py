@@ -8,13 +8,19 @@ whose scale is unknown are refused (:func:`_grey_levels`).
 
 from __future__ import annotations
 
+import contextlib
 import io
+import logging
 import os
 import re
+import threading
 import warnings
+from typing import Iterator
 
 import numpy as np
 from PIL import Image, ImageOps
+
+log = logging.getLogger(__name__)
 
 #: Bump whenever :func:`decode` could return other pixels (draft rule, EXIF, mode conversion);
 #: every backbone fingerprint includes it, so cached embeddings are then recomputed.
@@ -30,7 +36,27 @@ MAX_PIXELS = 89_478_485
 DECODE_ERRORS = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
 
 
-def decode(data: bytes, min_side: int | None = None) -> Image.Image:
+#: Held while Pillow's warnings are captured (``warnings.catch_warnings`` swaps process-wide state, and the
+#: split stage decodes in threads); only the cheap steps (the header, the EXIF) run under it.
+_WARNINGS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _named_warnings(name: str | None) -> Iterator[None]:
+    """Pillow's warnings of the block (``Corrupt EXIF data``, ``Tag data larger than file``), logged once
+    each with the file ``name`` they are about; without a name they are warned again as they were."""
+    with _WARNINGS_LOCK, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # refused below, with a clearer message
+        yield
+    for w in caught:
+        if name is None:
+            warnings.warn(w.message, w.category, stacklevel=4)
+        else:
+            log.warning("%s: Pillow warns: %s (the image is used as decoded)", name, w.message)
+
+
+def decode(data: bytes, min_side: int | None = None, name: str | None = None) -> Image.Image:
     """Decode image bytes into an upright RGB :class:`PIL.Image.Image`.
 
     With ``min_side``, a JPEG may be decoded at a reduced scale (Pillow's
@@ -38,9 +64,9 @@ def decode(data: bytes, min_side: int | None = None) -> Image.Image:
     much faster for large photos that a backbone shrinks anyway, and deterministic.
     Raises one of :data:`DECODE_ERRORS` when the bytes are not a complete image, or when the
     header claims more than :data:`MAX_PIXELS` pixels (checked before decoding).
+    Pillow's warnings about the header or the EXIF block are logged naming ``name`` (the file).
     """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # refused below, with a clearer message
+    with _named_warnings(name):
         img = Image.open(io.BytesIO(data))
     with img:
         width, height = img.size
@@ -51,7 +77,8 @@ def decode(data: bytes, min_side: int | None = None) -> Image.Image:
         if min_side and img.format == "JPEG":
             img.draft("RGB", (min_side, min_side))
         img.load()
-        upright = ImageOps.exif_transpose(img)
+        with _named_warnings(name):
+            upright = ImageOps.exif_transpose(img)
     if upright.mode == "P" and "transparency" in upright.info:
         upright = upright.convert("RGBA")
     if upright.mode.startswith("I;16") or upright.mode in ("I", "F"):
@@ -90,4 +117,4 @@ def describe_error(exc: BaseException) -> str:
 def load(path: str | os.PathLike) -> Image.Image:
     """Read and :func:`decode` one image file."""
     with open(path, "rb") as fh:
-        return decode(fh.read())
+        return decode(fh.read(), name=str(path))

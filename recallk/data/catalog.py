@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from recallk.data import nearcopy
 from recallk.data.contract import is_safe_relative
 from recallk.data.phash import phash
 from recallk.errors import InputError, clip, quote
@@ -261,10 +262,11 @@ def unreadable(frame: pd.DataFrame) -> pd.Series:
 
 
 def probe_file(root: Path, rel: object, resolved_root: Path | None = None,
-               ) -> tuple[str | None, int | None, int | None, str | None, str | None, str | None]:
-    """Return ``(sha256, width, height, phash, problem, real_path)`` for one image path relative to ``root``.
+               ) -> tuple[str | None, int | None, int | None, str | None, str | None, str | None, bytes | None]:
+    """Return ``(sha256, width, height, phash, problem, real_path, thumb)`` for one image path relative to ``root``.
 
-    ``phash`` is :func:`recallk.data.phash.phash` of the decoded (upright RGB) image.
+    ``phash`` is :func:`recallk.data.phash.phash` of the decoded (upright RGB) image, ``thumb`` its
+    :func:`recallk.data.nearcopy.thumbnail` (the near-duplicate check's second measure; not kept in the catalog).
 
     ``real_path`` is the file's absolute path with ``.``, ``//`` and symlinks resolved, the
     identity the contract's path-once rule compares (``a/./0.png``, ``a//0.png`` and a
@@ -272,47 +274,48 @@ def probe_file(root: Path, rel: object, resolved_root: Path | None = None,
     opened at all (the contract reports them); files that resolve outside ``root`` are not read.
     """
     if not is_safe_relative(rel):
-        return None, None, None, None, None, None
+        return None, None, None, None, None, None, None
     full = root / str(rel)
     real = os.path.realpath(full)  # never raises: a symlink loop stays unresolved and fails the stat below
     if not Path(real).is_relative_to(resolved_root or root.resolve()):
         return (None, None, None, None, "resolves outside the data root (a symlink?); copy the file into the data root",
-                real)
+                real, None)
     try:
         mode = os.stat(full).st_mode
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            return None, None, None, None, "is a symlink loop; point the link at a file or remove it", real
+            return None, None, None, None, "is a symlink loop; point the link at a file or remove it", real, None
         if exc.errno in (errno.EACCES, errno.EPERM):
             return (None, None, None, None, f"cannot be reached ({exc.strerror}: a folder on its path is not "
-                    "readable); fix the folder's permissions", real)
+                    "readable); fix the folder's permissions", real, None)
         if exc.errno == errno.ENAMETOOLONG:
-            return None, None, None, None, "the path is too long for the file system; shorten it", real
-        return None, None, None, None, "file does not exist; fix the path or remove the row", real
+            return None, None, None, None, "the path is too long for the file system; shorten it", real, None
+        return None, None, None, None, "file does not exist; fix the path or remove the row", real, None
     if stat.S_ISDIR(mode):
-        return None, None, None, None, "is a folder, not an image file; name a file or remove the row", real
+        return None, None, None, None, "is a folder, not an image file; name a file or remove the row", real, None
     if not stat.S_ISREG(mode):
         return (None, None, None, None, "is not a regular file (a FIFO, socket or device); name an image file or "
-                "remove the row", real)
+                "remove the row", real, None)
     try:
         data = full.read_bytes()
     except OSError as exc:
-        return None, None, None, None, f"cannot read the file ({exc.strerror}); fix its permissions or remove it", real
+        return (None, None, None, None, f"cannot read the file ({exc.strerror}); fix its permissions or remove it",
+                real, None)
     digest = hashlib.sha256(data).hexdigest()
     try:
-        image = decode(data)
+        image = decode(data, name=location(root, rel))
     except DECODE_ERRORS as exc:
         return (digest, None, None, None,
-                f"Pillow cannot decode it ({describe_error(exc)}); replace or remove the file", real)
-    return digest, image.width, image.height, phash(image), None, real
+                f"Pillow cannot decode it ({describe_error(exc)}); replace or remove the file", real, None)
+    return digest, image.width, image.height, phash(image), None, real, nearcopy.thumbnail(image)
 
 
 #: Columns :func:`probe` adds that only the contract reads (the catalog file does not keep them).
-PROBE_ONLY_COLUMNS = ("problem", "real_path")
+PROBE_ONLY_COLUMNS = ("problem", "real_path", "thumb")
 
 
 def probe(root: Path, frame: pd.DataFrame, workers: int = 4) -> pd.DataFrame:
-    """Add ``sha256, width, height, phash, problem, real_path`` columns by reading every image once (threads)."""
+    """Add ``sha256, width, height, phash, problem, real_path, thumb`` columns by reading every image once (threads)."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
         resolved = root.resolve()
         results = []

@@ -30,13 +30,19 @@ MAX_ROWS_PER_RULE = 20
 #: Longest image_id, in characters: ids are stored as fixed-width strings (ids.npy), so one very long id
 #: would make every row that wide (a 1 MB id times 50,000 rows is 200 GB).
 MAX_ID_LENGTH = 512
-IMAGE_ID_RULE = "image_id must not contain line breaks or control characters"
+#: What an id, path or label must not hold: C0 and C1 controls and DEL (NUL, line breaks, NEL ``\x85``), the
+#: Unicode line and paragraph separators (U+2028, U+2029) and the bidirectional controls that make text show
+#: in another order (``abc\u202egpj.exe`` shows as ``abcexe.jpg``): U+061C, U+200E/F, U+202A-E, U+2066-9.
+CONTROL_CHARACTERS = "\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[{CONTROL_CHARACTERS}]")
+_CONTROLS = "control characters (C0/C1 controls, U+2028/U+2029, bidirectional marks and overrides)"
+IMAGE_ID_RULE = f"image_id must not contain line breaks or {_CONTROLS}"
 ID_LENGTH_RULE = (f"image_id must be at most {MAX_ID_LENGTH} characters (ids are stored fixed-width: shorten "
                   "the id or the file's path)")
 PATH_RULE = ("path must be relative to the data root, with no '..' part, no leading '/', no drive letter or URL "
-             "scheme, no control characters (NUL, line breaks) and '/' separators")
+             "scheme, no control characters (NUL, line breaks, C1 controls, bidi overrides) and '/' separators")
 LABEL_RULE = "label must not be empty (fill in the label or drop the row)"
-LABEL_TEXT_RULE = ("label must not contain line breaks or control characters (one rule for label folders and "
+LABEL_TEXT_RULE = (f"label must not contain line breaks or {_CONTROLS} (one rule for label folders and "
                    "manifests: rename the label)")
 PATH_ONCE_RULE = ("a file must be listed once (paths are compared with '.', '//' and symlinks resolved): "
                   "the same file under two image_ids would let a query retrieve itself (drop the extra rows)")
@@ -55,7 +61,6 @@ FILES_RULE = ("every catalog row describes an image file (path, sha256, width, h
 
 #: A Windows drive (``C:``, ``c:dir``) or a URL scheme (``http://``, ``s3://``) at the start of a path.
 _DRIVE_OR_URL = re.compile(r"^(?:[A-Za-z]:|[A-Za-z][A-Za-z0-9+.-]*://)")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def is_safe_relative(path: object) -> bool:
@@ -128,7 +133,7 @@ def _columns() -> dict[str, pa.Column]:
                                        error=error or f"str_matches('{pattern}')"), nullable=True)
 
     return {
-        "image_id": pa.Column(str, [pa.Check(lambda s: ~s.str.contains(r"[\x00-\x1f]", regex=True),
+        "image_id": pa.Column(str, [pa.Check(lambda s: ~s.str.contains(_CONTROL, regex=True),
                                              error=IMAGE_ID_RULE),
                                     pa.Check(lambda s: s.str.len() <= MAX_ID_LENGTH, error=ID_LENGTH_RULE)],
                               nullable=False, unique=True),
@@ -136,7 +141,7 @@ def _columns() -> dict[str, pa.Column]:
                           nullable=False),
         "real_path": pa.Column(str, nullable=True),  # none for a path that is not safe (the path rule says so)
         "label": pa.Column(str, [pa.Check(lambda s: s.str.strip().str.len() > 0, error=LABEL_RULE),
-                                 pa.Check(lambda s: ~s.str.contains(r"[\x00-\x1f\x7f]", regex=True),
+                                 pa.Check(lambda s: ~s.str.contains(_CONTROL, regex=True),
                                           error=LABEL_TEXT_RULE)], nullable=False),
         "sha256": sha256(nullable=True),  # none for an unreadable file, which the problem rule reports
         "sha256_file": blank_or(r"[0-9a-f]{64}"),
@@ -217,6 +222,10 @@ _BUILTIN_RULES = {
 }
 
 
+#: Columns every failing row is named by (:func:`_describe_row`), so their values are not echoed twice.
+_NAMED_COLUMNS = ("image_id", "path", "problem")
+
+
 def _describe_row(frame: pd.DataFrame, index: int, csv_lines: bool) -> str:
     row = frame.loc[index]
     parts = [f"CSV line {index + 2}"] if csv_lines else []
@@ -234,17 +243,22 @@ def format_failures(frame: pd.DataFrame, failures: pd.DataFrame, *, source: str,
     """Group pandera's failure cases by rule and name every failing row (up to a limit per rule)."""
     failures = failures.dropna(subset=["index"])
     per_rule: dict[str, set[int]] = {}
-    for column, check, index in failures[["column", "check", "index"]].itertuples(index=False):
+    given: dict[tuple[str, int], str] = {}  # (rule, row) -> the failing cell, quoted, for a column rule
+    for column, check, index, case in failures[["column", "check", "index", "failure_case"]].itertuples(index=False):
         rule = check
         if check in _BUILTIN_RULES or check.startswith(("str_matches", "greater_than", "column_in_dataframe",
                                                           "dtype")):
             rule = f"{column} {_BUILTIN_RULES.get(check, f'fails {check}')}"
         per_rule.setdefault(rule, set()).add(int(index))
+        # the row names image_id and path already; any other column's bad value is echoed (a split `tset`)
+        if column in frame.columns and column not in _NAMED_COLUMNS and isinstance(case, str):
+            given[(rule, int(index))] = f", {column} {quote(case)}"
     lines = [f"data contract failed for {source} ({len(per_rule)} rule(s) broken):"]
     for rule, rows in per_rule.items():
         ordered = sorted(rows)
         lines.append(f"  - {rule}: {len(ordered)} row(s)")
-        lines.extend(f"      {_describe_row(frame, i, csv_lines)}" for i in ordered[:MAX_ROWS_PER_RULE])
+        lines.extend(f"      {_describe_row(frame, i, csv_lines)}{given.get((rule, i), '')}"
+                     for i in ordered[:MAX_ROWS_PER_RULE])
         if len(ordered) > MAX_ROWS_PER_RULE:
             lines.append(f"      ... and {len(ordered) - MAX_ROWS_PER_RULE} more")
     return "\n".join(lines)

@@ -7,7 +7,8 @@ is ``image_id, split, query, gallery``; the skipped table ``path, reason``; both
 :func:`recallk.data.catalog.location` does (relative to the working directory when inside it).
 
 Near-duplicates (``split.near_duplicates``): every pair of images whose pHash (the catalog's
-``phash``) differ in at most ``max_distance`` of 64 bits (:mod:`recallk.data.phash`), with
+``phash``) differ in at most ``max_distance`` of 64 bits (:mod:`recallk.data.phash`) and whose grey
+thumbnails confirm it (:mod:`recallk.data.nearcopy`; images under 16 px a side are too small to check), with
 ``policy`` ``report`` (listed and counted), ``group`` (each cluster kept in one split) or ``error``
 (a pair across the train/eval border, or a query with a near copy in the gallery, stops the stage).
 
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from recallk.data import catalog, contract, phash, splitting
+from recallk.data import catalog, contract, nearcopy, phash, splitting
 from recallk.errors import InputError, quote
 from recallk.settings.base import as_params
 from recallk.settings.split import NearDuplicateSettings, SplitSettings
@@ -117,7 +118,7 @@ def prepare_all(settings: SplitSettings) -> Prepared:
     summary = None
     if table is not None:
         summary = _check_pairs(table, dict(zip(frame["image_id"], query)), dict(zip(frame["image_id"], gallery)),
-                               near, strategy, protocol)
+                               near, strategy, protocol, too_small_count(frame))
     orphans = splitting.queries_without_positive(frame["label"], query, gallery)
     if orphans.any():
         labels = sorted(frame.loc[orphans, "label"].unique())
@@ -154,11 +155,23 @@ def _probe(root: Path, frame: pd.DataFrame, on_bad_image: str) -> tuple[pd.DataF
 
 
 def _near_pairs(frame: pd.DataFrame, max_distance: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Row positions ``(i, j)`` and distance of every near-duplicate pair (rows without a hash take no part:
-    the contract reports their files)."""
-    hashed = np.flatnonzero(frame["phash"].notna().to_numpy())
-    i, j, dist = phash.near_pairs(phash.to_codes(frame["phash"].iloc[hashed]), max_distance)
-    return hashed[i], hashed[j], dist
+    """Row positions ``(i, j)`` and distance of every near-duplicate pair: pHash within ``max_distance``,
+    confirmed by the thumbnails (:mod:`recallk.data.nearcopy`). Rows without a hash (the contract reports
+    their files) and images too small to check take no part."""
+    hashed = frame["phash"].notna().to_numpy()
+    small = hashed & nearcopy.too_small(frame["width"].fillna(0).to_numpy(), frame["height"].fillna(0).to_numpy())
+    rows = np.flatnonzero(hashed & ~small)
+    i, j, dist = phash.near_pairs(phash.to_codes(frame["phash"].iloc[rows]), max_distance)
+    thumbs = np.stack([np.frombuffer(t, dtype=np.uint8) for t in frame["thumb"].iloc[rows]]) if rows.size else None
+    keep = nearcopy.confirmed(thumbs, i, j, dist)
+    return rows[i[keep]], rows[j[keep]], dist[keep]
+
+
+def too_small_count(frame: pd.DataFrame) -> int:
+    """How many hashed images are too small to check (:data:`recallk.data.nearcopy.MIN_SIDE`)."""
+    hashed = frame["phash"].notna().to_numpy()
+    return int((hashed & nearcopy.too_small(frame["width"].fillna(0).to_numpy(),
+                                            frame["height"].fillna(0).to_numpy())).sum())
 
 
 def cluster_keys(frame: pd.DataFrame, pairs: tuple[np.ndarray, np.ndarray, np.ndarray]) -> pd.Series:
@@ -188,9 +201,13 @@ def _describe(table: pd.DataFrame) -> str:
 
 
 def _check_pairs(table: pd.DataFrame, query: dict, gallery: dict, near: NearDuplicateSettings, strategy: str,
-                 protocol: str) -> dict[str, Any]:
+                 protocol: str, small: int = 0) -> dict[str, Any]:
     """The counts of the pairs, logged; the ``error`` policy (and ``group`` under ``given``, which cannot
-    move an image) stops on a leaking pair."""
+    move an image) stops on a leaking pair. ``small`` images were too small to check: said, never warned."""
+    if small:
+        log.info("near-duplicates: %d of %d images are under %d px a side, too small to check (a perceptual hash "
+                 "of so few pixels is meaningless): they take part in no pair", small, len(query),
+                 nearcopy.MIN_SIDE)
     counts = phash.counts(table, query, gallery)
     leaks = table[phash.leaking(table, query, gallery)]
     d, policy = near.max_distance, near.policy
@@ -214,4 +231,4 @@ def _check_pairs(table: pd.DataFrame, query: dict, gallery: dict, near: NearDupl
         log.warning("%s (%s)", text, hint)
     else:
         log.info("%s", text)
-    return {"policy": policy, "max_distance": d, "pairs": len(table), **counts}
+    return {"policy": policy, "max_distance": d, "pairs": len(table), **counts, "too_small_to_check": small}

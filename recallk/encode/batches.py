@@ -44,7 +44,7 @@ def read_checked(path: str, sha256: str, min_side: int | None = None, shown: str
         raise InputError(f"image {name} changed since the catalog was built; rebuild the catalog "
                          "(the split stage).")
     try:
-        return decode(data, min_side=min_side)
+        return decode(data, min_side=min_side, name=shown if shown is not None else path)
     except DECODE_ERRORS as exc:
         raise InputError(f"image {name} no longer decodes ({exc}); rebuild the catalog "
                          "(the split stage).") from None

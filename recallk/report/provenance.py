@@ -22,8 +22,10 @@ def provenance(split: dict[str, Any] | None, encode: dict[str, Any] | None, scor
         if split.get("images") == "none":
             out["near-dups"] = "unavailable (embeddings-only catalog: no image files to compare)"
         elif nd:
+            small = nd.get("too_small_to_check")  # images under 16 px a side (recallk.data.nearcopy)
             out["near-dups"] = (f"pHash within {nd['max_distance']} of 64 bits, policy {nd['policy']}: "
-                                f"{nd['pairs']} pair(s) (data/prepared/near_duplicates.csv)")
+                                f"{nd['pairs']} pair(s) (data/prepared/near_duplicates.csv)"
+                                + (f"; {small} of {split['num_images']} images too small to check" if small else ""))
     min_cosine = (score.get("near_duplicates") or {}).get("min_cosine")
     if min_cosine is not None:
         backbone = f"{encode['backbone']} embeddings" if encode else "the embeddings"

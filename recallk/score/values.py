@@ -103,6 +103,17 @@ def tie_sensitivity(ranking: Ranking, ks: Sequence[int]) -> dict[str, int]:
     return {f"tie_sensitive@{k}": int(np.count_nonzero((first < k) != (other < k))) for k in ks}
 
 
+def warn_if_k_beyond_gallery(ks: Sequence[int], n_retrievable: np.ndarray) -> None:
+    """One warning naming every K larger than what any query may retrieve: at such a K recall is 1 for every
+    query with a positive and precision@K divides by K items that do not exist, so the number says nothing."""
+    most = int(n_retrievable.max()) if n_retrievable.size else 0
+    beyond = [k for k in ks if k > most]
+    if beyond and n_retrievable.size:
+        warnings.warn(f"K = {', '.join(map(str, beyond))} is larger than every query's gallery (at most {most} "
+                      f"retrievable items): recall@K is 1.0 for every query with a positive there; use K up to "
+                      f"{most} (`ks` / `score.ks`).", UserWarning, stacklevel=user_stacklevel())
+
+
 def summarize(ranking: Ranking, settings: ScoreSettings, all_excluded: str = "raise",
               means_only: bool = False) -> tuple[dict[str, Any], dict | None]:
     """Headline means, counts and tie sensitivity of ``settings``' metrics at its ``ks``, plus the per-query
@@ -117,6 +128,7 @@ def summarize(ranking: Ranking, settings: ScoreSettings, all_excluded: str = "ra
     """
     ks = settings.ks
     n_in = int(np.count_nonzero(ranking.n_positives))  # queries with a positive (the counts are never negative)
+    warn_if_k_beyond_gallery(ks, ranking.n_retrievable)
     first = _first_ranks_if_cheap(ranking, settings, n_in) if means_only else None
     per = per_query(ranking, settings) if first is None else None
     if n_in == 0:

@@ -94,6 +94,12 @@ def from_mapping(cls: type, values: dict[str, Any]) -> Any:
     return cls(**kwargs)
 
 
+def unknown_key(prefix: str, key: Any, known: list[str]) -> str:
+    """The sentence for a key ``prefix.key`` that is not among ``known``, with a "did you mean"."""
+    return (f"`{prefix}.{clip(str(key))}` is not a known param; remove it or fix the name."
+            f"{did_you_mean(key, known)} Known keys: {', '.join(known)}.")
+
+
 def checked(cls: type, given: Any, prefix: str, errors: list[str], check_values: bool = True) -> dict[str, Any]:
     """``given`` (a params mapping, or None for all defaults) checked against ``cls``; every problem is
     appended to ``errors`` as one sentence naming the dotted param (``prefix`` names ``cls``'s section).
@@ -109,8 +115,7 @@ def checked(cls: type, given: Any, prefix: str, errors: list[str], check_values:
     known = [f.name for f in dataclasses.fields(cls)]
     for key in given:
         if key not in known:
-            errors.append(f"`{prefix}.{clip(str(key))}` is not a known param; remove it or fix the name."
-                          f"{did_you_mean(key, known)} Known keys: {', '.join(known)}.")
+            errors.append(unknown_key(prefix, key, known))
     out: dict[str, Any] = {}
     fields_ok = True
     for f in dataclasses.fields(cls):

@@ -40,9 +40,13 @@ class FractionSettings:
 
     def problem(self) -> str | None:
         """The three must sum to 1 (within 1e-9)."""
-        total = sum(getattr(self, f.name) for f in fields(self))
+        parts = [getattr(self, f.name) for f in fields(self)]
+        total = math.fsum(parts)
         if not math.isclose(total, 1.0, abs_tol=1e-9):
-            return f"train + val + gallery must sum to 1. Got {total:g} instead."
+            # the fewest digits (at least 6) that do not round the sum to 1: 1.0000001 is not "1"
+            shown = next(t for p in range(6, 18) if float(t := f"{total:.{p}g}") != 1.0 or p == 17)
+            return (f"train + val + gallery must sum to 1. Got {shown} instead. "
+                    f"({' + '.join(map(repr, parts))})")
         return None
 
 

@@ -44,7 +44,7 @@ def test_report_lists_exactly_the_planted_pairs_with_their_splits(planted_root):
                            "near_duplicates_query_gallery": int(phash.query_gallery(
                                table, dict(zip(out.split["image_id"], out.split["query"])),
                                dict(zip(out.split["image_id"], out.split["gallery"]))).sum()),
-                           "near_duplicates_cross_label": 1}
+                           "near_duplicates_cross_label": 1, "too_small_to_check": 0}
     # the report is deterministic
     pd.testing.assert_frame_equal(run_prepare(planted_root).near_duplicates, table)
 

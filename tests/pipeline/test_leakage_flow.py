@@ -111,7 +111,8 @@ def test_report_lists_the_pairs_counts_them_in_the_metrics_and_warns(images_base
     assert metrics["near_duplicates_cross_label"] == 1
     provenance = json.loads((repo / "data/prepared/provenance.json").read_text())
     assert provenance["near_duplicates"] == {"policy": "report", "max_distance": 10, "pairs": 4,
-                                             **{k: metrics[k] for k in metrics if k.startswith("near_duplicates_")}}
+                                             **{k: metrics[k] for k in metrics if k.startswith("near_duplicates_")},
+                                             "too_small_to_check": 0}
     shown = dvc("status", cwd=repo).stdout  # committed and up to date
     assert "up to date" in shown, shown
     report = run_module("stages.score", "--show", cwd=repo, check=True).stdout
