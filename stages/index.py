@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from recallk.atomic import write_all
 from recallk.compare.stats import fsum_mean
 from recallk.errors import InputError
 from recallk.index import report
@@ -36,7 +37,6 @@ from stages.runner import (
     read_input_csv,
     remove_outputs,
     run_stage,
-    write_all,
 )
 from stages.score_inputs import load_inputs
 
