@@ -154,6 +154,31 @@ def test_leave_one_out_conventions_agree_with_pytorch_metric_learning():
             assert abs(got[key] - want[key]) <= 1e-12, key
 
 
+def test_leave_one_out_agrees_with_pytorch_metric_learnings_own_accuracy_calculator():
+    # The library itself (not the port above): AccuracyCalculator(k="max_bin_count") with no reference set is
+    # leave-one-out over the query set. Continuous data (no exact ties: its faiss k-NN orders ties its own way)
+    # and float32 neighbours, hence 1e-6.
+    extra("pytorch_metric_learning", "peers")
+    import torch
+    from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+
+    calculator = AccuracyCalculator(include=("precision_at_1", "r_precision", "mean_average_precision_at_r"),
+                                    k="max_bin_count", device=torch.device("cpu"))
+    rng = np.random.default_rng(12)
+    for _ in range(20):
+        n, d = int(rng.integers(20, 120)), int(rng.integers(4, 16))
+        labels = rng.integers(0, max(2, n // 6), size=n)
+        x = rng.normal(size=(n, d)).astype(np.float32) + labels[:, None] % 3
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        want = calculator.get_accuracy(torch.from_numpy(x), torch.from_numpy(labels))
+        ids = np.arange(n)
+        got = retrieval_summary(x, x, labels, labels, query_ids=ids, gallery_ids=ids, ks=[1],
+                                metrics=["precision", "r_precision", "map@r"])
+        for theirs, ours in (("precision_at_1", "precision@1"), ("r_precision", "r_precision"),
+                             ("mean_average_precision_at_r", "map@r")):
+            assert abs(got[ours] - want[theirs]) <= 1e-6, (theirs, got[ours], want[theirs])
+
+
 @pytest.mark.ray
 def test_ray_engine_honours_the_reid_rules(ray_cluster):
     from recallk.score.data import RetrievalData
