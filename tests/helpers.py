@@ -76,6 +76,8 @@ EVALUATED_OUTPUTS = (out("score", "metrics/evaluated.json"), out("score", "repor
 #: The score outputs that do not depend on score.backend.
 RANKING_OUTPUTS = tuple(rel for rel in SCORE_OUTPUTS if rel not in EVALUATED_OUTPUTS)
 STAGES = ("split", "encode", "score", "index")
+#: Sections a stage reads besides its own: the index stage scores lists by the score stage's rules.
+ALSO_READS = {"index": ("score",)}
 #: The score-table projects (conftest): per-label counts 20, 22 and 24; a camera column cycling CAMERAS.
 UNEVEN_PER_LABEL = 20
 CAMERAS = ("cam0", "cam1", "cam2")
@@ -200,7 +202,13 @@ def read_metrics(project: Path) -> dict[str, Any]:
 
 
 def read_bytes(project: Path, rels: Iterable[str]) -> dict[str, bytes]:
-    return {rel: (project / rel).read_bytes() for rel in rels}
+    """Each output's bytes; a folder output (the index stage's ``metrics/index``) as each file under it."""
+    out: dict[str, bytes] = {}
+    for rel in rels:
+        path = project / rel
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        out.update({p.relative_to(project).as_posix(): p.read_bytes() for p in files})
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- params

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import ALL_OUTPUTS, METRICS, ROOT, STAGES, dvc_outs
+from helpers import ALL_OUTPUTS, ALSO_READS, METRICS, ROOT, STAGES, dvc_outs
 
 
 def test_no_param_named_like_dvc_metadata() -> None:
@@ -148,10 +148,6 @@ def test_closure_walker_skips_type_checking_imports(tmp_path, monkeypatch) -> No
     imported = {a.name for n in _run_time_nodes(tree) if isinstance(n, ast.Import) for a in n.names}
     assert imported == {"b", "c"}
     assert "recallk.score.metrics" not in _direct_imports("recallk")
-
-
-#: Sections a stage reads besides its own: the index stage scores lists by the score stage's rules.
-ALSO_READS = {"index": ("score",)}
 
 
 def test_each_stage_runs_its_own_settings_only() -> None:

@@ -79,7 +79,7 @@ def images_base(tmp_path_factory) -> Path:
     commit(repo, "pipeline and images")
     with cache_in(repo):  # its own embedding cache, copied with it
         ran, _, out, _ = repro(repo)
-    assert ran == {"split", "encode", "score"}, out
+    assert ran == {"split", "encode", "score", "index"}, out
     commit(repo, "dvc repro")
     return repo
 
@@ -125,7 +125,7 @@ def test_group_keeps_the_clusters_together_and_only_resplits(images_repo):
     catalog = (repo / "data/prepared/catalog.csv").read_bytes()
     set_params(repo, {"split.near_duplicates.policy": "group"})
     ran, skipped, out, _ = repro(repo)
-    assert ran == {"split", "score"} and skipped == {"encode"}, out  # the catalog does not change
+    assert ran == {"split", "score", "index"} and skipped == {"encode"}, out  # the catalog does not change
     assert (repo / "data/prepared/catalog.csv").read_bytes() == catalog
     pairs = read(repo, PAIRS)
     assert set(zip(pairs["id_a"], pairs["id_b"])) == planted_pairs()
@@ -151,7 +151,7 @@ def test_embedding_check_flags_the_copies_and_reports_without_them(images_repo):
     before = recall_json(repo)
     set_params(repo, {"score.near_duplicates.min_cosine": 0.99})
     ran, skipped, out, _ = repro(repo)
-    assert ran == {"score"} and skipped == {"split", "encode"}, out
+    assert ran == {"score", "index"} and skipped == {"split", "encode"}, out
     split = read(repo, "data/prepared/split.csv")
     query = dict(zip(split["image_id"], split["query"].eq("True")))
     gallery = dict(zip(split["image_id"], split["gallery"].eq("True")))
@@ -193,7 +193,7 @@ def test_embeddings_only_runs_and_replacing_the_file_in_place_reencodes(tmp_path
     git("init", "-q", "-b", "main", cwd=repo)
     commit(repo, "ids and embeddings")
     ran, _, out, _ = repro(repo)
-    assert ran == {"split", "encode", "score"}, out
+    assert ran == {"split", "encode", "score", "index"}, out
     assert "near-dups:     unavailable (embeddings-only catalog" in out
     catalog = read(repo, "data/prepared/catalog.csv")
     assert (catalog["path"] == "").all() and len(catalog) == 400
@@ -205,10 +205,10 @@ def test_embeddings_only_runs_and_replacing_the_file_in_place_reencodes(tmp_path
     # the same path, new content: DVC sees the dependency change
     np.savez(repo / "embeddings/emb.npz", **_embeddings(ids, labels, noise=2.0, seed=1))
     ran, skipped, out, _ = repro(repo)
-    assert ran == {"encode", "score"} and skipped == {"split"}, out
+    assert ran == {"encode", "score", "index"} and skipped == {"split"}, out
     assert recall_json(repo)["recall@1"] != first["recall@1"]
     ran, skipped, out, _ = repro(repo)
-    assert not ran and skipped == {"split", "encode", "score"}, out
+    assert not ran and skipped == {"split", "encode", "score", "index"}, out
 
     # without the precomputed backbone there is nothing to encode: one clear message
     set_params(repo, {"encode.backbone": "pixels"})

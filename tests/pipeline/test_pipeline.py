@@ -79,7 +79,7 @@ def test_score_ks_change_reruns_only_score(repo: Path) -> None:
     before = snapshot(repo, outs_of("split", "encode"))
     set_params(repo, {"score.ks": [1, 3]})
     ran, skipped, out = repro(repo)
-    assert ran == {"score"}, out
+    assert ran == {"score", "index"}, out  # and index, which reads score's outputs and score.ks
     assert skipped == {"split", "encode"}, out
     assert_untouched(repo, before)
     m = read_metrics(repo)
@@ -93,7 +93,7 @@ def test_split_seed_change_reruns_split_and_score_not_encode(repo: Path) -> None
     enc_before = snapshot(repo, outs_of("encode"))
     set_params(repo, {"split.seed": 1})
     ran, skipped, out = repro(repo)
-    assert ran == {"split", "score"}, out
+    assert ran == {"split", "score", "index"}, out
     assert skipped == {"encode"}, out
     assert (repo / CATALOG).read_bytes() == catalog_before, "the catalog must not depend on split params"
     assert (repo / SPLIT).read_bytes() != split_before, "seed 1 should give another split assignment"
@@ -106,7 +106,7 @@ def test_backbone_change_reruns_encode_and_score_not_split(repo: Path) -> None:
     set_params(repo, {"encode.pixels.resolution": 8})
     ran, skipped, out = repro(repo)
     assert "Stage 'encode' is cached" not in out, "DVC restored stale embeddings from its run-cache:\n" + out
-    assert ran == {"encode", "score"}, out
+    assert ran == {"encode", "score", "index"}, out
     assert skipped == {"split"}, out
     assert_untouched(repo, split_before)
     assert read_metrics(repo)["embedding_dim"] == 3 * 8 * 8
@@ -162,7 +162,7 @@ def test_metrics_diff_between_branches(repo: Path) -> None:
     git("checkout", "-q", "-b", "other-seed", cwd=repo)
     set_params(repo, {"split.seed": 2})
     ran, _, out = repro(repo)
-    assert ran == {"split", "score"}, out
+    assert ran == {"split", "score", "index"}, out
     commit(repo, "split.seed 2")
     new = read_metrics(repo)
     assert new["recall@1"] != old["recall@1"], (old, new)

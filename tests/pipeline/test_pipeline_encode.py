@@ -50,7 +50,7 @@ def test_adding_10_images_to_1000_encodes_only_those_10(tmp_path: Path) -> None:
     for i in range(10):  # 10 new, distinct 8x8 grayscale images, one per label
         save_image(repo / "data" / "digits" / str(i) / f"new_{i}.png", seed=1000 + i, size=(8, 8), mode="L")
     ran, _, out = repro(repo)
-    assert ran == {"split", "encode", "score"}, out
+    assert ran == {"split", "encode", "score", "index"}, out
     assert encode_counts(out) == (10, 1000)
     # score re-ran on the grown split: its counts are the new split's, and the new eval images are in them
     split = read_csv(repo, SPLIT)

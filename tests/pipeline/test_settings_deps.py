@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import EMBEDDINGS, STAGES, dvc, read_bytes, repro
+from helpers import ALSO_READS, EMBEDDINGS, STAGES, dvc, read_bytes, repro
 
 pytestmark = pytest.mark.pipeline
 
@@ -25,7 +25,8 @@ def test_a_sections_settings_module_is_a_dep_of_its_stage_alone(repo: Path, sect
     module = repo / "recallk" / "settings" / f"{section}.py"
     module.write_text(module.read_text(encoding="utf-8") + "# edited\n", encoding="utf-8")
     status = changed(repo)
-    assert set(status) == {section}, status
+    readers = {stage for stage, sections in ALSO_READS.items() if section in sections}  # index reads score's
+    assert set(status) == {section} | readers, status
     assert status[section] == [{"changed deps": {f"recallk/settings/{section}.py": "modified"}}], status
 
 
@@ -41,5 +42,5 @@ def test_an_encode_only_rule_change_reruns_encode_alone(repo: Path) -> None:
     before = read_bytes(repo, [EMBEDDINGS])
     ran, skipped, out = repro(repo)
     assert ran == {"encode"}, out
-    assert skipped == {"split", "score"}, out
+    assert skipped == {"split", "score", "index"}, out
     assert read_bytes(repo, [EMBEDDINGS]) == before

@@ -48,7 +48,7 @@ def test_editing_a_callable_module_reencodes(tmp_path):
                       "score.bootstrap.resamples": 20, "score.failures.queries": 0})
     git_init(repo)
     ran, _, out = repro(repo)
-    assert ran == {"split", "encode", "score"}, out
+    assert ran == {"split", "encode", "score", "index"}, out
     first = (repo / "data/embeddings/embeddings.npy").read_bytes()
     commit(repo, "repro")
     ran, skipped, out = repro(repo)
@@ -57,7 +57,7 @@ def test_editing_a_callable_module_reencodes(tmp_path):
     # edit the module only: DVC sees it, encode and score re-run, the embeddings change
     (repo / "mybackbone.py").write_text(MODULE.format(scale=-3.0, offset=[9.0, -1.0, 0.5]))
     ran, skipped, out = repro(repo)
-    assert ran == {"encode", "score"} and skipped == {"split"}, out
+    assert ran == {"encode", "score", "index"} and skipped == {"split"}, out
     assert (repo / "data/embeddings/embeddings.npy").read_bytes() != first
     assert "mybackbone.py" in (repo / "dvc.lock").read_text()
 
@@ -87,14 +87,14 @@ def test_replacing_the_ids_file_of_an_npy_reencodes(tmp_path):
     set_params(repo, {"encode.backbone": "precomputed", "encode.precomputed.path": "emb/vectors.npy",
                       "encode.precomputed.ids": "emb/ids.txt"})
     ran, _, out = repro(repo)
-    assert ran == {"encode", "score"}, out
+    assert ran == {"encode", "score", "index"}, out
     good = recall(repo)["recall@1"]
     commit(repo, "precomputed")
 
     # the same vectors, the ids file replaced in place (shuffled: another row per id)
     (repo / "emb/ids.txt").write_text("\n".join(rng.permutation(ids)) + "\n", encoding="utf-8")
     ran, skipped, out = repro(repo)
-    assert ran == {"encode", "score"} and skipped == {"split"}, out
+    assert ran == {"encode", "score", "index"} and skipped == {"split"}, out
     assert recall(repo)["recall@1"] < good
     assert "emb/ids.txt" in (repo / "dvc.lock").read_text()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from extras import extra
@@ -43,6 +43,7 @@ def test_adversarial_suite_matches_numpy_at_every_layout(kind):
        which=st.sampled_from(range(len(PASSES))))
 def test_integer_problems_match_numpy(case, layout, which):
     # integer embeddings in [-2, 2]: exact ties and zero rows everywhere, ids and exclusions drawn
+    assume(set(case["query_labels"]) & set(case["gallery_labels"]))  # else an error (tests/score/test_properties.py)
     assert differences(case, layouts=[layout], passes=[PASSES[which]]) == []
 
 
