@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from recallk.atomic import write_all
 from recallk.compare import family, leaderboard, systems
 from recallk.errors import InputError
 
@@ -121,17 +122,18 @@ def check_targets(*paths: str | None) -> None:
             raise InputError(f"cannot write {path}: folder {str(Path(path).parent)!r} does not exist.")
 
 
-def write_atomic(path: str, text: str | bytes) -> None:
-    """Write ``path`` through a temporary file and a rename (no partial output)."""
-    target = Path(path)
-    if not target.parent.is_dir():
-        raise InputError(f"cannot write {path}: folder {str(target.parent)!r} does not exist.")
-    temporary = target.with_name(f".{target.name}.tmp")
-    if isinstance(text, bytes):
-        temporary.write_bytes(text)
-    else:
-        temporary.write_text(text, encoding="utf-8")
-    temporary.replace(target)
+def write_outputs(outputs: dict[str | None, str | bytes]) -> None:
+    """Write every named output (``None`` keys skipped) through recallk.atomic.write_all: temp files, fsync and
+    renames, all or nothing, a killed run's temporaries removed first."""
+    def writer(data: str | bytes):
+        if isinstance(data, bytes):
+            return lambda tmp: tmp.write_bytes(data)
+        return lambda tmp: tmp.write_text(data, encoding="utf-8", newline="\n")
+
+    for path in outputs:
+        if path and not Path(path).parent.is_dir():
+            raise InputError(f"cannot write {path}: folder {str(Path(path).parent)!r} does not exist.")
+    write_all([(path, writer(data)) for path, data in outputs.items() if path])
 
 
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -195,9 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_targets(args.json, args.md)
         result = leaderboard.leaderboard(gather(args), settings_of(args, args.baseline))
         outputs = {args.json: json.dumps(result, indent=2) + "\n", args.md: markdown(result)}
-        for path, text in outputs.items():
-            if path:
-                write_atomic(path, text)
+        write_outputs(outputs)
     except InputError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
@@ -216,9 +216,7 @@ def track_main(argv: Sequence[str] | None = None) -> int:
         result = leaderboard.track(gather(args), settings_of(args))
         outputs = {args.json: json.dumps(result, indent=2) + "\n", args.md: markdown(result),
                    args.png: track_plot.png_bytes(result)}
-        for path, data in outputs.items():
-            if path:
-                write_atomic(path, data)
+        write_outputs(outputs)
     except InputError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2

@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = (leaderboard.track if args.ordered else leaderboard.leaderboard)(board, settings)
         provenance = [[(origin, sources.evaluated(run, args.repo)) for run, origin in zip(spec.runs, origins)]
                       for spec, origins in zip(specs, board.origins)]
-        board_cli.write_atomic(args.out, page(board, result, provenance, args.label_metric))
+        board_cli.write_outputs({args.out: page(board, result, provenance, args.label_metric)})
     except InputError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recallk.atomic import write_all
 from recallk.datasets.base import Dataset, differences
 from recallk.datasets.metric_learning import read_cars, read_cub, read_inshop, read_sop
 from recallk.datasets.params_file import apply_params
@@ -130,20 +131,9 @@ def prepare(name: str, root: str | os.PathLike, *, out: str | os.PathLike | None
             raise InputError(message + ". Re-extract the release, or drop --strict to go on.")
         log.warning("%s", message)
     manifest = base / f"recallk_{name}.csv"
-    _write_atomic(frame, manifest)
+    # through the stages' writer: temp file, fsync, rename; never a partial manifest
+    write_all([(manifest, lambda tmp: frame.to_csv(tmp, index=False, lineterminator="\n"))])
     params = {"split": {"data_root": str(base), "csv": manifest.name, "strategy": "given", "protocol": ds.protocol,
                         "images": "files"},
               "score": dict(ds.score)}
     return Prepared(manifest, params, counts, dict(ds.official), found)
-
-
-def _write_atomic(frame, path: Path) -> None:
-    """The CSV written to a temp file beside ``path``, then renamed over it: never a partial manifest."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            frame.to_csv(fh, index=False, lineterminator="\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
