@@ -20,11 +20,20 @@ from recallk.encode.batches import EncodeInterrupted
 from recallk.encode.embed import embed
 from recallk.settings.encode import EncodeSettings
 from stages.params import load_settings
-from stages.runner import json_file, output_paths, parse_stage_args, read_catalog, remove_outputs, run_stage
+from stages.runner import (
+    data_root_of,
+    json_file,
+    output_paths,
+    parse_stage_args,
+    read_catalog,
+    read_provenance,
+    remove_outputs,
+    run_stage,
+)
 
 #: What the stage reads and writes, by option name (``--catalog PATH`` ...): dvc.yaml's deps and outs
 #: (tests/test_dvc_yaml.py).
-INPUTS = {"catalog": "data/prepared/catalog.csv"}
+INPUTS = {"catalog": "data/prepared/catalog.csv", "split-provenance": "data/prepared/provenance.json"}
 OUTPUTS = {"embeddings": "data/embeddings/embeddings.npy", "ids": "data/embeddings/ids.npy",
            "provenance": "data/embeddings/provenance.json"}
 
@@ -41,7 +50,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_stage_args(argv, "Embed every catalog image.", INPUTS, OUTPUTS)
     remove_outputs(output_paths(args, OUTPUTS))
     settings = load_settings(EncodeSettings, args.params)
-    catalog = read_catalog(args.catalog)
+    # the split stage's path rule: a tampered catalog never makes encode open a file outside the data root
+    catalog = read_catalog(args.catalog, data_root_of(read_provenance(args.split_provenance)))
     try:
         emb, provenance = embed(catalog, settings)
     except EncodeInterrupted as exc:  # Ctrl-C: say what is kept, exit 130 as a shell does for SIGINT

@@ -31,10 +31,12 @@ from recallk.settings.score import ScoreSettings
 from recallk.tables_contract import neutralise_formulas, per_query_column
 from stages.params import load_settings
 from stages.runner import (
+    data_root_of,
     json_file,
     output_paths,
     parse_stage_args,
     read_input_csv,
+    read_provenance,
     remove_outputs,
     run_stage,
 )
@@ -43,7 +45,7 @@ from stages.score_inputs import load_inputs
 INPUTS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.csv",
           "embeddings": "data/embeddings/embeddings.npy", "ids": "data/embeddings/ids.npy",
           "exact-per-query": "data/scores/per_query.csv", "exact-neighbors": "data/scores/neighbors.csv",
-          "evaluated": "metrics/evaluated.json"}
+          "evaluated": "metrics/evaluated.json", "split-provenance": "data/prepared/provenance.json"}
 OUTPUTS = {"index-metrics": "metrics/index.json", "tables": "metrics/index",
            "pareto": "plots/index_pareto.png", "index-report": "reports/ann_index.html"}
 #: The file of the points table inside ``metrics/index/`` (``dvc plots``).
@@ -79,7 +81,8 @@ def evaluated_id(path: str) -> str:
 
 def run(args: Any, settings: IndexSettings, score: ScoreSettings) -> tuple[dict[str, Any], list, list]:
     """Score every point; the summary (index.json without the points), the points and their tables."""
-    inputs = load_inputs(args.catalog, args.split, args.embeddings, args.ids, train=True)
+    inputs = load_inputs(args.catalog, args.split, args.embeddings, args.ids, train=True,
+                         data_root=data_root_of(read_provenance(args.split_provenance)))
     problem = problem_from_split(inputs.sets, inputs.catalog, score)
     exact = exact_from_tables(read_input_csv(args.exact_per_query, required=["image_id", "num_positives"]),
                               read_input_csv(args.exact_neighbors, required=["image_id", "rank", "gallery_id",

@@ -57,9 +57,36 @@ def read_table(path: str | os.PathLike, schema, producer: str) -> pd.DataFrame:
     return frame
 
 
-def read_catalog(path: str | os.PathLike) -> pd.DataFrame:
-    """The catalog CSV as text, checked by :func:`recallk.data.contract.catalog_schema`."""
-    return read_table(path, contract.catalog_schema(), "split")
+def read_provenance(path: str | os.PathLike) -> dict | None:
+    """An earlier stage's provenance.json, or None when it is absent (stages run by hand)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path} is not readable JSON ({exc}); re-run the stage that writes it "
+                         "(`dvc repro -f`).") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path} is not a stage's provenance (a JSON object); re-run the stage that writes it "
+                         "(`dvc repro -f`).")
+    return data
+
+
+def read_catalog(path: str | os.PathLike, data_root: str | None) -> pd.DataFrame:
+    """The catalog CSV as text, checked by :func:`recallk.data.contract.catalog_schema`, and its image paths
+    by the split stage's path rule (:func:`recallk.data.contract.check_catalog_paths`: inside ``data_root``,
+    ``data_root`` in the split's provenance.json, :func:`data_root_of`). Every stage reads the catalog here, so
+    a tampered catalog cannot make any of them open a file outside the data."""
+    catalog = read_table(path, contract.catalog_schema(), "split")
+    if contract.has_files(catalog):
+        contract.check_catalog_paths(catalog, data_root, str(path))
+    return catalog
+
+
+def data_root_of(split_provenance: dict | None) -> str | None:
+    """The data root the split stage recorded (its provenance.json), or None when that file is absent."""
+    root = (split_provenance or {}).get("data_root")
+    return root if isinstance(root, str) and root else None
 
 
 def read_split(path: str | os.PathLike) -> pd.DataFrame:

@@ -30,10 +30,12 @@ from recallk.settings.score import ScoreSettings
 from recallk.tables_contract import neutralise_formulas
 from stages.params import load_settings
 from stages.runner import (
+    data_root_of,
     json_file,
     output_paths,
     parse_stage_args,
     read_input_csv,
+    read_provenance,
     remove_outputs,
     run_stage,
 )
@@ -70,17 +72,6 @@ def off_sheet() -> Image.Image:
     return Image.new("RGB", (1, 1), "white")
 
 
-def read_provenance(path: str) -> dict | None:
-    """An earlier stage's provenance.json, or None when it is absent (stages run by hand)."""
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path} is not readable JSON ({exc}); re-run the stage that writes it "
-                         "(`dvc repro -f`).") from None
-
-
 def show(metrics_json: str, intervals_json: str, evaluated: dict) -> None:
     """Print the report block of existing metrics files (the intervals file is optional)."""
     if not Path(metrics_json).is_file():
@@ -107,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.show:
         return show(args.metrics, args.intervals, evaluated)
     inputs = load_inputs(args.catalog, args.split, args.embeddings, args.ids, train=settings.whiten == "pca",
-                         data_root=(split_provenance or {}).get("data_root"))
+                         data_root=data_root_of(split_provenance))
     # an embeddings-only catalog has no image to draw: the failure gallery stays a placeholder; each drawn
     # image is checked against the catalog's sha256
     load = verified_loader(inputs.catalog) if has_files(inputs.catalog) else None

@@ -8,7 +8,6 @@ are checked by the contracts the split stage wrote them under.
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -18,7 +17,6 @@ import pandas as pd
 from PIL import Image
 
 from recallk import images
-from recallk.data.contract import has_files, is_safe_relative
 from recallk.errors import InputError, quote
 from recallk.report.suite import SplitSets
 from stages.runner import read_catalog, read_split
@@ -37,13 +35,11 @@ class ScoreInputs:
 def load_inputs(catalog_csv: str, split_csv: str, embeddings_npy: str, ids_npy: str,
                 train: bool = False, data_root: str | None = None) -> ScoreInputs:
     """Read and align the stage inputs; the train rows are read only when ``train`` (whitening). The
-    catalog's paths must lie inside ``data_root`` (:func:`check_catalog_paths`)."""
+    catalog's paths must lie inside ``data_root`` (:func:`recallk.data.contract.check_catalog_paths`)."""
     for path in (embeddings_npy, ids_npy):
         if not Path(path).is_file():
             raise InputError(f"{path} not found; run the earlier stages first (`dvc repro`).")
-    catalog = read_catalog(catalog_csv)
-    if has_files(catalog):
-        check_catalog_paths(catalog, data_root, catalog_csv)
+    catalog = read_catalog(catalog_csv, data_root)
     split = read_split(split_csv)
     for flag in ("query", "gallery"):
         split[flag] = split[flag].eq("True")
@@ -96,34 +92,6 @@ def check_finite(emb: np.ndarray, rows: np.ndarray, image_ids: np.ndarray, embed
         raise InputError(f"embeddings {embeddings_npy} have NaN or inf for {len(names)} image(s) "
                          f"(e.g. {', '.join(map(str, names[:5]))}); fix the encoder or the images, "
                          f"then {REENCODE}.")
-
-
-def check_catalog_paths(catalog: pd.DataFrame, data_root: str | None, catalog_csv: str) -> None:
-    """The split stage's path rule, applied again where the catalog is read: every ``path`` is the data root
-    joined with a relative path with no ``..`` part (:func:`recallk.data.contract.is_safe_relative`; the split
-    stage writes it relative to the working directory, or absolute when the root is outside it). Without a
-    known ``data_root`` (the split's provenance.json absent: a stage run by hand) the path itself must be
-    relative with no ``..`` part. A tampered catalog cannot make score open a file outside the data."""
-    root = Path(os.path.abspath(data_root)) if data_root else None
-    bad = []
-    for line, path in enumerate(catalog["path"].tolist(), start=2):
-        if root is None:
-            ok = is_safe_relative(path)
-        else:
-            ok = isinstance(path, str) and "\x00" not in path
-            if ok:
-                try:
-                    rel = Path(os.path.abspath(path)).relative_to(root).as_posix()
-                except ValueError:
-                    rel = ""
-                ok = is_safe_relative(rel) and is_safe_relative(path if not os.path.isabs(path) else rel)
-        if not ok:
-            bad.append(f"line {line} ({quote(path)})")
-    if bad:
-        where = f"inside the data root {quote(data_root)}" if data_root else "relative, with no '..' part"
-        raise InputError(f"{catalog_csv} lists {len(bad)} path(s) that are not {where}: {', '.join(bad[:5])}"
-                         f"{' ...' if len(bad) > 5 else ''}. The split stage never writes such a path: the catalog "
-                         "was edited; re-run split (`dvc repro -f split`).")
 
 
 def verified_loader(catalog: pd.DataFrame) -> Callable[[str], Image.Image]:

@@ -13,8 +13,9 @@ then raises one :class:`~recallk.errors.InputError` that names each failing row 
 
 from __future__ import annotations
 
+import os
 import re
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 import pandas as pd
 import pandera.pandas as pa
@@ -201,6 +202,36 @@ def catalog_schema() -> pa.DataFrameSchema:
 def has_files(catalog: pd.DataFrame) -> bool:
     """Whether a catalog (checked by :func:`catalog_schema`) lists image files, or only ids (embeddings-only)."""
     return bool(len(catalog)) and not bool(_blank(catalog["path"]).all())
+
+
+def check_catalog_paths(catalog: pd.DataFrame, data_root: str | None, catalog_csv: str) -> None:
+    """The split stage's path rule, applied again where the catalog is read: every ``path`` is the data root
+    joined with a relative path with no ``..`` part (:func:`is_safe_relative`; the split
+    stage writes it relative to the working directory, or absolute when the root is outside it). Without a
+    known ``data_root`` (the split's provenance.json absent: a stage run by hand) the path itself must be
+    relative with no ``..`` part. A tampered catalog cannot make a stage (encode, score, index) open a file
+    outside the data: every reader of the catalog applies this one rule
+    (:func:`stages.runner.read_catalog`)."""
+    root = Path(os.path.abspath(data_root)) if data_root else None
+    bad = []
+    for line, path in enumerate(catalog["path"].tolist(), start=2):
+        if root is None:
+            ok = is_safe_relative(path)
+        else:
+            ok = isinstance(path, str) and "\x00" not in path
+            if ok:
+                try:
+                    rel = Path(os.path.abspath(path)).relative_to(root).as_posix()
+                except ValueError:
+                    rel = ""
+                ok = is_safe_relative(rel) and is_safe_relative(path if not os.path.isabs(path) else rel)
+        if not ok:
+            bad.append(f"line {line} ({quote(path)})")
+    if bad:
+        where = f"inside the data root {quote(data_root)}" if data_root else "relative, with no '..' part"
+        raise InputError(f"{catalog_csv} lists {len(bad)} path(s) that are not {where}: {', '.join(bad[:5])}"
+                         f"{' ...' if len(bad) > 5 else ''}. The split stage never writes such a path: the catalog "
+                         "was edited; re-run split (`dvc repro -f split`).")
 
 
 def split_schema() -> pa.DataFrameSchema:

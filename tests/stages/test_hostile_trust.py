@@ -15,7 +15,16 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from helpers import CATALOG, ROOT, SCORE_OUTPUTS, assert_no_outputs, assert_user_error, run_module
+from helpers import (
+    CATALOG,
+    ENCODE_OUTPUTS,
+    ROOT,
+    SCORE_OUTPUTS,
+    assert_no_outputs,
+    assert_user_error,
+    run_module,
+    run_ok,
+)
 from recallk import recall_at_k
 from recallk.compare import cli, outputs
 from recallk.report import failure_sheet
@@ -192,18 +201,23 @@ def test_the_failure_sheet_reads_without_colour():
 # ------------------------------------------------------------------------------ a tampered catalog
 
 
-def test_a_tampered_catalog_never_makes_score_read_outside_the_data_or_draw_a_changed_file(scored_project, tmp_path):
+def test_a_tampered_catalog_never_makes_encode_or_score_read_outside_the_data_or_draw_a_changed_file(
+        scored_project, tmp_path):
     proj = scored_project  # split, encode and score done (a stage project: marked stage)
     original = (proj / CATALOG).read_text()
     first = original.splitlines()[1].split(",")  # image_id,path,label,sha256,...
     outside = proj.parent / "outside.png"
     outside.write_bytes((proj / first[1]).read_bytes())  # the same bytes: its sha256 matches the catalog's
-    for path, named in ((str(outside), "not inside the data root"),                # an absolute path outside
-                        (f"{first[1].rsplit('/', 2)[0]}/../../../outside.png", "not inside the data root")):
-        (proj / CATALOG).write_text(original.replace(f",{first[1]},", f",{path},", 1))
-        assert_user_error(run_module("stages.score", cwd=proj), "catalog.csv", "line 2", named)
-        assert_no_outputs(proj, SCORE_OUTPUTS)
+    # score, then encode (which reads the outside file without the split stage's rule, before): each refuses
+    for module, outputs in (("stages.score", SCORE_OUTPUTS), ("stages.encode", ENCODE_OUTPUTS)):
+        for path in (str(outside),                                            # an absolute path outside
+                     f"{first[1].rsplit('/', 2)[0]}/../../../outside.png"):  # a '..' path out of the data root
+            (proj / CATALOG).write_text(original.replace(f",{first[1]},", f",{path},", 1))
+            assert_user_error(run_module(module, cwd=proj), "catalog.csv", "line 2", "not inside the data root",
+                              path)
+            assert_no_outputs(proj, outputs)
     (proj / CATALOG).write_text(original)
+    run_ok(proj, "encode")  # from the untampered catalog
     for image in (proj / "data" / "digits").rglob("*.png"):  # every file swapped with other pixels of the same size
         Image.new("RGB", Image.open(image).size, (0, 255, 0)).save(image)
     assert_user_error(run_module("stages.score", cwd=proj), "changed since split", "sha256")
