@@ -27,6 +27,7 @@ import numpy as np
 
 from recallk.checks import check_exclude_columns, is_missing
 from recallk.errors import InputError, quote
+from recallk.score.labels import exclusion_by_value
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,8 +47,8 @@ FALSE_TEXTS = ("false", "0", "no", "")
 def joint_values(values: Any) -> np.ndarray:
     """One key per row of ``values`` (n, c): the row's values as text joined, None when any is missing.
 
-    Two rows get equal keys exactly when they are equal column by column (compared as text, as the
-    labels and the one-column exclusions are); the separator (U+001F) cannot split a value in two ways
+    Two rows get equal keys exactly when they are equal column by column (compared as text: numbers were made
+    alike first, by :func:`one_column_pairs`); the separator (U+001F) cannot split a value in two ways
     because every key has the same number of parts."""
     rows = np.asarray(values, dtype=object)
     out = np.empty(rows.shape[0], dtype=object)
@@ -57,9 +58,19 @@ def joint_values(values: Any) -> np.ndarray:
 
 
 def one_column_pairs(pairs: Sequence[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
-    """``pairs`` with each 2-D (joint) pair folded into its 1-D pair of joint keys (:func:`joint_values`);
-    1-D pairs are kept as given."""
-    return [(joint_values(q), joint_values(g)) if np.ndim(q) == 2 else (q, g) for q, g in pairs]
+    """``pairs`` compared by value, as the labels are (:func:`recallk.score.labels.exclusion_by_value`, column by
+    column for a joint pair: ``1.0`` and ``1`` are one value; numbers against text an InputError), then each 2-D
+    (joint) pair folded into its 1-D pair of joint keys (:func:`joint_values`)."""
+    out = []
+    for i, (q, g) in enumerate(pairs):
+        if np.ndim(q) == 2:
+            q, g = np.asarray(q, dtype=object), np.asarray(g, dtype=object)
+            columns = [exclusion_by_value(q[:, j], g[:, j], f"`exclude[{i}]` (column {j})") for j in range(q.shape[1])]
+            out.append((joint_values(np.column_stack([np.asarray(c[0], dtype=object) for c in columns])),
+                        joint_values(np.column_stack([np.asarray(c[1], dtype=object) for c in columns]))))
+        else:
+            out.append(exclusion_by_value(q, g, f"`exclude[{i}]`"))
+    return out
 
 
 def junk_flags(values: Sequence[Any], name: str) -> np.ndarray:

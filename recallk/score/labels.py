@@ -1,7 +1,8 @@
 """Labels compared by value: what :class:`~recallk.score.data.RetrievalData` does with ``query_labels`` and
 ``gallery_labels`` before anything is ranked.
 
-Ids that are numbers on both sides compare by value too (:func:`ids_by_value`). Numbers compare by value on
+Ids that are numbers on both sides compare by value too (:func:`ids_by_value`), and so do the values of an
+``exclude`` pair (:func:`exclusion_by_value`: missing values never match). Numbers compare by value on
 both sides: ``1.0`` (a float gallery label) is the label ``1`` of an integer query,
 as in pytorch-metric-learning's own tests, and ``True`` is ``1``. Text compares as text. Numbers on one side
 and text on the other can never match, so they are an InputError, and so is a query side none of whose labels
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from recallk.checks import is_missing
 from recallk.errors import InputError, quote
 
 #: The largest integer a float64 holds exactly: integral floats at most this large become int64 labels.
@@ -47,6 +49,25 @@ def as_numbers(values: np.ndarray) -> np.ndarray:
     return as_float
 
 
+def numbers_alike(q: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Two numeric sides (:func:`kind` ``"number"``) as arrays of one dtype that compare by value: int64 when
+    every value on both sides is whole (:func:`as_numbers`), else both float64."""
+    q, g = as_numbers(q), as_numbers(g)
+    if q.dtype != g.dtype:  # one side has a fraction: compare both as floats
+        q, g = q.astype(np.float64), g.astype(np.float64)
+    return q, g
+
+
+def cannot_match(kinds: tuple[str | None, str | None], q: np.ndarray, g: np.ndarray, names: tuple[str, str],
+                 fix: str) -> None:
+    """Raise an InputError when one side's values are numbers and the other's text (they never match); ``names``
+    say what the two sides are (``"`query_labels`"``)."""
+    if set(kinds) == {"number", "text"}:
+        (side, num), (other, text) = tuple(zip(names, (q, g)))[::1 if kinds[0] == "number" else -1]
+        raise InputError(f"{side} are numbers and {other} are text ({quote(_first(num))} vs "
+                         f"{quote(_first(text))}), which never match: give both sides values of one kind ({fix}).")
+
+
 def by_value(query_labels: Any, gallery_labels: Any) -> tuple[np.ndarray | Any, np.ndarray | Any]:
     """``query_labels`` and ``gallery_labels`` made comparable by value (see the module docstring).
 
@@ -64,15 +85,10 @@ def by_value(query_labels: Any, gallery_labels: Any) -> tuple[np.ndarray | Any, 
     """
     q, g = np.asarray(query_labels), np.asarray(gallery_labels)
     kinds = (kind(q), kind(g))
-    if set(kinds) == {"number", "text"}:
-        (side, num), (other, text) = (("query_labels", q), ("gallery_labels", g))[::1 if kinds[0] == "number" else -1]
-        raise InputError(f"`{side}` are numbers and `{other}` are text ({quote(_first(num))} vs "
-                         f"{quote(_first(text))}), which never match: give both "
-                         "sides labels of one kind (e.g. `gallery_labels.astype(int)` or `[str(x) for x in labels]`).")
+    cannot_match(kinds, q, g, ("`query_labels`", "`gallery_labels`"),
+                 "e.g. `gallery_labels.astype(int)` or `[str(x) for x in labels]`")
     if kinds == ("number", "number"):
-        q, g = as_numbers(q), as_numbers(g)
-        if q.dtype != g.dtype:  # one side has a fraction: compare both as floats
-            q, g = q.astype(np.float64), g.astype(np.float64)
+        q, g = numbers_alike(q, g)
         shared = np.intersect1d(q, g).size > 0
         query_labels, gallery_labels = q, g
     else:
@@ -101,10 +117,31 @@ def ids_by_value(query_ids: Any, gallery_ids: Any) -> tuple[Any, Any]:
     q, g = np.asarray(query_ids), np.asarray(gallery_ids)
     if (kind(q), kind(g)) != ("number", "number"):
         return query_ids, gallery_ids
-    q, g = as_numbers(q), as_numbers(g)
-    if q.dtype != g.dtype:
-        q, g = q.astype(np.float64), g.astype(np.float64)
+    q, g = numbers_alike(q, g)
     if np.unique(g).size != g.size:
         raise InputError("`gallery_ids` must be unique (numbers compared by value: 1 and 1.0 are one id); a repeated "
                          "id makes the self-match ambiguous.")
     return q, g
+
+
+def exclusion_by_value(query_values: Any, gallery_values: Any, name: str) -> tuple[Any, Any]:
+    """One 1-D ``exclude`` pair (the ``name`` of its entry in messages) made comparable by value, as the labels
+    are (:func:`by_value`): numbers on both sides (missing values aside) become two object arrays of int64 (or,
+    when a value is not whole, float64) values, so ``1.0`` excludes the items of ``1``; each missing value (None,
+    NaN, ``""``: :func:`recallk.checks.is_missing`) becomes None, which never matches. Other values are returned
+    as given (text, or a side mixing kinds: compared as text). Numbers on one side and text on the other can
+    never match: an InputError (an ``exclude`` pair that could exclude nothing is a mistake, never a rule)."""
+    q, g = np.asarray(query_values, dtype=object), np.asarray(gallery_values, dtype=object)
+    q_gone = np.fromiter((is_missing(v) for v in q.tolist()), dtype=bool, count=q.size)
+    g_gone = np.fromiter((is_missing(v) for v in g.tolist()), dtype=bool, count=g.size)
+    kinds = tuple(kind(side[~gone]) if (~gone).any() else None for side, gone in ((q, q_gone), (g, g_gone)))
+    cannot_match(kinds, q[~q_gone], g[~g_gone], (f"the query values of {name}", f"the gallery values of {name}"),
+                 "e.g. `values.astype(str)` on both sides")
+    if kinds != ("number", "number"):
+        return query_values, gallery_values
+    out = []
+    for side, gone, numbers_ in zip((q, g), (q_gone, g_gone), numbers_alike(q[~q_gone], g[~g_gone])):
+        values = np.full(side.size, None, dtype=object)
+        values[~gone] = numbers_
+        out.append(values)
+    return out[0], out[1]

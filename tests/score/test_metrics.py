@@ -182,10 +182,10 @@ def test_zero_vectors_tie_at_similarity_zero():
     np.testing.assert_array_equal(similarities(q, g)[0], [0.0, 0.0, 0.0])
 
 
-def test_exclude_values_compared_as_strings_and_missing_never_match():
+def test_exclude_values_compared_by_value_and_missing_never_match():
     q, g = [[1.0, 0.0]] * 4, [[1.0, 0.0], [0.6, 0.8]]
-    # query cameras: int 1 (== "1"), NaN, None, "" -> only the first one excludes g0
-    cams_q, cams_g = [1, float("nan"), None, ""], ["1", float("nan")]
+    # query cameras: int 1 (== 1.0, by value as the labels), NaN, None, "" -> only the first one excludes g0
+    cams_q, cams_g = [1, float("nan"), None, ""], [1.0, float("nan")]
     got = rank_positives(q, g, ["a"] * 4, ["a", "a"], exclude=[(cams_q, cams_g)])
     assert got.n_retrievable.tolist() == [1, 2, 2, 2]
     assert ranks_per_query(got) == [[0], [0, 1], [0, 1], [0, 1]]

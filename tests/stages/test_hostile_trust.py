@@ -209,13 +209,13 @@ def test_a_tampered_catalog_never_makes_encode_or_score_read_outside_the_data_or
     outside = proj.parent / "outside.png"
     outside.write_bytes((proj / first[1]).read_bytes())  # the same bytes: its sha256 matches the catalog's
     # score, then encode (which reads the outside file without the split stage's rule, before): each refuses
-    for module, outputs in (("stages.score", SCORE_OUTPUTS), ("stages.encode", ENCODE_OUTPUTS)):
+    for module, written in (("stages.score", SCORE_OUTPUTS), ("stages.encode", ENCODE_OUTPUTS)):
         for path in (str(outside),                                            # an absolute path outside
                      f"{first[1].rsplit('/', 2)[0]}/../../../outside.png"):  # a '..' path out of the data root
             (proj / CATALOG).write_text(original.replace(f",{first[1]},", f",{path},", 1))
             assert_user_error(run_module(module, cwd=proj), "catalog.csv", "line 2", "not inside the data root",
                               path)
-            assert_no_outputs(proj, outputs)
+            assert_no_outputs(proj, written)
     (proj / CATALOG).write_text(original)
     run_ok(proj, "encode")  # from the untampered catalog
     for image in (proj / "data" / "digits").rglob("*.png"):  # every file swapped with other pixels of the same size
@@ -238,3 +238,47 @@ def test_numeric_ids_compare_by_value(query_ids):
 def test_gallery_ids_equal_by_value_are_a_repeat():
     with pytest.raises(ValueError, match="`gallery_ids` must be unique"):
         recall_at_k(Q, G, [1], [1, 2], ks=[1], query_ids=[5], gallery_ids=[1, 1.0])
+
+
+# ------------------------------------------------------------------------------ exclusion values in the API
+
+
+QX, GX = [[1.0, 0.0]], [[1.0, 0.0], [0.8, 0.6], [0.6, 0.8]]  # the query's gallery items in rank order
+GX_LABELS = [1, 2, 1]  # the top item and the third share the query's label
+
+
+@pytest.mark.parametrize("query_values, gallery_values", [
+    ([1.0], [1, 2, 2]),                         # float query values, int gallery values: item 0 is excluded
+    (np.array([1]), np.array([1.0, 2.0, 2.0])),  # and the other way round
+    (np.array([1], dtype=np.uint8), np.array([1, 2, 2], dtype=np.int64)),  # integer widths and signs
+    ([True], [1, 0, 0]),                        # True is 1
+    ([0.5], [0.5, 1.5, np.nan]),                # fractions by value; NaN is missing, never a match
+    (np.array([[1.0, 0.0]]), np.array([[1, 0], [2, 0], [2, 0]])),  # a joint exclusion, column by column
+    (["1"], ["1", "2", "2"]),                   # text compares as text (the reference)
+])
+def test_exclusion_values_compare_by_value(query_values, gallery_values):
+    got = recall_at_k(QX, GX, [1], GX_LABELS, ks=[1], exclude=[(query_values, gallery_values)])
+    assert got == {"recall@1": 0.0}  # the top item is excluded: the first positive left is at rank 3
+    assert recall_at_k(QX, GX, [1], GX_LABELS, ks=[1]) == {"recall@1": 1.0}  # without the exclusion
+
+
+def test_missing_exclusion_values_never_match():
+    assert recall_at_k(QX, GX, [1], GX_LABELS, ks=[1], exclude=[([np.nan], [np.nan, 2.0, 2.0])]) == {"recall@1": 1.0}
+    assert recall_at_k(QX, GX, [1], GX_LABELS, ks=[1], exclude=[([None], ["", 2, 2])]) == {"recall@1": 1.0}
+
+
+@pytest.mark.parametrize("query_values, gallery_values, match", [
+    ([1], ["1", "2", "2"], r"query values of `exclude\[0\]` are numbers and the gallery values of `exclude\[0\]` are"),
+    (["1"], [1.0, 2.0, np.nan], r"gallery values of `exclude\[0\]` are numbers and the query values of `exclude\[0\]`"),
+    ([[1, "x"]], [[1, "x"], [2, "x"], [2, "y"]], None),  # a column of each kind: fine, each compares alike
+    ([[1.0, 0]], [["1", 0], ["2", 0], ["2", 0]], r"`exclude\[0\]` \(column 0\)"),
+])
+def test_exclusion_values_that_cannot_match_are_an_error(query_values, gallery_values, match):
+    def run():
+        return recall_at_k(QX, GX, [1], GX_LABELS, ks=[1], exclude=[(np.array(query_values, dtype=object),
+                                                                   np.array(gallery_values, dtype=object))])
+    if match is None:
+        assert run() == {"recall@1": 0.0}
+    else:
+        with pytest.raises(ValueError, match=match):
+            run()
