@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
 import pandas as pd
 
-from recallk.atomic import write_all
+from recallk.atomic import Folder, write_all
 from recallk.compare.stats import fsum_mean
 from recallk.errors import InputError
 from recallk.index import report
@@ -58,18 +56,13 @@ def table_name(number: int, point: str) -> str:
     return f"{number:02d}-{re.sub(r'[^A-Za-z0-9=]+', '_', point).replace('=', '_').strip('_')}.csv"
 
 
-def write_tables(folder: Path, tables: dict[str, pd.DataFrame], evaluated_id: str) -> Path:
-    """Every table of ``tables`` (file name -> frame) into a new temp folder beside ``folder``; returns it."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
-    try:
-        for name, frame in tables.items():
-            neutralise_formulas(frame).assign(evaluated=evaluated_id).to_csv(
-                tmp / name, index=False, float_format="%.10g", lineterminator="\n")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return tmp
+def tables_folder(tables: dict[str, pd.DataFrame], evaluated_id: str) -> Folder:
+    """The ``metrics/index`` folder output: every table of ``tables`` (file name -> frame) as a CSV, text a
+    spreadsheet would run as a formula quoted, the id of what was evaluated in a last column."""
+    def csv(frame: pd.DataFrame):
+        safe = neutralise_formulas(frame).assign(evaluated=evaluated_id)
+        return lambda path: safe.to_csv(path, index=False, float_format="%.10g", lineterminator="\n")
+    return Folder({name: csv(frame) for name, frame in tables.items()})
 
 
 def evaluated_id(path: str) -> str:
@@ -98,9 +91,7 @@ def run(args: Any, settings: IndexSettings, score: ScoreSettings) -> tuple[dict[
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_stage_args(argv, "Score approximate indexes against the exact run.", INPUTS, OUTPUTS)
-    files = [p for p in output_paths(args, OUTPUTS) if p != args.tables]
-    remove_outputs(files)  # first: a failed run never leaves an old result looking current
-    shutil.rmtree(args.tables, ignore_errors=True)
+    remove_outputs(output_paths(args, OUTPUTS))  # first: a failed run never leaves an old result looking current
     settings = load_settings(IndexSettings, args.params)
     score = load_settings(ScoreSettings, args.params)
     points: list[dict[str, Any]] = []
@@ -117,14 +108,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     plot = report.pareto_png(points, summary.get("exact", {}), axes)
     page = report.page(summary, points, metric_keys(score.metrics, score.ks), plot)
     document = {**summary, "points": {p["point"]: {**p, "table": n} for p, n in zip(points, names)}}
-    folder = write_tables(Path(args.tables), tables, ident)
-    try:
-        write_all([(args.index_metrics, json_file(document)),
-                   (args.pareto, lambda tmp: plot.save(tmp, format="PNG")),
-                   (args.index_report, lambda tmp: tmp.write_text(page, encoding="utf-8", newline="\n"))])
-        folder.replace(args.tables)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    # all or none, the folder of tables too (killed at any point, the next run leaves exactly these outputs)
+    write_all([(args.index_metrics, json_file(document)), (args.tables, tables_folder(tables, ident)),
+               (args.pareto, lambda tmp: plot.save(tmp, format="PNG")),
+               (args.index_report, lambda tmp: tmp.write_text(page, encoding="utf-8", newline="\n"))])
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ keeps its traceback.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
@@ -20,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from recallk.atomic import remove_leftovers
+from recallk.atomic import remove_outputs  # noqa: F401  (the stages' first step, here with the rest)
 from recallk.data import contract
 from recallk.errors import InputError, os_advice, sqlite_advice
 
@@ -94,15 +93,6 @@ def read_split(path: str | os.PathLike) -> pd.DataFrame:
     return read_table(path, contract.split_schema(), "split")
 
 
-def remove_outputs(paths: Sequence[str | os.PathLike]) -> None:
-    """Delete stale outputs so a failed run cannot leave an old result looking current, and the temp files
-    of a killed run (:func:`recallk.atomic.remove_leftovers`)."""
-    remove_leftovers(paths)
-    for p in paths:
-        with contextlib.suppress(FileNotFoundError):
-            Path(p).unlink()
-
-
 def parse_stage_args(argv: Sequence[str] | None, description: str, inputs: dict[str, str], outputs: dict[str, str],
                      flags: dict[str, str] | None = None) -> argparse.Namespace:
     """Parse a stage's ``--<name> PATH`` options plus ``--params``: the defaults are the stage's own ``INPUTS``
@@ -124,11 +114,25 @@ def output_paths(args: argparse.Namespace, outputs: dict[str, str]) -> list[str]
     return [getattr(args, name.replace("-", "_")) for name in outputs]
 
 
+def stage_name(main: Callable) -> str:
+    """``the split stage`` for ``stages.split.main`` (its module's last part)."""
+    module = getattr(main, "__module__", "") or ""
+    spec = getattr(sys.modules.get(module), "__spec__", None)  # `python -m stages.split`: __main__, spec stages.split
+    name = (spec.name if spec is not None else module).rsplit(".", 1)[-1]
+    return f"the {name} stage" if name and name != "__main__" else "the stage"
+
+
 def run_stage(main: Callable[[Sequence[str] | None], None], argv: Sequence[str] | None = None) -> None:
-    """Run a stage ``main``; turn an :class:`InputError` into one message and exit code 2."""
+    """Run a stage ``main``; turn an :class:`InputError` into one message and exit code 2, Ctrl-C into one
+    message and exit code 130."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
         main(argv)
+    except KeyboardInterrupt:  # Ctrl-C (SIGINT): the writes are all or none, so nothing of this run is left
+        sys.stderr.write(f"error: interrupted (Ctrl-C) before {stage_name(main)} finished; none of its outputs "
+                         "was written (they are all or none, and the old ones were removed first, so DVC runs "
+                         "the stage again): re-run it (`dvc repro`).\n")
+        sys.exit(130)  # as a shell reports a process ended by SIGINT
     except InputError as exc:
         sys.stderr.write(f"error: {exc}\n")
         sys.exit(2)

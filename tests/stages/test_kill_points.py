@@ -9,6 +9,11 @@ the stage as changed); the real run after the last kill must leave exactly the f
 to an uninterrupted run, and no temp file. To stay fast, a stage's killed runs replay its tail (remove its
 outputs, then the one ``write_all`` of all of them, recorded from a real run: the test checks it covers the
 stage's OUTPUTS); one real run of the stage is killed too, between two renames. compare runs for real each time.
+The index stage's folder of tables is one output (a temp folder renamed into place, each of its files fsynced);
+its measured speeds make two real runs differ, so only its replays are compared byte for byte.
+
+Ctrl-C (a real SIGINT, sent by the stage process to itself at a write or between two renames) in split and score:
+one ``error:`` line, exit code 130, no output and no temp file left (the renamed ones are removed again).
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 from typing import Callable
@@ -24,15 +31,41 @@ from typing import Callable
 import pytest
 
 import recallk.atomic
-from helpers import out
+from extras import has_extra
+from helpers import out, set_params, tool_env
 from hostile_cases import make_project
 from recallk.compare import cli as compare_cli
-from stages import encode, score, split
+from stages import encode, index, score, split
 from stages.runner import remove_outputs
 
 pytestmark = pytest.mark.stage
 
 HOOKED = ("chmod", "fsync", "replace")
+
+
+def hooked_os(on_call: Callable[[str], None]) -> types.SimpleNamespace:
+    """``os`` with :data:`HOOKED` calling ``on_call(name)`` first (put in place of recallk.atomic's ``os``)."""
+    def hooked(name):
+        real = getattr(os, name)
+
+        def call(*args, **kwargs):
+            on_call(name)
+            return real(*args, **kwargs)
+        return call
+
+    proxy = types.SimpleNamespace(**{n: getattr(os, n) for n in dir(os) if not n.startswith("__")})
+    for name in HOOKED:
+        setattr(proxy, name, hooked(name))
+    return proxy
+
+
+def traced(run: Callable[[], None], monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Run ``run()`` here and return its :data:`HOOKED` calls of recallk.atomic, in order: the kill points."""
+    calls: list[str] = []
+    with monkeypatch.context() as m:
+        m.setattr(recallk.atomic, "os", hooked_os(calls.append))
+        run()
+    return calls
 
 
 def killed_at(point: int, run: Callable[[], None], cwd: Path) -> bool:
@@ -45,26 +78,26 @@ def killed_at(point: int, run: Callable[[], None], cwd: Path) -> bool:
             os.chdir(cwd)
             calls = [0]
 
-            def hooked(name):
-                real = getattr(os, name)
+            def count(_name: str) -> None:
+                calls[0] += 1
+                if calls[0] == point:
+                    os.kill(os.getpid(), signal.SIGKILL)
 
-                def call(*args, **kwargs):
-                    calls[0] += 1
-                    if calls[0] == point:
-                        os.kill(os.getpid(), signal.SIGKILL)
-                    return real(*args, **kwargs)
-                return call
-
-            proxy = types.SimpleNamespace(**{n: getattr(os, n) for n in dir(os) if not n.startswith("__")})
-            for name in HOOKED:
-                setattr(proxy, name, hooked(name))
-            recallk.atomic.os = proxy
+            recallk.atomic.os = hooked_os(count)
             sys.stdout = sys.stderr = open(os.devnull, "w")
             run()
             code = 0
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
+    for _ in range(1200):  # at most 120 s: a child that hangs fails the test instead of blocking the run
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail(f"the run to be killed at point {point} hung (a lock held across the fork?)")
     if os.WIFSIGNALED(status):
         assert os.WTERMSIG(status) == signal.SIGKILL
         return True
@@ -76,40 +109,52 @@ def temps(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob(".*.tmp"))
 
 
-def expected_after(point: int, n: int) -> tuple[int, int]:
-    """(outputs renamed into place, temp files) after a kill at ``point`` of ``n`` outputs: each output's
-    temp file is chmod-ed then fsynced (points 1..2n), then the n renames (points 2n+1..3n)."""
-    if point <= 2 * n:
-        return 0, (point + 1) // 2
-    renamed = point - 2 * n - 1
-    return renamed, n - renamed
+def expected_after(point: int, calls: list[str]) -> tuple[int, int]:
+    """(outputs renamed into place, temp files or folders) after a kill at ``point`` of a write whose hooked
+    calls are ``calls``: each output's temp is made just before its ``chmod`` (so a kill there leaves it), then
+    filled and fsynced (a folder: one fsync per file), and the renames come last, one per output."""
+    made = calls[:point].count("chmod")
+    renamed = calls[:point - 1].count("replace")
+    return renamed, made - renamed
 
 
-def check_kill(point: int, run: Callable[[], None], root: Path, outputs: list[Path], want: dict) -> None:
-    """Kill ``run`` at ``point`` and check what it left (see the module docstring)."""
+def content(path: Path) -> bytes | dict[str, bytes]:
+    """A file's bytes, or a folder's files (name -> bytes)."""
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir())} if path.is_dir() else path.read_bytes()
+
+
+def check_kill(point: int, run: Callable[[], None], root: Path, outputs: list[Path], want: dict | None,
+               calls: list[str]) -> None:
+    """Kill ``run`` at ``point`` and check what it left (see the module docstring); ``want`` None: not the
+    bytes (a real run of a stage that measures time)."""
     n = len(outputs)
     assert killed_at(point, run, root), f"no kill at point {point}: fewer writes than {n} outputs"
-    renamed, left = expected_after(point, n)
+    renamed, left = expected_after(point, calls)
     present = [p for p in outputs if p.exists()]
     assert present == outputs[:renamed], f"point {point}: outputs {present}"
     assert len(temps(root)) == left, f"point {point}: temp files {temps(root)} (an earlier run's left over?)"
     assert len(present) < n  # DVC sees a missing output: the stage is changed until a run completes
-    for p in present:
-        assert p.read_bytes() == want[p]  # what is in place is whole
+    for p in present if want is not None else ():
+        assert content(p) == want[p]  # what is in place is whole
 
 
-def assert_all_or_nothing(root: Path, outputs: list[Path], run: Callable[[], None],
-                          replay: Callable[[], None] | None = None) -> None:
+def assert_all_or_nothing(root: Path, outputs: list[Path], run: Callable[[], None], monkeypatch: pytest.MonkeyPatch,
+                          replay: Callable[[], None] | None = None, timed: bool = False) -> None:
     """Kill ``replay`` (default ``run``) at every point in turn, ``run`` once between two renames, then finish
-    ``run`` (in this process); compare with the bytes of the first, uninterrupted ``run``."""
+    ``run`` (in this process); compare with the outputs of the first, uninterrupted ``run`` (the replays only,
+    when ``timed``: the index stage's outputs hold measured speeds, so two real runs differ)."""
     run()
-    want = {p: p.read_bytes() for p in outputs}
-    n = len(outputs)
-    for point in range(1, 3 * n + 1):
-        check_kill(point, replay or run, root, outputs, want)
-    check_kill(2 * n + 2, run, root, outputs, want)  # the real run, after its first rename
+    want = {p: content(p) for p in outputs}
+    calls = traced(replay or run, monkeypatch)
+    assert calls.count("chmod") == calls.count("replace") == len(outputs), calls
+    for point in range(1, len(calls) + 1):
+        check_kill(point, replay or run, root, outputs, want, calls)
+    second_rename = [i for i, name in enumerate(calls, 1) if name == "replace"][1]
+    real_want = None if timed else want
+    check_kill(second_rename, run, root, outputs, real_want, traced(run, monkeypatch))  # the real run, one renamed
     run()
-    assert {p: p.read_bytes() for p in outputs} == want and temps(root) == []
+    assert all(p.exists() for p in outputs) and temps(root) == []
+    assert real_want is None or {p: content(p) for p in outputs} == want
 
 
 @pytest.fixture(scope="module")
@@ -121,12 +166,16 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ("split", split),    # 5 outputs: the catalog, split, skipped and near-duplicate CSVs, provenance.json
     ("encode", encode),  # 3 outputs: embeddings.npy, ids.npy, provenance.json (the cache is not an output)
     ("score", score),    # 12 outputs: metrics, tables, the failure sheet and the HTML report
+    ("index", index),    # 4 outputs: index.json, the folder of tables (points.csv and one per point), PNG, HTML
 ])
 def test_a_stage_killed_at_any_write_or_rename_is_all_or_nothing_at_the_next_run(tiny, stage, module, monkeypatch):
     monkeypatch.setenv("RECALLK_NO_REPORT", "1")
     monkeypatch.chdir(tiny)
+    if stage == "index" and has_extra("faiss"):  # two points: a folder of three tables (else points.csv alone)
+        # one search thread: an OpenMP team made before a fork deadlocks the forked child's next parallel region
+        set_params(tiny, {"index.kinds": ["Flat", "HNSW8"], "index.sweep.efSearch": [8], "index.threads": 1})
     # the earlier stages' outputs, made here when this case runs alone or on another worker than theirs
-    for earlier in (split, encode)[:("split", "encode", "score").index(stage)]:
+    for earlier in (split, encode, score)[:("split", "encode", "score", "index").index(stage)]:
         if not all((tiny / p).is_file() for p in earlier.OUTPUTS.values()):
             earlier.main([])
     outputs = [tiny / p for p in module.OUTPUTS.values()]
@@ -148,7 +197,7 @@ def test_a_stage_killed_at_any_write_or_rename_is_all_or_nothing_at_the_next_run
         module.main([])
         assert [tiny / p for p, _ in recorded] == outputs  # one write_all of every output, in OUTPUTS' order
 
-    assert_all_or_nothing(tiny, outputs, run, replay)
+    assert_all_or_nothing(tiny, outputs, run, monkeypatch, replay, timed=stage == "index")
 
 
 def test_compare_json_and_md_killed_at_any_write_or_rename(tiny, tmp_path, monkeypatch):
@@ -162,5 +211,45 @@ def test_compare_json_and_md_killed_at_any_write_or_rename(tiny, tmp_path, monke
     outputs = [tmp_path / "res" / "c.json", tmp_path / "res" / "c.md"]  # res/ is made by the first run
     args = ["a.csv", str(table), "--json", "res/c.json", "--md", "res/c.md", "--resamples", "20",
             "--permutations", "20"]
-    assert_all_or_nothing(tmp_path, outputs, lambda: compare_cli.main(args))
+    assert_all_or_nothing(tmp_path, outputs, lambda: compare_cli.main(args), monkeypatch)
     shutil.rmtree(tmp_path / "res")
+
+
+#: Run ``python -m <argv[2]>`` with a real SIGINT (Ctrl-C) sent to itself at the ``argv[1]``-th write or rename.
+SIGINT_AT = """
+import os, runpy, signal, sys, types
+import recallk.atomic
+point, calls = int(sys.argv[1]), [0]
+def hooked(name):
+    real = getattr(os, name)
+    def call(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == point:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+    return call
+proxy = types.SimpleNamespace(**{n: getattr(os, n) for n in dir(os) if not n.startswith("__")})
+for name in ("chmod", "fsync", "replace"):
+    setattr(proxy, name, hooked(name))
+recallk.atomic.os = proxy
+module, sys.argv = sys.argv[2], sys.argv[2:]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("stage, module, point", [
+    ("split", split, 4),           # while the second of its 5 outputs is written
+    ("score", score, 2 * 12 + 2),  # between the first two of its 12 renames: one output already in place
+])
+def test_ctrl_c_in_split_and_score_is_one_line_and_leaves_no_output(tiny, monkeypatch, stage, module, point):
+    monkeypatch.chdir(tiny)
+    if stage == "score" and not all((tiny / p).is_file() for p in (*split.OUTPUTS.values(), *encode.OUTPUTS.values())):
+        for earlier in (split, encode):
+            earlier.main([])
+    proc = subprocess.run([sys.executable, "-c", SIGINT_AT, str(point), f"stages.{stage}"], cwd=tiny,
+                          capture_output=True, text=True, env=tool_env(RECALLK_NO_REPORT="1"))
+    assert proc.returncode == 130, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.count("error: ") == 1, proc.stderr
+    assert f"error: interrupted (Ctrl-C) before the {stage} stage finished" in proc.stderr, proc.stderr
+    assert [p for p in module.OUTPUTS.values() if (tiny / p).exists()] == [] and temps(tiny) == []
+    module.main([])  # the next run completes (and the other cases find the outputs again)
