@@ -28,8 +28,9 @@ def tracked_path_problem(v: Any) -> str | None:
     track it; :data:`~recallk.encode.base.NO_FILE` stands for none), never a ``local-dir:`` spec."""
     if not isinstance(v, str) or not v.strip():
         return (f"must be a path: the encode stage depends on it in dvc.yaml, so that replacing the file re-runs "
-                f"encode, and DVC cannot track null. Keep {NO_FILE} (none) when it is not used. "
-                f"Got {quote(v)} instead.")
+                f"encode, and DVC cannot track null. Keep {NO_FILE} (none) when it is not used; on the command "
+                f"line too, `dvc exp run -S <this key>={NO_FILE}`, as `=null` or `=\"\"` stops DVC itself with "
+                f"\"unexpected error\" (treeverse/dvc#8036). Got {quote(v)} instead.")
     if v.startswith("local-dir:"):
         return (f"is a path DVC tracks, and DVC reads {quote(v)} as a file of that name; write the folder "
                 f"itself, {quote(v[len('local-dir:'):])} (a folder is read as a local-dir: config and weights).")

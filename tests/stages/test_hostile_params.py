@@ -12,6 +12,7 @@ from __future__ import annotations
 import tracemalloc
 
 import pytest
+import yaml
 
 from helpers import ROOT, run_fails, tiny_project
 from recallk.errors import InputError
@@ -141,3 +142,29 @@ def test_the_split_stage_says_one_line_about_5000_brackets(tmp_path):
     (proj / "params.yaml").write_text(text.replace("  seed: 0\n", "  seed: " + "[" * 5000 + "\n"))
     proc = run_fails(proj, "split", "nests lists or mappings", f"more than {MAX_DEPTH} deep")
     assert len(proc.stderr) < 1000
+
+
+# ------------------------------------------------------------------------------ null for a path DVC tracks
+
+
+def tracked_keys() -> list[str]:
+    """Every param dvc.yaml interpolates whole into a stage's ``deps`` (``- ${encode.precomputed.path}``)."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    return sorted({dep[2:-1] for stage in stages.values() for dep in stage.get("deps", [])
+                   if isinstance(dep, str) and dep.startswith("${") and dep.endswith("}")})
+
+
+@pytest.mark.parametrize("value", [None, ""])
+def test_null_for_a_path_dvc_tracks_says_what_to_write_instead(tmp_path, value):
+    """`dvc exp run -S encode.precomputed.path=null` (or `=""`) stops DVC itself before any stage runs (an
+    AssertionError in its dependency loader: treeverse/dvc#8036), so no project code can answer it there; the
+    same value in params.yaml, read by a stage run by hand, is refused naming the key and what to write."""
+    keys = [k for k in tracked_keys() if k.startswith("encode.")]
+    assert "encode.precomputed.path" in keys and len(keys) == 7, keys
+    for key in keys:
+        params = yaml.safe_load(BASE)
+        _, sub, name = key.split(".")
+        params["encode"][sub][name] = value
+        message = refused(tmp_path, yaml.safe_dump(params, sort_keys=False), "encode")
+        assert f"`{key}`" in message and "-S <this key>=recallk/encode/no_file.txt" in message, message
+        assert "treeverse/dvc#8036" in message, message
