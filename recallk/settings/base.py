@@ -13,6 +13,7 @@ import dataclasses
 import importlib
 from typing import Any, Callable, Iterator
 
+from recallk.checks import ray_address_problem
 from recallk.errors import clip, did_you_mean, quote
 from recallk.settings import SECTIONS
 
@@ -31,6 +32,12 @@ def setting(default: Any, rule: Rule | None = None, doc: str = "") -> Any:
     if isinstance(default, list):
         default = tuple(default)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def ray_address(doc: str) -> Any:
+    """The ``address`` field of a ``ray`` sub-section (``encode.ray``, ``score.ray``): a cluster address or null
+    (``$RAY_ADDRESS``, else a local cluster), by the one rule :func:`recallk.checks.ray_address_problem`."""
+    return setting(None, ray_address_problem, doc)
 
 
 def section_class(section: str) -> type:

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from recallk.checks import bool_problem, choice, integer, is_int, name_problem, optional, ray_address_problem
+from recallk.checks import bool_problem, choice, integer, is_int, name_problem, optional
 from recallk.encode.base import NO_FILE
 from recallk.encode.device import DEVICES, DTYPES
 from recallk.encode.verify import SAMPLE
 from recallk.errors import quote
-from recallk.settings.base import as_params, setting
+from recallk.settings.base import as_params, ray_address, setting
 
 #: ``encode.hf.pooling``: what of a transformers model's outputs is the embedding (recallk.encode.backbones.hf).
 POOLINGS = ("cls", "mean", "pooler")
@@ -35,6 +35,12 @@ def tracked_path_problem(v: Any) -> str | None:
         return (f"is a path DVC tracks, and DVC reads {quote(v)} as a file of that name; write the folder "
                 f"itself, {quote(v[len('local-dir:'):])} (a folder is read as a local-dir: config and weights).")
     return None
+
+
+def tracked_file(doc: str) -> Any:
+    """A path field the encode stage depends on in dvc.yaml (``${encode.<sub>.<key>}``): the committed placeholder
+    :data:`~recallk.encode.base.NO_FILE` by default (none), by the one rule :func:`tracked_path_problem`."""
+    return setting(NO_FILE, tracked_path_problem, doc)
 
 
 def gpus_problem(v: Any) -> str | None:
@@ -64,9 +70,8 @@ TRACKED = ("A DVC dependency of encode, so replacing the file re-runs encode and
 class EncodeRaySettings:
     """``encode.ray``: the Ray Data actors of ``encode.engine: ray`` (docs/scale.md)."""
 
-    address: str | None = setting(None, ray_address_problem,
-                                  "cluster address (`ray://head:10001`, `auto`); `null`: `RAY_ADDRESS`, else a local "
-                                  "cluster")
+    address: str | None = ray_address("cluster address (`ray://head:10001`, `auto`); `null`: `RAY_ADDRESS`, else a "
+                                      "local cluster")
     concurrency: int = setting(2, integer(1, 4096), "encoder actors; each builds the backbone once")
     num_gpus: float = setting(0, gpus_problem, "GPUs per actor (0: one CPU each; 0.5: two actors share a GPU)")
     batch_size: int = setting(64, integer(1, 65536), "images per backbone call and per Ray block")
@@ -84,41 +89,36 @@ class PixelsSettings:
 class PrecomputedSettings:
     """``encode.precomputed``: embeddings made elsewhere (both paths are DVC deps of encode)."""
 
-    path: str = setting(NO_FILE, tracked_path_problem,
-                        f"`precomputed`: an `.npz` with arrays `ids` and `embeddings`, or an `.npy` of embeddings. "
-                        f"{TRACKED}")
-    ids: str = setting(NO_FILE, tracked_path_problem,
-                       "with an `.npy` path: the aligned ids, an `.npy` of strings or a `.txt` (UTF-8, one id per "
-                       "line). A DVC dependency too (placeholder for \"none\": an `.npz` holds its ids)")
+    path: str = tracked_file(f"`precomputed`: an `.npz` with arrays `ids` and `embeddings`, or an `.npy` of "
+                             f"embeddings. {TRACKED}")
+    ids: str = tracked_file("with an `.npy` path: the aligned ids, an `.npy` of strings or a `.txt` (UTF-8, one id per "
+                            "line). A DVC dependency too (placeholder for \"none\": an `.npz` holds its ids)")
 
 
 @dataclass(frozen=True)
 class CallableSettings:
     """``encode.callable``: the module of a ``callable:`` backbone (a DVC dep, like the weights)."""
 
-    module_file: str = setting(NO_FILE, tracked_path_problem,
-                               "with `backbone: callable:...`: the module's file (or a folder holding it, for a "
-                               "package). A DVC dependency, so editing the module re-runs encode; the stage refuses a "
-                               "callable whose source is elsewhere")
+    module_file: str = tracked_file("with `backbone: callable:...`: the module's file (or a folder holding it, for "
+                                    "a package). A DVC dependency, so editing the module re-runs encode; the stage "
+                                    "refuses a callable whose source is elsewhere")
 
 
 @dataclass(frozen=True)
 class TimmSettings:
     """``encode.timm``: ``timm:<model>``'s weights."""
 
-    weights: str = setting(NO_FILE, tracked_path_problem,
-                           "`timm:<model>`: a weights file, or a folder with timm's `config.json` + weights; a DVC "
-                           "dependency of encode (the placeholder: timm's pretrained file from the local Hugging Face "
-                           "cache)")
+    weights: str = tracked_file("`timm:<model>`: a weights file, or a folder with timm's `config.json` + weights; a "
+                                "DVC dependency of encode (the placeholder: timm's pretrained file from the local "
+                                "Hugging Face cache)")
 
 
 @dataclass(frozen=True)
 class OpenClipSettings:
     """``encode.open_clip``: ``open_clip:<config>``'s checkpoint and pretrained tag."""
 
-    weights: str = setting(NO_FILE, tracked_path_problem,
-                           "`open_clip:<config>`: a checkpoint file, or a folder with `open_clip_config.json` + "
-                           "weights; a DVC dependency of encode")
+    weights: str = tracked_file("`open_clip:<config>`: a checkpoint file, or a folder with `open_clip_config.json` + "
+                                "weights; a DVC dependency of encode")
     tag: str | None = setting(None, optional_name,
                               "with a checkpoint file: the pretrained tag it was published as, whose preprocessing "
                               "applies ([docs/backbones.md](backbones.md))")
@@ -129,9 +129,8 @@ class TorchvisionSettings:
     """``encode.torchvision``: ``torchvision:<model>``'s state dict and preprocessing, from a weights enum
     member (``preset``) or, when it is null, from all of resize/crop/mean/std (there is no default)."""
 
-    weights: str = setting(NO_FILE, tracked_path_problem,
-                           "`torchvision:<model>`: the whole classification model's state dict "
-                           "(`.pth`/`.pt`/`.bin`/`.safetensors`); a DVC dependency of encode")
+    weights: str = tracked_file("`torchvision:<model>`: the whole classification model's state dict "
+                                "(`.pth`/`.pt`/`.bin`/`.safetensors`); a DVC dependency of encode")
     preset: str | None = setting(None, optional_name,
                                  "a weights enum member (`<Enum>.<member>`), resolved offline; its transform is used")
     resize: int | None = setting(None, optional(integer(1, 8192)),
@@ -150,9 +149,8 @@ class TorchvisionSettings:
 class HfSettings:
     """``encode.hf``: ``hf:<dir>``'s directory (here too, so that DVC tracks the model's files) and pooling."""
 
-    dir: str = setting(NO_FILE, tracked_path_problem,
-                       "`hf:<dir>`: the same directory (config, weights, processor config), so that it is a DVC "
-                       "dependency of encode")
+    dir: str = tracked_file("`hf:<dir>`: the same directory (config, weights, processor config), so that it is a DVC "
+                            "dependency of encode")
     pooling: str = setting("cls", choice(*POOLINGS),
                            "`cls`: `last_hidden_state[:, 0]`; `mean`: mean of `last_hidden_state` over all tokens; "
                            "`pooler`: `pooler_output`")

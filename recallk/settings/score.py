@@ -14,11 +14,10 @@ from recallk.checks import (
     is_int,
     ks_problem,
     positive_number_problem,
-    ray_address_problem,
 )
 from recallk.errors import quote
 from recallk.score.registry import METRIC_NAMES, metrics_problem
-from recallk.settings.base import setting
+from recallk.settings.base import ray_address, setting
 
 
 def confidence_problem(v: Any) -> str | None:
@@ -63,9 +62,8 @@ def junk_column_problem(v: Any) -> str | None:
 class RaySettings:
     """``score.ray``: where the ranking's tile jobs run with ``score.engine: ray``."""
 
-    address: str | None = setting(None, ray_address_problem,
-                                  "cluster address, as for `encode.ray.address`; `null`: `RAY_ADDRESS`, else a local "
-                                  "cluster")
+    address: str | None = ray_address("cluster address, as for `encode.ray.address`; `null`: `RAY_ADDRESS`, else "
+                                      "a local cluster")
     num_cpus: int = setting(1, integer(1, 1024), "CPUs, and engine threads, per task")
 
 
