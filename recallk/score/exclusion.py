@@ -21,6 +21,7 @@ query (Market-1501's ``0000`` files, labelled ``0000``).
 from __future__ import annotations
 
 import logging
+import numbers
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -74,14 +75,17 @@ def one_column_pairs(pairs: Sequence[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
 
 
 def junk_flags(values: Sequence[Any], name: str) -> np.ndarray:
-    """A junk column read as booleans: bools, 0/1, or the texts true/false, 1/0, yes/no (any case);
-    missing or empty is false. Anything else raises an InputError naming the column ``name`` and the value."""
+    """A junk column read as booleans: bools, the numbers 0 and 1 by value (``1.0`` too, as labels compare), or
+    the texts true/false, 1/0, yes/no (any case); missing or empty is false. Anything else raises an InputError
+    naming the column ``name`` and the value."""
     out = np.zeros(len(values), dtype=bool)
     for i, v in enumerate(values):
         if isinstance(v, (bool, np.bool_)):
             out[i] = bool(v)
         elif is_missing(v):
             continue
+        elif isinstance(v, numbers.Real) and v in (0, 1):
+            out[i] = v == 1
         elif str(v).strip().lower() in TRUE_TEXTS:
             out[i] = True
         elif str(v).strip().lower() not in FALSE_TEXTS:

@@ -123,14 +123,16 @@ def test_joint_exclusion_matches_every_column(q_rows, g_rows, want):
 @pytest.mark.parametrize("values, want", [
     (["true", "False", "", "1", "0", "YES", None], [True, False, False, True, False, True, False]),  # texts
     ([True, False, np.nan], [True, False, False]),                                                # bools, NaN
+    ([1.0, 0.0, np.int64(1), np.float32(0)], [True, False, True, False]),  # numbers by value (1.0 was refused)
 ])
 def test_junk_flags(values, want):
     assert junk_flags(values, "junk").tolist() == want
 
 
-def test_junk_flags_refuse_other_values():
-    with pytest.raises(Exception, match=r"junk column `junk` must hold true/false .* Got 'maybe' in row 2"):
-        junk_flags(["true", "maybe"], "junk")
+@pytest.mark.parametrize("values, bad", [(["true", "maybe"], "'maybe'"), ([1, 2.0], "2.0")])
+def test_junk_flags_refuse_other_values(values, bad):
+    with pytest.raises(Exception, match=rf"junk column `junk` must hold true/false .* Got {bad} in row 2"):
+        junk_flags(values, "junk")
 
 
 # ------------------------------------------------------------------ leave-one-out: pytorch-metric-learning
