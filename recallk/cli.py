@@ -20,7 +20,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     import importlib
 
     module, _, function = COMMANDS[args[0]].partition(":")
-    return getattr(importlib.import_module(module), function or "main")(args[1:])
+    try:
+        return getattr(importlib.import_module(module), function or "main")(args[1:])
+    except KeyboardInterrupt:  # Ctrl-C: every file the commands write is written whole or not at all
+        sys.stderr.write(f"error: interrupted (Ctrl-C) before `recallk {args[0]}` finished; no file it writes was "
+                         "left half-written (each is written whole or not at all).\n")
+        return 130  # as a shell reports a process ended by SIGINT
 
 
 if __name__ == "__main__":

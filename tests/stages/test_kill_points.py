@@ -253,3 +253,27 @@ def test_ctrl_c_in_split_and_score_is_one_line_and_leaves_no_output(tiny, monkey
     assert f"error: interrupted (Ctrl-C) before the {stage} stage finished" in proc.stderr, proc.stderr
     assert [p for p in module.OUTPUTS.values() if (tiny / p).exists()] == [] and temps(tiny) == []
     module.main([])  # the next run completes (and the other cases find the outputs again)
+
+
+def test_ctrl_c_in_recallk_compare_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    from recallk import cli
+
+    renames = []
+
+    def ctrl_c_at_the_second_rename(name: str) -> None:
+        renames.extend([name] if name == "replace" else [])
+        if len(renames) == 2:
+            raise KeyboardInterrupt  # c.json is in place, c.md not yet
+
+    monkeypatch.setattr(recallk.atomic, "os", hooked_os(ctrl_c_at_the_second_rename))
+    monkeypatch.chdir(tmp_path)
+    table = "image_id,label,num_positives,num_retrievable,hit@1,evaluated\nq0,a,1,3,1,e\nq1,b,1,3,0,e\n"
+    for name in ("a.csv", "b.csv"):
+        (tmp_path / name).write_text(table)
+    code = cli.main(["compare", "a.csv", "b.csv", "--json", "c.json", "--md", "c.md", "--resamples", "5",
+                     "--permutations", "5"])
+    out, err = capsys.readouterr()
+    assert code == 130 and out == "" and "Traceback" not in err, (code, out, err)
+    assert err.startswith("error: interrupted (Ctrl-C) before `recallk compare` finished") and err.count("\n") == 1
+    assert len(renames) == 2 and not (tmp_path / "c.json").exists() and not (tmp_path / "c.md").exists()
+    assert temps(tmp_path) == []
