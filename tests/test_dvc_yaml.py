@@ -13,6 +13,9 @@ import yaml
 
 from helpers import ALL_OUTPUTS, ALSO_READS, METRICS, ROOT, STAGES, dvc_outs
 
+#: Split's provenance.json: encode and index depend on its ``data_root`` alone (a params dep on that value).
+SPLIT_PROVENANCE = "data/prepared/provenance.json"
+
 
 def test_no_param_named_like_dvc_metadata() -> None:
     """DVC (3.x, treeverse/dvc#10296) drops every key named ``size`` or ``nfiles`` -- params included --
@@ -118,10 +121,14 @@ def test_dvc_yaml_stages_depend_on_their_code_and_params() -> None:
                      else {dep})
             extra = files - needed
             assert not extra, f"stage {name} lists code it does not import (needless re-runs): {sorted(extra)}"
-        # the index stage follows the score stage's lists: it also reads the score keys its rules come from
+        # the index stage follows the score stage's lists: it also reads the score keys its rules come from; a
+        # mapping is a value in another file (encode and index: the data root in split's provenance.json)
         params = stage.get("params")
-        assert params[0] == name and all(p.split(".")[0] in ALSO_READS.get(name, ()) for p in params[1:]), \
+        keys = [p for p in params[1:] if isinstance(p, str)]
+        assert params[0] == name and all(p.split(".")[0] in ALSO_READS.get(name, ()) for p in keys), \
             f"stage {name} must depend on exactly its own params section"
+        assert all(set(p) <= {SPLIT_PROVENANCE} and p[SPLIT_PROVENANCE] == ["data_root"]
+                   for p in params[1:] if not isinstance(p, str)), f"stage {name}: {params}"
 
     score_outs = spec["stages"]["score"]["outs"]
     assert {METRICS: {"cache": False}} in score_outs
@@ -170,7 +177,8 @@ def test_stage_scripts_own_the_paths_dvc_yaml_lists(name: str) -> None:
     outs = dvc_outs()[name]
     assert len(set(outs)) == len(outs) and set(outs) == set(script.OUTPUTS.values())
     files = {d for d in spec["deps"] if not _is_ours(d.split("/")[0]) and "${" not in d}
-    assert files == set(script.INPUTS.values())
+    value_files = {f for p in spec.get("params", []) if isinstance(p, dict) for f in p}  # a value read in a file
+    assert files | value_files == set(script.INPUTS.values()) and not files & value_files
     assert not set(script.INPUTS) & set(script.OUTPUTS)
 
 
