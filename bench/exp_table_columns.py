@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         sh("git", "-c", "user.name=bench", "-c", "user.email=bench@example.org", "commit", "-qm", "base", cwd=repo)
         for i, changes in enumerate(EXPERIMENTS):
             sh("dvc", "exp", "run", "-q", "-n", f"e{i:02d}", *(x for c in changes for x in ("-S", c)), cwd=repo)
-    declared = sorted(json.loads(sh("dvc", "metrics", "show", "--json", cwd=repo) or "{}")
-                      .get("workspace", {}).get("data", {}))
+    shown_metrics = json.loads(sh("dvc", "metrics", "show", "--json", cwd=repo) or "{}")  # {"": {"data": {...}}}
+    declared = sorted(next(iter(shown_metrics.values()), {}).get("data", {}))
     print(f"{len(EXPERIMENTS)} experiments, {args.per_label} digits per label; declared metrics files: "
           f"{', '.join(declared)}")
     shown = {}

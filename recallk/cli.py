@@ -19,6 +19,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     import importlib
 
+    from recallk.progress import show_progress_lines
+
+    show_progress_lines()  # progress of a long compare or leaderboard in a log or CI job, not only on a terminal
     module, _, function = COMMANDS[args[0]].partition(":")
     return getattr(importlib.import_module(module), function or "main")(args[1:])
 

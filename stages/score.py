@@ -46,9 +46,10 @@ INPUTS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.
           "split-provenance": "data/prepared/provenance.json", "encode-provenance": "data/embeddings/provenance.json",
           "skipped": "data/prepared/skipped.csv"}
 OUTPUTS = {"metrics": "metrics/recall.json", "counts": "metrics/counts.json",
-           "intervals": "metrics/intervals.json", "evaluated": "metrics/evaluated.json", "per-class": "metrics/per_class.csv",
-           "curve": "metrics/recall_curve.csv", "per-query": "data/scores/per_query.csv",
-           "compact": "metrics/per_query.csv", "neighbors": "data/scores/neighbors.csv",
+           "intervals": "metrics/intervals.json", "evaluated": "metrics/evaluated.json",
+           "per-class": "metrics/per_class.csv", "curve": "metrics/recall_curve.csv",
+           "per-query": "data/scores/per_query.csv", "compact": "metrics/per_query.csv",
+           "neighbors": "data/scores/neighbors.csv",
            "confusions": "metrics/confusions.csv", "near-duplicates": "data/scores/near_duplicates.csv",
            "failures": "plots/failures.png", "report": "reports/index.html"}
 
