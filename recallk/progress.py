@@ -2,15 +2,12 @@
 
 Under ``dvc repro`` stderr is not a terminal, so tqdm (``disable=None``) hides its bar;
 :class:`Progress` then logs a line every ``interval`` seconds with the count, the rate
-and the time left, so a long encode is never silent. The stages configure logging
-(stages/runner.py); a console command (``recallk compare|leaderboard|track|report``) calls
-:func:`show_progress_lines` so those lines reach stderr there too.
+and the time left, so a long encode is never silent.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from typing import Callable
 
@@ -50,29 +47,3 @@ class Progress:
 
     def __exit__(self, *exc: object) -> None:
         self.bar.close()
-
-
-class _Stderr(logging.StreamHandler):
-    """A handler that writes to whatever ``sys.stderr`` is when a record comes (not the stream of the moment
-    it was made: a test's captured stream, since closed)."""
-
-    @property
-    def stream(self):  # type: ignore[override]
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value) -> None:
-        pass
-
-
-def show_progress_lines() -> None:
-    """Send the ``recallk`` loggers' INFO records (the progress lines of a run whose stderr is no terminal)
-    to stderr as ``INFO <logger>: <message>``, the stages' format; once, however often called. For
-    console commands: a library user configures logging as they like."""
-    logger = logging.getLogger("recallk")
-    if not any(isinstance(h, _Stderr) for h in logger.handlers):
-        handler = _Stderr()
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        logger.addHandler(handler)
-    if logger.getEffectiveLevel() > logging.INFO:
-        logger.setLevel(logging.INFO)

@@ -2,8 +2,8 @@
 
 import sys
 
+from recallk.cli import show_progress_lines
 from recallk.compare.cli import main
-from recallk.progress import show_progress_lines
 
 show_progress_lines()
 sys.exit(main())

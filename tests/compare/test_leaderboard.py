@@ -223,7 +223,7 @@ def test_json_is_strict_with_null_for_nan(tmp_path, monkeypatch, command):
 
 @pytest.fixture
 def recallk_logger():
-    """Restore the ``recallk`` logger after a console command configured it (recallk.progress)."""
+    """Restore the ``recallk`` logger after a console command configured it (recallk.cli.show_progress_lines)."""
     import logging
 
     logger = logging.getLogger("recallk")
