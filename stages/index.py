@@ -10,9 +10,7 @@ placeholders, without reading the embeddings.
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
 from typing import Any, Sequence
 
 import pandas as pd
@@ -43,7 +41,7 @@ from stages.score_inputs import load_inputs
 INPUTS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.csv",
           "embeddings": "data/embeddings/embeddings.npy", "ids": "data/embeddings/ids.npy",
           "exact-per-query": "data/scores/per_query.csv", "exact-neighbors": "data/scores/neighbors.csv",
-          "evaluated": "metrics/evaluated.json", "split-provenance": "data/prepared/provenance.json"}
+          "split-provenance": "data/prepared/provenance.json"}
 OUTPUTS = {"index-metrics": "metrics/index.json", "tables": "metrics/index",
            "pareto": "plots/index_pareto.png", "index-report": "reports/ann_index.html"}
 #: The file of the points table inside ``metrics/index/`` (``dvc plots``).
@@ -65,19 +63,24 @@ def tables_folder(tables: dict[str, pd.DataFrame], evaluated_id: str) -> Folder:
     return Folder({name: csv(frame) for name, frame in tables.items()})
 
 
-def evaluated_id(path: str) -> str:
-    try:
-        return str(json.loads(Path(path).read_text(encoding="utf-8"))["id"])
-    except (FileNotFoundError, ValueError, KeyError, TypeError, UnicodeDecodeError):
-        raise InputError(f"{path} is missing or not the score stage's; run score first (`dvc repro score`).") from None
+def evaluated_id(per_query: pd.DataFrame, path: str) -> str:
+    """What the exact run evaluated: the ``evaluated`` column of the score stage's per-query table (the ``id`` of
+    metrics/evaluated.json, the same on every row), so the index stage needs no other score output."""
+    ids = per_query["evaluated"].unique()
+    if len(ids) != 1:
+        raise InputError(f"{path}: column evaluated holds {len(ids)} different ids, not one; re-run the score stage "
+                         "(`dvc repro score`).")
+    return str(ids[0])
 
 
-def run(args: Any, settings: IndexSettings, score: ScoreSettings) -> tuple[dict[str, Any], list, list]:
-    """Score every point; the summary (index.json without the points), the points and their tables."""
+def run(args: Any, settings: IndexSettings, score: ScoreSettings) -> tuple[dict[str, Any], list, list, str]:
+    """Score every point; the summary (index.json without the points), the points, their tables and what the exact
+    run evaluated (:func:`evaluated_id`)."""
     inputs = load_inputs(args.catalog, args.split, args.embeddings, args.ids, train=True,
                          data_root=data_root_of(read_provenance(args.split_provenance)))
     problem = problem_from_split(inputs.sets, inputs.catalog, score)
-    exact = exact_from_tables(read_input_csv(args.exact_per_query, required=["image_id", "num_positives"]),
+    per_query = read_input_csv(args.exact_per_query, required=["image_id", "num_positives", "evaluated"])
+    exact = exact_from_tables(per_query,
                               read_input_csv(args.exact_neighbors, required=["image_id", "rank", "gallery_id",
                                                                               "score"]),
                               inputs.sets.queries, inputs.sets.gallery, score.depth, args.exact_per_query)
@@ -86,7 +89,7 @@ def run(args: Any, settings: IndexSettings, score: ScoreSettings) -> tuple[dict[
     exact_means = {k: fsum_mean(pd.to_numeric(exact.table[per_query_column(k)]).dropna().to_numpy()) for k in keys}
     summary = {"num_queries": int(problem.queries.shape[0]), "num_gallery": int(problem.gallery.shape[0]),
                "margin": settings.margin, "cheapest_non_inferior": cheapest(points), "exact": exact_means}
-    return summary, points, tables
+    return summary, points, tables, evaluated_id(per_query, args.exact_per_query)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -97,8 +100,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     points: list[dict[str, Any]] = []
     per_point: list[pd.DataFrame] = []
     if settings.kinds:
-        summary, points, per_point = run(args, settings, score)
-        ident = evaluated_id(args.evaluated)
+        summary, points, per_point, ident = run(args, settings, score)
     else:
         summary, ident = {"skipped": SKIPPED, "cheapest_non_inferior": None}, ""
     names = [table_name(i, p["point"]) for i, p in enumerate(points)]

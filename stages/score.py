@@ -1,9 +1,9 @@
 """Stage ``score``: the metric suite of the val queries against the gallery.
 
 argv -> the ``score`` section of params.yaml -> :func:`recallk.report.suite.score_split`
--> the metrics JSON, the per-class table, the recall@K curve, the per-query table and its
-compact copy kept in git for ``recallk compare`` (all or none), then the report block on
-stdout. ``--show`` prints the report of an existing metrics file.
+-> the metrics JSON (the means; the counts and the intervals beside it), the per-class table, the
+recall@K curve, the per-query table and its compact copy kept in git for ``recallk compare`` (all or
+none), then the report block on stdout. ``--show`` prints the report of an existing metrics file.
 """
 
 from __future__ import annotations
@@ -47,10 +47,11 @@ INPUTS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.
           "embeddings": "data/embeddings/embeddings.npy", "ids": "data/embeddings/ids.npy",
           "split-provenance": "data/prepared/provenance.json", "encode-provenance": "data/embeddings/provenance.json",
           "skipped": "data/prepared/skipped.csv"}
-OUTPUTS = {"metrics": "metrics/recall.json", "intervals": "metrics/intervals.json",
-           "evaluated": "metrics/evaluated.json", "per-class": "metrics/per_class.csv",
-           "curve": "metrics/recall_curve.csv", "per-query": "data/scores/per_query.csv",
-           "compact": "metrics/per_query.csv", "neighbors": "data/scores/neighbors.csv",
+OUTPUTS = {"metrics": "metrics/recall.json", "counts": "metrics/counts.json",
+           "intervals": "metrics/intervals.json", "evaluated": "metrics/evaluated.json",
+           "per-class": "metrics/per_class.csv", "curve": "metrics/recall_curve.csv",
+           "per-query": "data/scores/per_query.csv", "compact": "metrics/per_query.csv",
+           "neighbors": "data/scores/neighbors.csv",
            "confusions": "metrics/confusions.csv", "near-duplicates": "data/scores/near_duplicates.csv",
            "failures": "plots/failures.png", "report": "reports/index.html"}
 
@@ -72,12 +73,16 @@ def off_sheet() -> Image.Image:
     return Image.new("RGB", (1, 1), "white")
 
 
-def show(metrics_json: str, intervals_json: str, evaluated: dict) -> None:
-    """Print the report block of existing metrics files (the intervals file is optional)."""
-    if not Path(metrics_json).is_file():
-        raise InputError(f"{metrics_json} not found; run `make repro` first.")
+def show(metrics_json: str, counts_json: str, intervals_json: str, evaluated: dict) -> None:
+    """Print the report block of existing metrics files (the means, the counts; the intervals file is optional)."""
+    for path in (metrics_json, counts_json):
+        if not Path(path).is_file():
+            raise InputError(f"{path} not found; run `make repro` first.")
     try:
-        metrics = json.loads(Path(metrics_json).read_text(encoding="utf-8"))
+        means = json.loads(Path(metrics_json).read_text(encoding="utf-8"))
+        if not means:
+            raise ValueError("no metric in it")
+        metrics = {**means, **json.loads(Path(counts_json).read_text(encoding="utf-8"))}
         if Path(intervals_json).is_file():
             metrics.update(json.loads(Path(intervals_json).read_text(encoding="utf-8")))
         text = format_report(metrics, evaluated)
@@ -96,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     split_provenance = read_provenance(args.split_provenance)
     evaluated = provenance(split_provenance, read_provenance(args.encode_provenance), as_params(settings))
     if args.show:
-        return show(args.metrics, args.intervals, evaluated)
+        return show(args.metrics, args.counts, args.intervals, evaluated)
     inputs = load_inputs(args.catalog, args.split, args.embeddings, args.ids, train=settings.whiten == "pca",
                          data_root=data_root_of(split_provenance))
     # an embeddings-only catalog has no image to draw: the failure gallery stays a placeholder; each drawn
@@ -111,8 +116,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     sheet = tables.get("failures")
     page = html.page(metrics, metric_keys(settings.metrics, settings.ks), evaluated, tables["curve_band"],
                      tables["per_class"], sheet)
-    headline, detail = split_metrics(metrics)
-    write_all([(args.metrics, json_file(headline)), (args.intervals, json_file(detail)),
+    headline, counts, detail = split_metrics(metrics)
+    write_all([(args.metrics, json_file(headline)), (args.counts, json_file(counts)),
+               (args.intervals, json_file(detail)),
                (args.evaluated, json_file(evaluated))]
               + [(getattr(args, name), csv_file(tables[name], evaluated["id"])) for name in TABLES]
               + [(args.failures, lambda tmp: (sheet or off_sheet()).save(tmp, format="PNG")),

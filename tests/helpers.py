@@ -68,6 +68,7 @@ SKIPPED = out("split", "data/prepared/skipped.csv")
 EMBEDDINGS = out("encode", "data/embeddings/embeddings.npy")
 IDS = out("encode", "data/embeddings/ids.npy")
 METRICS = out("score", "metrics/recall.json")
+COUNTS = out("score", "metrics/counts.json")
 PER_CLASS = out("score", "metrics/per_class.csv")
 CURVE = out("score", "metrics/recall_curve.csv")
 PER_QUERY = out("score", "data/scores/per_query.csv")
@@ -192,13 +193,16 @@ def read_csv(project: Path, rel: str) -> pd.DataFrame:
 
 
 def read_metrics(project: Path) -> dict[str, Any]:
-    """recall.json (means, counts) and, when present, intervals.json (intervals, class means) together."""
+    """recall.json (the means), counts.json (the counts) and, when present, intervals.json (intervals, class
+    means) together; each key in one file only, and no count or interval in the declared recall.json."""
     headline = json.loads((project / METRICS).read_text(encoding="utf-8"))
+    assert all(isinstance(v, float) for v in headline.values()), f"a count or other non-mean in {METRICS}"
     assert not [k for k in headline if k.endswith(("_ci_low", "_ci_high", "_class_mean"))], "detail in recall.json"
+    counts = json.loads((project / COUNTS).read_text(encoding="utf-8"))
     detail_path = project / "metrics/intervals.json"
     detail = json.loads(detail_path.read_text(encoding="utf-8")) if detail_path.is_file() else {}
-    assert not set(headline) & set(detail)
-    return {**headline, **detail}
+    assert not set(headline) & set(detail) and not set(counts) & (set(headline) | set(detail))
+    return {**headline, **counts, **detail}
 
 
 def read_bytes(project: Path, rels: Iterable[str]) -> dict[str, bytes]:

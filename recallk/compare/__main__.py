@@ -2,6 +2,8 @@
 
 import sys
 
+from recallk.cli import show_progress_lines
 from recallk.compare.cli import main
 
+show_progress_lines()
 sys.exit(main())

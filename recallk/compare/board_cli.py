@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 from recallk.atomic import write_all
 from recallk.compare import family, leaderboard, systems
+from recallk.compare.outputs import strict
 from recallk.errors import InputError
 
 
@@ -130,9 +131,7 @@ def write_outputs(outputs: dict[str | None, str | bytes]) -> None:
             return lambda tmp: tmp.write_bytes(data)
         return lambda tmp: tmp.write_text(data, encoding="utf-8", newline="\n")
 
-    for path in outputs:
-        if path and not Path(path).parent.is_dir():
-            raise InputError(f"cannot write {path}: folder {str(Path(path).parent)!r} does not exist.")
+    check_targets(*outputs)
     write_all([(path, writer(data)) for path, data in outputs.items() if path])
 
 
@@ -189,37 +188,49 @@ def settings_of(args: argparse.Namespace, baseline: str | None = None) -> leader
                                      alpha=args.alpha)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = parser("recallk leaderboard", "Rank many systems on every metric, with family-wise statistics.")
-    p.add_argument("--baseline", metavar="SYSTEM", help="compare every system with this one (default: the best)")
+def json_text(result: dict[str, Any]) -> str:
+    """``result`` as strict, indented JSON: a value that is not a finite number is ``null``
+    (:func:`recallk.compare.outputs.strict`, as ``recallk compare --json`` writes)."""
+    return json.dumps(strict(result), indent=2, allow_nan=False) + "\n"
+
+
+def run(command: str, argv: Sequence[str] | None = None) -> int:
+    """``recallk leaderboard`` (``command`` "leaderboard") or ``recallk track`` ("track"): parse, gather the
+    systems, compute, write --json/--md (and track's --png) all or nothing, then print the tables."""
+    series = command == "track"
+    if series:
+        p = parser("recallk track", "An ordered series (checkpoints, epochs): the curve, Δ vs previous and vs best.")
+        p.add_argument("--png", metavar="FILE", default="track.png", help="the plot (default track.png)")
+    else:
+        p = parser("recallk leaderboard", "Rank many systems on every metric, with family-wise statistics.")
+        p.add_argument("--baseline", metavar="SYSTEM", help="compare every system with this one (default: the best)")
     args = p.parse_args(argv)
+    png = args.png if series else None
     try:
-        check_targets(args.json, args.md)
-        result = leaderboard.leaderboard(gather(args), settings_of(args, args.baseline))
-        outputs = {args.json: json.dumps(result, indent=2) + "\n", args.md: markdown(result)}
+        check_targets(args.json, args.md, png)
+        board = gather(args)
+        result = (leaderboard.track(board, settings_of(args)) if series else
+                  leaderboard.leaderboard(board, settings_of(args, args.baseline)))
+        outputs: dict[str | None, str | bytes] = {args.json: json_text(result), args.md: markdown(result)}
+        if series:
+            from recallk.compare import track_plot  # matplotlib: only for the plot
+
+            outputs[png] = track_plot.png_bytes(result)
         write_outputs(outputs)
     except InputError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
     print(text_report(result))
+    if png:
+        print(f"\nwrote {png}")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``recallk leaderboard``: see :func:`run`."""
+    return run("leaderboard", argv)
 
 
 def track_main(argv: Sequence[str] | None = None) -> int:
-    from recallk.compare import track_plot
-
-    p = parser("recallk track", "An ordered series (checkpoints, epochs): the curve, Δ vs previous and vs best.")
-    p.add_argument("--png", metavar="FILE", default="track.png", help="the plot (default track.png)")
-    args = p.parse_args(argv)
-    try:
-        check_targets(args.json, args.md, args.png)
-        result = leaderboard.track(gather(args), settings_of(args))
-        outputs = {args.json: json.dumps(result, indent=2) + "\n", args.md: markdown(result),
-                   args.png: track_plot.png_bytes(result)}
-        write_outputs(outputs)
-    except InputError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        return 2
-    print(text_report(result))
-    print(f"\nwrote {args.png}")
-    return 0
+    """``recallk track``: see :func:`run`."""
+    return run("track", argv)

@@ -19,12 +19,13 @@ The bootstrap and the sign flips of many columns at once are :mod:`recallk.compa
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -69,7 +70,8 @@ def _packed(table: np.ndarray) -> np.ndarray:
     return packed.view(np.uint64).ravel()
 
 
-def permuted_column_sums(values: np.ndarray, draws: int, seed: int) -> np.ndarray:
+def permuted_column_sums(values: np.ndarray, draws: int, seed: int,
+                         tick: Callable[[int], None] | None = None) -> np.ndarray:
     """Column sums of ``values`` (units x systems, or units x systems x metrics) after permuting the
     systems of every unit at random, ``draws`` times (one permutation per unit and draw serves every metric).
 
@@ -77,7 +79,8 @@ def permuted_column_sums(values: np.ndarray, draws: int, seed: int) -> np.ndarra
     the result depends on the seed alone (not on the threads that compute the chunks, nor on the
     number of metrics). Units are permuted through :func:`split_tables` (up to
     :data:`TABLE_MAX_SYSTEMS` systems; beyond, by sorting random keys); the permuted positions are
-    drawn once per chunk and each metric's float32 values gathered at them. Returns
+    drawn once per chunk and each metric's float32 values gathered at them. ``tick`` (progress) is called
+    with each chunk's draws, in the chunks' order, from the calling thread. Returns
     (draws, systems[, metrics]) float64.
     """
     values = np.asarray(values, dtype=np.float32)
@@ -94,14 +97,14 @@ def permuted_column_sums(values: np.ndarray, draws: int, seed: int) -> np.ndarra
         halves = ((_packed(left), n_left, left.shape[1], slice(0, left.shape[1])),
                   (_packed(right), n_right, right.shape[1], slice(left.shape[1], k)))
 
-    def chunk(i: int) -> None:
+    def chunk(i: int) -> int:
         rng, size = np.random.default_rng(children[i]), min(per_chunk, draws - starts[i])
         rows = out[starts[i]:starts[i] + size]
         if k > TABLE_MAX_SYSTEMS:
             index = np.argsort(rng.random((size, n, k)), axis=2).transpose(0, 2, 1) + offsets
             for m, flat in enumerate(flats):
                 rows[:, :, m] = np.take(flat, index).sum(axis=2, dtype=np.float64)
-            return
+            return size
         subset = rng.integers(0, len(left) // n_left, size=(size, n), dtype=np.int32)
         index = np.empty((size, max(left.shape[1], right.shape[1]), n), dtype=np.intp)
         for packed, n_orders, width, columns in halves:
@@ -111,14 +114,17 @@ def permuted_column_sums(values: np.ndarray, draws: int, seed: int) -> np.ndarra
             np.add(positions, offsets, out=index[:, :width], casting="unsafe")
             for m, flat in enumerate(flats):  # the units' axis last: contiguous sums
                 rows[:, columns, m] = np.take(flat, index[:, :width]).sum(axis=2, dtype=np.float64)
+        return size
 
     workers = max(1, min(len(starts), os.cpu_count() or 1))
-    if workers == 1:
-        for i in range(len(starts)):
-            chunk(i)
-    else:
-        with ThreadPoolExecutor(workers) as pool:  # numpy's takes, adds and sums release the GIL
-            list(pool.map(chunk, range(len(starts))))
+    with contextlib.ExitStack() as stack:
+        if workers == 1:
+            sizes = map(chunk, range(len(starts)))
+        else:  # numpy's takes, adds and sums release the GIL
+            sizes = stack.enter_context(ThreadPoolExecutor(workers)).map(chunk, range(len(starts)))
+        for size in sizes:  # in order, in this thread
+            if tick:
+                tick(size)
     return out[:, :, 0] if values.ndim == 2 else out
 
 
@@ -148,14 +154,16 @@ def randomized_tukey_hsd(values: np.ndarray, permutations: int = 10_000, seed: i
     return randomized_tukey_hsd_many(values[:, :, None], permutations, seed)[0]
 
 
-def randomized_tukey_hsd_many(values: np.ndarray, permutations: int = 10_000, seed: int = 0) -> list[dict]:
+def randomized_tukey_hsd_many(values: np.ndarray, permutations: int = 10_000, seed: int = 0,
+                               tick: Callable[[int], None] | None = None) -> list[dict]:
     """:func:`randomized_tukey_hsd` of every metric of ``values`` (units x systems x metrics) at once: each
     draw permutes a unit's systems the same way for every metric (each metric's test is the same as
-    alone; the gathers are shared). Returns one result per metric."""
+    alone; the gathers are shared). Returns one result per metric; ``tick``: progress, as in
+    :func:`permuted_column_sums`."""
     rounded = np.asarray(values, dtype=np.float64).astype(np.float32)
     n = rounded.shape[0]
     sums = rounded.sum(axis=0, dtype=np.float64)
-    draws = permuted_column_sums(rounded, permutations, seed)
+    draws = permuted_column_sums(rounded, permutations, seed, tick)
     results = []
     for m in range(rounded.shape[2]):
         ranges = np.sort(draws[:, :, m].max(axis=1) - draws[:, :, m].min(axis=1))

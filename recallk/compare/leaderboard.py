@@ -8,12 +8,14 @@ Benjamini-Hochberg; and the all-pairs randomized Tukey HSD (:func:`recallk.compa
 randomized_tukey_hsd`, per metric; one permutation per query serves every metric) with its compact letter
 display. ``track`` adds, for an ordered
 series, each point's paired Δ against the previous one and the set of points indistinguishable from
-the best (vs-best adjusted p at least ``alpha``).
+the best (vs-best adjusted p at least ``alpha``). A long run shows its progress (draws done, rate, time
+left: :class:`recallk.progress.Progress`).
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +24,12 @@ import numpy as np
 from recallk.compare import family, stats
 from recallk.compare.systems import Panel
 from recallk.errors import InputError
+from recallk.progress import Progress
 from recallk.score.resample import percentile_interval, unit_sums
+
+log = logging.getLogger(__name__)
+#: Seconds before a terminal progress bar appears (none for a board that ends sooner).
+BAR_DELAY = 2.0
 
 
 @dataclass(frozen=True)
@@ -116,10 +123,12 @@ def _paired_run_sd(run_means: list[list[float]], s: int, ref: int) -> float | No
     return family.between_run_sd([a - b for a, b in zip(run_means[s], run_means[ref])])
 
 
-def vs_reference(delta: np.ndarray, settings: BoardSettings, groups: np.ndarray | None) -> dict[str, Any]:
+def vs_reference(delta: np.ndarray, settings: BoardSettings, groups: np.ndarray | None,
+                 tick: stats.Tick | None = None) -> dict[str, Any]:
     """Paired bootstrap interval and sign-flip p of ``delta`` (system minus reference, per unit)."""
-    low, high = stats.paired_bootstrap_ci(delta, settings.resamples, settings.seed, settings.confidence, groups)
-    p, exact = stats.sign_flip_pvalue(delta, settings.permutations, settings.seed, groups)
+    low, high = stats.paired_bootstrap_ci(delta, settings.resamples, settings.seed, settings.confidence, groups,
+                                          tick)
+    p, exact = stats.sign_flip_pvalue(delta, settings.permutations, settings.seed, groups, tick)
     return {"delta_low": low, "delta_high": high, "p": p, "p_exact": exact}
 
 
@@ -142,6 +151,17 @@ def leaderboard(board: Panel, settings: BoardSettings | None = None) -> dict[str
     if settings.baseline is not None and settings.baseline not in board.names:
         raise InputError(f"--baseline names {settings.baseline!r}, which is not one of the systems: "
                          f"{', '.join(board.names)}.")
+    with Progress(board_draws(settings), "leaderboard", "draws", log, delay=BAR_DELAY) as bar:
+        return _leaderboard(board, settings, bar.update)
+
+
+def board_draws(settings: BoardSettings) -> int:
+    """The draws :func:`leaderboard` makes (its progress total): the Tukey permutations, the bootstrap
+    resamples and the sign flips, each shared by every metric and system."""
+    return 2 * settings.permutations + settings.resamples
+
+
+def _leaderboard(board: Panel, settings: BoardSettings, tick: stats.Tick) -> dict[str, Any]:
     reference = None if settings.baseline is None else board.names.index(settings.baseline)
     groups = _groups(board, settings)
     names, k = board.metrics, len(board.names)
@@ -149,12 +169,12 @@ def leaderboard(board: Panel, settings: BoardSettings | None = None) -> dict[str
     others = [[s for s in range(k) if s != ref] for ref in refs]
     # every metric at once: the same permutations, resamples and sign patterns as one metric at a time
     tukeys = family.randomized_tukey_hsd_many(np.stack([_tukey_units(board.values[m], groups) for m in names],
-                                                       axis=2), settings.permutations, settings.seed)
+                                                       axis=2), settings.permutations, settings.seed, tick)
     boots = stats.bootstrap_deltas(np.concatenate([board.values[m] for m in names], axis=1),
-                                   settings.resamples, settings.seed, groups)
+                                   settings.resamples, settings.seed, groups, tick=tick)
     deltas = np.concatenate([board.values[m][:, rest] - board.values[m][:, [ref]]
                              for m, ref, rest in zip(names, refs, others)], axis=1)
-    p_values, exact = stats.sign_flip_pvalues(deltas, settings.permutations, settings.seed, groups)
+    p_values, exact = stats.sign_flip_pvalues(deltas, settings.permutations, settings.seed, groups, tick)
     flips = iter([(float(p), exact) for p in p_values])
     metrics = {m: metric_board(board, m, settings, refs[i], tukeys[i], boots[:, i * k:(i + 1) * k],
                                {s: next(flips) for s in others[i]}) for i, m in enumerate(names)}
@@ -182,12 +202,19 @@ def track(board: Panel, settings: BoardSettings | None = None) -> dict[str, Any]
     settings = settings or BoardSettings()
     if settings.baseline is not None:
         raise InputError("track compares each point with the best and with the previous one; it takes no --baseline.")
-    result = leaderboard(board, settings)
+    steps_draws = len(board.metrics) * (len(board.names) - 1) * (settings.resamples + settings.permutations)
+    with Progress(board_draws(settings) + steps_draws, "track", "draws", log, delay=BAR_DELAY) as bar:
+        return _track(board, settings, bar.update)
+
+
+def _track(board: Panel, settings: BoardSettings, tick: stats.Tick) -> dict[str, Any]:
+    result = _leaderboard(board, settings, tick)
     groups = _groups(board, settings)
     for metric, entry in result["metrics"].items():
         values = board.values[metric]
         by_name = {row["system"]: row for row in entry["rows"]}
-        steps = [vs_reference(values[:, s] - values[:, s - 1], settings, groups) for s in range(1, len(board.names))]
+        steps = [vs_reference(values[:, s] - values[:, s - 1], settings, groups, tick)
+                 for s in range(1, len(board.names))]
         for step, adjusted in zip(steps, family.adjust([s["p"] for s in steps], settings.adjust)):
             step["p_adjusted"] = adjusted
         series = []

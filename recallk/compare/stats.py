@@ -113,9 +113,9 @@ def sign_flip_pvalues(delta: np.ndarray, permutations: int = 10_000, seed: int =
 
 
 def sign_flip_pvalue(delta: np.ndarray, resamples: int = 10_000, seed: int = 0,
-                     groups: np.ndarray | None = None) -> tuple[float, bool]:
+                     groups: np.ndarray | None = None, tick: Tick | None = None) -> tuple[float, bool]:
     """:func:`sign_flip_pvalues` of one metric's differences: ``(p, exact)``."""
-    p, exact = sign_flip_pvalues(np.asarray(delta, dtype=np.float64), resamples, seed, groups)
+    p, exact = sign_flip_pvalues(np.asarray(delta, dtype=np.float64), resamples, seed, groups, tick)
     return float(p[0]), exact
 
 
@@ -180,10 +180,10 @@ def bootstrap_deltas(delta: np.ndarray, resamples: int, seed: int, groups: np.nd
 
 
 def paired_bootstrap_ci(delta: np.ndarray, resamples: int, seed: int, confidence: float = 0.95,
-                        groups: np.ndarray | None = None) -> tuple[float, float]:
+                        groups: np.ndarray | None = None, tick: Tick | None = None) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean difference, resampling queries (or, with ``groups``,
-    whole groups) with replacement (:func:`bootstrap_deltas`)."""
-    means = bootstrap_deltas(np.asarray(delta, dtype=np.float64), resamples, seed, groups)[:, 0]
+    whole groups) with replacement (:func:`bootstrap_deltas`; ``tick``: progress)."""
+    means = bootstrap_deltas(np.asarray(delta, dtype=np.float64), resamples, seed, groups, tick=tick)[:, 0]
     return percentile_interval(means, confidence)
 
 

@@ -5,21 +5,28 @@ from __future__ import annotations
 import math
 from typing import Any
 
-#: Keys that go to the second metrics file (metrics/intervals.json): each metric's interval and class mean.
+#: Keys that go to metrics/intervals.json: each metric's interval and class mean (and, with
+#: score.near_duplicates.min_cosine, its value without the flagged queries, ``WITHOUT_SUFFIX``).
 DETAIL_SUFFIXES = ("_ci_low", "_ci_high", "_class_mean")
 #: Each metric over the queries the embedding check did not flag (score.near_duplicates.min_cosine).
 WITHOUT_SUFFIX = "_without_near_duplicates"
-#: The split stage's near-duplicate counts, copied into metrics/recall.json.
+#: The split stage's near-duplicate counts, copied into metrics/counts.json.
 PAIR_COUNTS = {"near_duplicates_train_eval": "train-eval pairs",        # one in train, one in val/gallery
                "near_duplicates_query_gallery": "query-gallery pairs",   # a query, and an image of the gallery
                "near_duplicates_cross_label": "cross-label pairs"}
+#: Keys that go to metrics/counts.json: what was counted (queries, gallery, dimension, ties, skipped
+#: images, near-duplicates), not a metric.
+COUNT_PREFIXES = ("num_", "tie_sensitive@", "embedding_dim", *PAIR_COUNTS)
 
 
-def split_metrics(metrics: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(headline, detail): the means and counts, and the intervals and class means, each in the dict's order.
-    Two metrics files keep ``dvc exp show`` to a dozen columns while ``dvc metrics diff`` sees every number."""
-    detail = {k: v for k, v in metrics.items() if k.endswith(DETAIL_SUFFIXES)}
-    return {k: v for k, v in metrics.items() if k not in detail}, detail
+def split_metrics(metrics: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(headline, counts, detail), each in the dict's order: the means (metrics/recall.json, the one declared
+    metrics file), the counts (metrics/counts.json) and each metric's interval, class mean and value without
+    near-duplicates (metrics/intervals.json). Only the means are declared, so ``dvc exp show`` has a column
+    per headline metric and ``dvc metrics diff`` lists the means alone; ``--targets`` reaches the others."""
+    detail = {k: v for k, v in metrics.items() if k.endswith((*DETAIL_SUFFIXES, WITHOUT_SUFFIX))}
+    counts = {k: v for k, v in metrics.items() if k not in detail and k.startswith(COUNT_PREFIXES)}
+    return {k: v for k, v in metrics.items() if k not in detail and k not in counts}, counts, detail
 
 
 def format_float(x: float) -> str:

@@ -194,3 +194,65 @@ def test_every_experiment_of_a_repository_by_pattern(tmp_path, capsys):
                            "--resamples", "200", "--metric", "recall@1"])
     out = capsys.readouterr().out
     assert code == 0 and "lr-big: lr-big (" in out and "lr-small" in out and "other" not in out
+
+
+@pytest.mark.parametrize("command", ["leaderboard", "track"])
+def test_json_is_strict_with_null_for_nan(tmp_path, monkeypatch, command):
+    """A value that is not a finite number is written as null (as `recallk compare --json`), never NaN."""
+    real = getattr(leaderboard, command)
+
+    def with_nan(*args, **kwargs):
+        result = real(*args, **kwargs)
+        result["metrics"]["recall@1"]["rows"][0]["mean"] = float("nan")
+        result["metrics"]["recall@1"]["rows"][1]["ci_low"] = float("-inf")
+        return result
+
+    monkeypatch.setattr(leaderboard, command, with_nan)
+    paths = [write(tmp_path, f"{n}.csv", t) for n, t in (("mid", MIDDLE), ("strong", STRONG))]
+    args = [*paths, "--json", str(tmp_path / "b.json"), "--permutations", "200", "--resamples", "100",
+            "--metric", "recall@1", *(["--png", str(tmp_path / "t.png")] if command == "track" else [])]
+    assert board_cli.run(command, args) == 0
+    text = (tmp_path / "b.json").read_text()
+
+    def refuse(constant):
+        raise AssertionError(f"non-strict JSON constant {constant}")
+
+    rows = json.loads(text, parse_constant=refuse)["metrics"]["recall@1"]["rows"]
+    assert rows[0]["mean"] is None and rows[1]["ci_low"] is None and rows[1]["mean"] is not None
+
+
+@pytest.fixture
+def recallk_logger():
+    """Restore the ``recallk`` logger after a console command configured it (recallk.cli.show_progress_lines)."""
+    import logging
+
+    logger = logging.getLogger("recallk")
+    handlers, level = list(logger.handlers), logger.level
+    yield logger
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+
+
+def test_a_long_board_shows_its_progress_in_the_console_command(tmp_path, capsys, monkeypatch, recallk_logger):
+    """Off a terminal (pytest captures stderr), `recallk track` logs progress lines on stderr (every 30 s; here
+    every update), and the ticks add up to the announced total: the Tukey draws, the resamples and sign flips
+    of the board, then of every step."""
+    from recallk import cli
+    from recallk.progress import Progress
+
+    bars = []
+
+    class EveryUpdate(Progress):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "interval": 0.0})
+            bars.append(self)
+
+    monkeypatch.setattr(leaderboard, "Progress", EveryUpdate)
+    epochs = [write(tmp_path, f"epoch{i}.csv", t) for i, t in enumerate((WEAK, MIDDLE, STRONG))]
+    assert cli.main(["track", *epochs, "--png", str(tmp_path / "t.png"), "--permutations", "300",
+                     "--resamples", "200"]) == 0
+    err = capsys.readouterr().err
+    (bar,) = bars
+    assert bar.total == 2 * 300 + 200 + 2 * 2 * (200 + 300) and bar.done == bar.total  # 2 metrics x 2 steps
+    lines = [line for line in err.splitlines() if line.startswith("INFO recallk.compare.leaderboard: track: ")]
+    assert lines and all(" draws (" in line and "s left" in line for line in lines), err

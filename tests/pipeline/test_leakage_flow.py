@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import PROJECT_CACHE, ROOT, cache_in, dvc, git, run_module, set_params
+from helpers import PROJECT_CACHE, ROOT, cache_in, dvc, git, read_metrics, run_module, set_params
 from leakage_helpers import LEAK_LABELS as LABELS
 from leakage_helpers import LEAK_PLANTED as PLANTED
 from leakage_helpers import planted_pairs
@@ -60,7 +60,8 @@ def read(repo: Path, rel: str) -> pd.DataFrame:
 
 
 def recall_json(repo: Path) -> dict:
-    return json.loads((repo / "metrics/recall.json").read_text(encoding="utf-8"))
+    """The means and counts (metrics/recall.json and metrics/counts.json) and the intervals."""
+    return read_metrics(repo)
 
 
 def copy_repo(src: Path, dest: Path) -> Path:

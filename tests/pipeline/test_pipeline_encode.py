@@ -83,7 +83,9 @@ def test_backbone_experiment_flow(repo: Path) -> None:
     assert lite["num_queries"] == baseline["num_queries"]  # same split, other backbone
 
     diff = json.loads(dvc("metrics", "diff", "--json", cwd=repo).stdout)["metrics/recall.json"]
-    assert diff["embedding_dim"] == {"old": 768, "new": 1280, "diff": 512}
+    assert "embedding_dim" not in diff  # a count: metrics/counts.json, not a declared metrics file
+    counts = json.loads(dvc("metrics", "diff", "--targets", "metrics/counts.json", "--json", cwd=repo).stdout)
+    assert counts["metrics/counts.json"]["embedding_dim"] == {"old": 768, "new": 1280, "diff": 512}
     assert diff["recall@1"]["old"] == pytest.approx(baseline["recall@1"])
     assert diff["recall@1"]["new"] == pytest.approx(lite["recall@1"])
 

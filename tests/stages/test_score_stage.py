@@ -12,6 +12,7 @@ import pytest
 
 from helpers import (
     CATALOG,
+    COUNTS,
     EMBEDDINGS,
     IDS,
     METRICS,
@@ -152,9 +153,16 @@ def test_nan_embedding_names_the_file_and_the_image(scored_project):
     run_fails(scored_project, "score", f"embeddings.npy have NaN or inf for 1 image(s) (e.g. {gallery_id})")
 
 
-@pytest.mark.parametrize("text", ["{bad", "{}", "[1]"])  # not JSON; JSON without the counts; not a mapping
+@pytest.mark.parametrize("text", ["{bad", "{}", "[1]"])  # not JSON; JSON without a metric; not a mapping
 def test_show_refuses_a_broken_metrics_file(scored_project, text):
     (scored_project / METRICS).write_text(text)
+    run_fails(scored_project, "score", "recall.json is not a metrics file written by this stage", args=["--show"])
+
+
+def test_show_needs_the_counts_beside_the_means(scored_project):
+    (scored_project / COUNTS).unlink()
+    run_fails(scored_project, "score", "metrics/counts.json not found", args=["--show"])
+    (scored_project / COUNTS).write_text("{}")  # the counts' keys missing
     run_fails(scored_project, "score", "recall.json is not a metrics file written by this stage", args=["--show"])
 
 
