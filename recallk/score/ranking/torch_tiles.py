@@ -139,7 +139,10 @@ def candidates(torch, p: Problem, q, g, rows: np.ndarray, c0: int, c1: int, k: i
             need = torch.nonzero(tile.amax(dim=1) > vals[:, -1], as_tuple=True)[0]
             if not need.numel():
                 continue
-            tile = tile[need]
+            if 2 * need.numel() > tile.shape[0]:  # most rows: merge them all rather than copy those rows out
+                need = None
+            else:
+                tile = tile[need]
         tv, tc = torch.topk(tile, top, dim=1, sorted=True)
         tc += t0
         old_v, old_c = (vals, cols) if need is None else (vals[need], cols[need])
@@ -168,6 +171,19 @@ def floor_below(torch, x64):
     """float64 ``x64`` rounded down to float32 (so a float32 compare against it keeps every cell above)."""
     y = x64.to(torch.float32)
     return torch.where(y.to(torch.float64) > x64, torch.nextafter(y, torch.full_like(y, float("-inf"))), y)
+
+
+def near_ties(torch, vals, slack: float):
+    """Boolean like ``vals`` (rows of candidate scores, highest first): the cells within ``slack`` (``2 tol``) of
+    a neighbour in their row, the only ones whose order may differ from their exact similarities' (as
+    :meth:`recallk.score.ranking.top._Run.finish` decides: the gap of two float32 scores in float64)."""
+    close = torch.zeros(vals.shape, dtype=torch.bool, device=vals.device)
+    if vals.shape[1] > 1:
+        gap = vals[:, :-1].to(torch.float64) - vals[:, 1:].to(torch.float64)  # -inf - -inf: NaN, never near
+        near = gap <= slack
+        close[:, :-1] |= near
+        close[:, 1:] |= near
+    return close
 
 
 def exact_scores(torch, q, g, line, col):
