@@ -200,8 +200,9 @@ class _Runner:
         return int(min(depth + max(16, depth // 2), self.m))
 
     def block_rows(self, k: int) -> int:
-        """Rows per block: the tile, two buffers and their merge (12 bytes a slot) within the budget."""
-        fit = int(self.bytes // (12 * (self.width + 4 * k) + 16 * self.q.shape[1]))
+        """Rows per block within the budget: the float32 tile (4 bytes a column), the tiles' tops held and the
+        buffer (up to a tile's width plus 2 k slots, 12 bytes each), their merge (as many) and its result."""
+        fit = int(self.bytes // (28 * self.width + 68 * k + 16 * self.q.shape[1]))
         return max(1, min(self.options.block_rows or BLOCK_ROWS, fit))
 
     def top(self, rows: np.ndarray, depth: np.ndarray) -> tuple:
