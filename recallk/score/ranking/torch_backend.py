@@ -161,7 +161,8 @@ def rank_data_torch(data: RetrievalData, ranks: Pass, max_memory_mb: float, opti
     log.debug("torch backend on %s (%s, %d shard(s)): %d queries x %d gallery items, %s, %d block(s), %.3f s%s",
               device, options.precision, options.shards, n, m, ranks, run.blocks, time.perf_counter() - started,
               "" if run.ray is None else
-              f"; ray: {run.ray.tasks} tasks, worker peak {run.ray.peak_rss / 2**20:.0f} MiB")
+              f"; ray: {run.ray.tasks} tasks, worker peak {run.ray.peak_rss / 2**20:.0f} MiB, "
+              f"{run.ray.peak_growth / 2**20:.0f} MiB above a task's start")
     if ranks.ranks is Ranks.TOP:
         offsets, outs = rows_to_csr(n, pieces)
         flat = outs[0] if outs else np.empty(0, dtype=np.int64)
