@@ -4,7 +4,10 @@ against ``backend: numpy`` on clustered data like real embeddings, recall@K and 
 The issue's target: no worse than 1.3x the numpy engine at 10,000 x 50,000 x 512 (the default). Prints each
 pass's wall time (the fastest of ``--repeat`` runs taken in turn, bench/torch_timing.py) and the ratio torch /
 numpy; the rankings are compared too (every field a metric reads, byte for byte). Timings taken while other jobs
-share the cores are noisy: quote an idle run, or the ratio of one run with its load average. From the project root:
+share the cores are noisy: quote an idle run, or the ratio of one run with its load average. On a busy machine
+torch's intra-op threads wait for each other at every call (one descheduled thread stalls the rest), which the
+numpy engine's per-core tiles do not: ``--torch-threads 1`` shows how much of a ratio that is. From the project
+root:
 
     python bench/torch_score_bench.py                      # 10k x 50k x 512 (minutes on an idle machine)
     python bench/torch_score_bench.py --scale 0.05         # a quick look
@@ -41,7 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dim", type=int, default=512)
     parser.add_argument("--max-memory-mb", type=float, default=512)
     parser.add_argument("--repeat", type=int, default=3, help="runs of each engine, in turn; the fastest counts")
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="torch's intra-op threads (torch.set_num_threads; default: torch's own, one per core)")
     args = parser.parse_args(argv)
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
     n, m = max(1, int(10_000 * args.scale)), max(10, int(50_000 * args.scale))
     q, g, ql, gl = clustered(n, m, args.dim)
     data = RetrievalData(q, g, ql, gl, same_set=False)
