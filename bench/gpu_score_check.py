@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for path in (ROOT, ROOT / "tests"):
+for path in (ROOT, ROOT / "bench", ROOT / "tests"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
@@ -36,6 +36,7 @@ from recallk.score.passes import Pass  # noqa: E402
 from recallk.score.ranking import rank_data  # noqa: E402
 from recallk.score.ranking.torch_backend import TorchOptions, rank_data_torch  # noqa: E402
 from torch_cases import ADVERSARIAL, LAYOUTS, adversarial_case, differences  # noqa: E402
+from torch_timing import clustered, timed  # noqa: E402
 
 #: Dense peak rates (TFLOP/s) of known parts: (float32, TF32), from the vendors' data sheets.
 PEAKS = {"H200": (67.0, 494.7), "H100 SXM": (67.0, 494.7), "H100 PCIe": (51.0, 378.0), "A100": (19.5, 156.0),
@@ -50,17 +51,6 @@ def peak(name: str) -> tuple[float, float] | None:
     return None
 
 
-def clustered(n: int, m: int, d: int, seed: int = 0) -> tuple[np.ndarray, ...]:
-    """Queries and gallery around ``m // 10`` centres (10 positives per query), float32, and their labels."""
-    rng = np.random.default_rng(seed)
-    classes = max(1, m // 10)
-    centres = rng.standard_normal((classes, d), dtype=np.float32)
-    gl, ql = np.arange(m) % classes, rng.integers(0, classes, n)
-    g = centres[gl] + 0.5 * rng.standard_normal((m, d), dtype=np.float32)
-    q = centres[ql] + 0.5 * rng.standard_normal((n, d), dtype=np.float32)
-    return q, g, ql, gl
-
-
 def check_suite(device: str, full: bool) -> bool:
     """Part 1; returns whether every case was identical."""
     ok = True
@@ -72,17 +62,6 @@ def check_suite(device: str, full: bool) -> bool:
         print(f"  {kind:16s} {'identical' if not found else 'DIFFERS: ' + '; '.join(found[:5])} "
               f"({len(layouts)} layout(s), {time.perf_counter() - started:.1f} s)")
     return ok
-
-
-def timed(fn) -> tuple[float, object]:
-    """Wall seconds of ``fn()`` (device work included) and its result."""
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    started = time.perf_counter()
-    out = fn()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    return time.perf_counter() - started, out
 
 
 def speed(device: str, n: int, m: int, d: int, budget_mb: float) -> bool:

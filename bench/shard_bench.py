@@ -3,9 +3,10 @@ unsharded run, 2,000 queries x 10,000,000 gallery x 64-d synthetic by default.
 
 Prints both wall times, whether the rankings are byte-identical (first ranks under both tie rules, every rank
 within each query's first L, offsets), the driver's peak resident memory and the largest peak a Ray worker
-reported, beside the bound the issue sets: one shard (m / shards x d x 4 bytes) plus ``--max-memory-mb``. The
-full size needs about 12 GB on the driver (the gallery, its unit copy, the shards in the object store) and minutes
-of an idle machine; ``--scale`` shrinks the gallery. From the project root:
+reported and its most above its resident memory at a task's start, beside the bound the issue sets: one shard
+(m / shards x d x 4 bytes) plus ``--max-memory-mb``. The full size took 8.4 GiB resident on the driver (the
+gallery, its sorted unit copy, the shards it writes to the object store) and 18 minutes on 2 shared cores
+(docs/gpu.md); ``--scale`` shrinks the gallery. From the project root:
 
     python bench/shard_bench.py                  # 2,000 x 10,000,000 x 64, 4 shards
     python bench/shard_bench.py --scale 0.002    # 20,000 gallery items: a quick look
@@ -18,33 +19,18 @@ import logging
 import os
 import resource
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for path in (ROOT, ROOT / "bench"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
-import numpy as np  # noqa: E402
 
 from recallk.score.data import RetrievalData  # noqa: E402
 from recallk.score.passes import Pass  # noqa: E402
-from recallk.score.ranking import rank_data  # noqa: E402
 from recallk.score.ranking.torch_backend import TorchOptions, rank_data_torch  # noqa: E402
-
-
-def synthetic(n: int, m: int, d: int, seed: int = 0) -> tuple[np.ndarray, ...]:
-    """Clustered float32 rows made a million at a time (10 items per class), queries near random classes."""
-    rng = np.random.default_rng(seed)
-    classes = max(1, m // 10)
-    centres = rng.standard_normal((classes, d), dtype=np.float32)
-    g = np.empty((m, d), dtype=np.float32)
-    for s in range(0, m, 1_000_000):
-        rows = np.arange(s, min(s + 1_000_000, m))
-        g[rows] = centres[rows % classes] + 0.5 * rng.standard_normal((rows.size, d), dtype=np.float32)
-    ql = rng.integers(0, classes, n)
-    q = centres[ql] + 0.5 * rng.standard_normal((n, d), dtype=np.float32)
-    return q, g, ql, np.arange(m) % classes
+from torch_timing import clustered, identical, timed, warm_up  # noqa: E402
 
 
 class Lines(logging.Handler):
@@ -58,14 +44,6 @@ class Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def warm_up() -> None:
-    """Both engines once on a tiny problem: torch loads its kernels lazily (seconds), not the timed runs' cost."""
-    rng = np.random.default_rng(1)
-    tiny = RetrievalData(rng.normal(size=(8, 4)), rng.normal(size=(32, 4)), np.arange(8) % 3, np.arange(32) % 3)
-    rank_data_torch(tiny, Pass.top(2), 64, TorchOptions(device="cpu"))
-    rank_data(tiny, Pass.top(2), 64)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of the 10,000,000 gallery items")
@@ -76,31 +54,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-memory-mb", type=float, default=512)
     args = parser.parse_args(argv)
     n, m, d = args.queries, max(args.shards, int(10_000_000 * args.scale)), args.dim
-    q, g, ql, gl = synthetic(n, m, d)
+    q, g, ql, gl = clustered(n, m, d)
     data = RetrievalData(q, g, ql, gl, same_set=False)
     ranks = Pass.top(10)  # recall@K, precision@K, r_precision, map@r, mrr: the score stage's pass without map
     print(f"{n:,} queries x {m:,} gallery x {d}-d, {args.shards} shards, {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f}")
     warm_up()
-    started = time.perf_counter()
-    whole = rank_data_torch(data, ranks, args.max_memory_mb, TorchOptions(device="cpu"))
-    whole_s = time.perf_counter() - started
+    whole_s, whole = timed(lambda: rank_data_torch(data, ranks, args.max_memory_mb, TorchOptions(device="cpu")))
     driver = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
     print(f"  unsharded, local      {whole_s:8.1f} s, driver peak {driver:,.0f} MiB")
     lines = Lines()
     logger = logging.getLogger("recallk.score.ranking.torch_backend")
     logger.addHandler(lines)
     logger.setLevel(logging.DEBUG)
-    started = time.perf_counter()
-    sharded = rank_data_torch(data, ranks, args.max_memory_mb,
-                              TorchOptions(device="cpu", shards=args.shards, ray=(None, args.num_cpus)))
-    shard_s = time.perf_counter() - started
+    shard_s, sharded = timed(lambda: rank_data_torch(data, ranks, args.max_memory_mb, TorchOptions(
+        device="cpu", shards=args.shards, ray=(None, args.num_cpus))))
     peak = next((line.rsplit("worker peak ", 1)[1] for line in lines.lines if "worker peak" in line), "?")
     bound = m / args.shards * d * 4 / 2**20 + args.max_memory_mb
-    print(f"  {args.shards} shards on Ray      {shard_s:8.1f} s, worker peak {peak} "
-          f"(bound: shard + budget = {bound:,.0f} MiB, plus the worker's own Python and torch)")
-    same = all(np.asarray(getattr(whole, f)).tobytes() == np.asarray(getattr(sharded, f)).tobytes()
-               for f in ("n_positives", "n_retrievable", "offsets", "ranks", "first_rank", "first_rank_opposite"))
+    print(f"  {args.shards} shards on Ray      {shard_s:8.1f} s, worker peak {peak}; bound: shard + budget = "
+          f"{bound:,.0f} MiB above the worker's own Python, Ray and torch")
+    same = identical(whole, sharded)
     print(f"  rankings {'byte-identical' if same else 'DIFFER'}")
     return 0 if same else 1
 

@@ -22,7 +22,7 @@ from recallk.score.metrics import Scorer, rank, retrieval_metrics
 from recallk.score.passes import Pass
 from recallk.score.ranking.torch_api import stand_in
 from recallk.score.ranking.torch_backend import TorchOptions, rank_data_torch
-from recallk.score.ranking.torch_tiles import matmul_bound
+from recallk.score.ranking.torch_tiles import matmul_bound, near_ties
 from recallk.score.similarity import float32_dot_error_bound
 from recallk.score.values import per_query
 from recallk.settings.score import ScoreSettings
@@ -101,6 +101,13 @@ def test_bound_holds_on_worst_case_products():
     fast = (torch.from_numpy(np.abs(q)) @ torch.from_numpy(g).T).numpy().astype(np.float64)
     exact = np.abs(q).astype(np.float64) @ g.astype(np.float64).T
     assert np.abs(fast - exact).max() <= matmul_bound(512)
+
+
+def test_only_near_ties_are_rescored():
+    # a score within 2 tol of a neighbour's may be out of order (both re-scored); one farther keeps its score
+    slack = 2 * matmul_bound(512)
+    row = torch.tensor([[0.9, 0.9 - slack / 2, 0.5, 0.5 - 1.01 * slack, float("-inf"), float("-inf")]])
+    assert near_ties(torch, row, slack).tolist() == [[True, True, False, False, False, False]]
 
 
 def _settings(**fields):

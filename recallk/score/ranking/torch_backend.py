@@ -15,9 +15,12 @@ for byte, by the same two steps as its top-L pass (:mod:`~recallk.score.ranking.
    candidates. When the buffer's lowest score is still in that window (ties: all-equal rows, duplicates)
    some candidates may have been dropped: the row *overflows* and runs again with 4x the slots (at most
    the gallery, which never overflows).
-2. **Order.** Every candidate is re-scored exactly (float64, a fixed pairwise-tree sum:
-   :func:`~recallk.score.ranking.torch_tiles.exact_scores`) and ranked by the engine's order keys
-   (:func:`~recallk.score.ranking.direct.value_keys`: exact float32 similarity, then gallery index).
+2. **Order.** The candidates, highest score first, whose scores lie within ``2 tol`` of a neighbour's
+   (:func:`~recallk.score.ranking.torch_tiles.near_ties`) are re-scored exactly (float64, a fixed
+   pairwise-tree sum: :func:`~recallk.score.ranking.torch_tiles.exact_scores`); a candidate more than
+   ``2 tol`` from both neighbours is ordered against every other by its score as by its exact similarity
+   (the numpy engine's top-L rule). All are ranked by the engine's order keys
+   (:func:`~recallk.score.ranking.direct.value_keys`: similarity, then gallery index).
 
 Queries whose first positive lies beyond their first L (MRR, uncapped first ranks) run again with 4x the
 depth until it is found; full ``map`` (every rank, ``Pass.every()``) is finished by the numpy engine.
@@ -158,7 +161,8 @@ def rank_data_torch(data: RetrievalData, ranks: Pass, max_memory_mb: float, opti
     log.debug("torch backend on %s (%s, %d shard(s)): %d queries x %d gallery items, %s, %d block(s), %.3f s%s",
               device, options.precision, options.shards, n, m, ranks, run.blocks, time.perf_counter() - started,
               "" if run.ray is None else
-              f"; ray: {run.ray.tasks} tasks, worker peak {run.ray.peak_rss / 2**20:.0f} MiB")
+              f"; ray: {run.ray.tasks} tasks, worker peak {run.ray.peak_rss / 2**20:.0f} MiB, "
+              f"{run.ray.peak_growth / 2**20:.0f} MiB above a task's start")
     if ranks.ranks is Ranks.TOP:
         offsets, outs = rows_to_csr(n, pieces)
         flat = outs[0] if outs else np.empty(0, dtype=np.int64)
@@ -191,12 +195,15 @@ class _Runner:
             self.shard_g = [g[a:b].to(dev) for a, b, dev in self.shards]
 
     def slots(self, depth: int) -> int:
-        """Buffer slots per row for a depth: L plus a margin of L + 64 (ties), at most the gallery."""
-        return int(min(2 * depth + 64, self.m))
+        """Buffer slots per row for a depth: L plus a margin for the cells within ``2 tol`` of the L-th (ties),
+        ``max(16, L / 2)``, at most the gallery. ``torch.topk``'s cost grows with the slots; a row whose window
+        holds more overflows and runs again with 4x the slots."""
+        return int(min(depth + max(16, depth // 2), self.m))
 
     def block_rows(self, k: int) -> int:
-        """Rows per block: the tile, two buffers and their merge (12 bytes a slot) within the budget."""
-        fit = int(self.bytes // (12 * (self.width + 4 * k) + 16 * self.q.shape[1]))
+        """Rows per block within the budget: the float32 tile (4 bytes a column), the tiles' tops held and the
+        buffer (up to a tile's width plus 2 k slots, 12 bytes each), their merge (as many) and its result."""
+        fit = int(self.bytes // (28 * self.width + 68 * k + 16 * self.q.shape[1]))
         return max(1, min(self.options.block_rows or BLOCK_ROWS, fit))
 
     def top(self, rows: np.ndarray, depth: np.ndarray) -> tuple:
@@ -240,16 +247,17 @@ class _Runner:
         return self._finish(rows, depth, vals, cols, theta)
 
     def _finish(self, rows: np.ndarray, depth: np.ndarray, vals, cols, theta) -> tuple:
-        """Each row's candidates (scores ``>= theta``) re-scored exactly and ranked by the engine's order keys,
-        as :meth:`recallk.score.ranking.top._Run.finish` does."""
+        """Each row's candidates (scores ``>= theta``), the near-ties re-scored exactly, ranked by the engine's
+        order keys, as :meth:`recallk.score.ranking.top._Run.finish` does."""
         torch, p, m = self.torch, self.p, self.m
         valid_t = vals >= theta[:, None]
-        line, at = torch.nonzero(valid_t, as_tuple=True)
-        picked = cols[line, at]
-        q_rows = torch.as_tensor(rows, device=self.q.device)[line.to(self.q.device)]
-        exact = tt.exact_scores(torch, self.q, self.g, q_rows, picked.to(self.g.device))
-        sims = torch.zeros(vals.shape, dtype=torch.float32, device=vals.device)
-        sims[line, at] = exact.to(vals.device)
+        close = tt.near_ties(torch, vals, self.slack) & valid_t
+        line, at = torch.nonzero(close, as_tuple=True)
+        sims = torch.where(valid_t, vals, torch.zeros((), dtype=vals.dtype, device=vals.device))
+        if line.numel():  # only scores within 2 tol of a neighbour's may be out of order: those exactly
+            q_rows = torch.as_tensor(rows, device=self.q.device)[line.to(self.q.device)]
+            exact = tt.exact_scores(torch, self.q, self.g, q_rows, cols[line, at].to(self.g.device))
+            sims[line, at] = exact.to(vals.device)
         valid, sims, cols = valid_t.cpu().numpy(), sims.cpu().numpy(), cols.cpu().numpy()
         used = sims.shape[1]
         value = value_keys(sims, m)

@@ -20,21 +20,35 @@ from recallk.score.ranking.problem import Problem
 
 
 def shard_candidates(p: Problem, shard: np.ndarray, q: np.ndarray, rows: np.ndarray, c0: int, k: int, width: int,
-                     precision: str, num_threads: int) -> tuple[np.ndarray, np.ndarray, int]:
+                     precision: str, num_threads: int) -> tuple[np.ndarray, np.ndarray, int, int]:
     """One task: :func:`~recallk.score.ranking.torch_tiles.candidates` of the queries ``q`` (their positions
-    ``rows``) against ``shard`` (gallery columns from ``c0``) on CPU torch; (values, columns) as arrays, and the
-    worker's peak resident memory in bytes so far."""
+    ``rows``) against ``shard`` (gallery columns from ``c0``) on CPU torch; (values, columns) as arrays, the
+    worker's peak resident memory in bytes so far, and its resident memory when the task began (its Python,
+    Ray and torch, and what earlier tasks left; the shard, mapped from the object store, counts once read)."""
     import resource
     import warnings
 
     import torch
+
+    start = resident_bytes()
 
     torch.set_num_threads(num_threads)
     with warnings.catch_warnings():  # the object store's arrays are read-only; candidates never writes them
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         left, right = torch.from_numpy(q), torch.from_numpy(shard)
     vals, cols = tt.candidates(torch, p, left, right, rows, c0, c0 + shard.shape[0], k, width, precision)
-    return vals.numpy(), cols.numpy(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return vals.numpy(), cols.numpy(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, start
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now, bytes (Linux ``/proc/self/statm``; 0 where it is missing)."""
+    import os
+
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 class RayShards:
@@ -46,6 +60,7 @@ class RayShards:
         self.rest = None
         self.tasks = 0
         self.peak_rss = 0  # the largest peak resident memory a worker reported, bytes
+        self.peak_growth = 0  # the most a worker's peak exceeded its resident memory at a task's start, bytes
 
     def prepare(self, p: Problem, gallery: np.ndarray, cuts: list[tuple[int, int]]) -> None:
         """Put the shards ``cuts`` of the unit ``gallery`` and the problem without embeddings into the store."""
@@ -62,5 +77,6 @@ class RayShards:
                    for a, ref in self.refs]
         self.tasks += len(pending)
         out = self.ray.get(pending)
-        self.peak_rss = max([self.peak_rss] + [rss for _, _, rss in out])
-        return [(vals, cols) for vals, cols, _ in out]
+        self.peak_rss = max([self.peak_rss] + [rss for _, _, rss, _ in out])
+        self.peak_growth = max([self.peak_growth] + [rss - start for _, _, rss, start in out])
+        return [(vals, cols) for vals, cols, _, _ in out]

@@ -13,7 +13,9 @@ Everything here runs on one torch device (``cpu`` or ``cuda:N``) and holds no nu
   float32 accumulation as above, and (bfloat16 returns bfloat16) one more rounding of the result (``v``).
 * :func:`candidates`: a block of queries against the gallery columns ``[c0, c1)``, tile by tile: the
   float32 product, the cells a query may not retrieve set to ``-inf`` (from ``Problem.excluded``, the
-  engine's one exclusion rule), and a running ``torch.topk`` of ``K`` cells per row.
+  engine's one exclusion rule), each tile's ``torch.topk`` of ``K`` cells per row, merged with the running
+  ``K`` best once the tops held reach a tile's width (a few ``torch`` calls per tile: each call on a busy CPU,
+  or a GPU launch, has its cost however small the tensor).
 * :func:`exact_scores`: float64 sums of float32 products in a fixed order (a pairwise tree over the
   coordinates, one elementwise add at a time: the same bits on every device), rounded once to float32: the
   similarity of :func:`recallk.score.similarity.cosine_block`.
@@ -110,6 +112,7 @@ def candidates(torch, p: Problem, q, g, rows: np.ndarray, c0: int, c1: int, k: i
     narrow = {"bfloat16": torch.bfloat16}.get(precision)
     left = q.to(narrow) if narrow is not None else q
     vals = cols = None
+    held, waiting = [], 0  # the tiles' tops not yet merged, and their columns
     own = p.self_col[rows]
     masked = bool(p.groups) or bool(np.any((own >= c0) & (own < c1)))
     # the exclusions of the whole range at once when small (a batch), else tile by tile
@@ -129,28 +132,26 @@ def candidates(torch, p: Problem, q, g, rows: np.ndarray, c0: int, c1: int, k: i
             tile.masked_fill_(whole[:, t0 - c0:t1 - c0], float("-inf"))
         elif masked and (p.groups or bool(np.any((own >= t0) & (own < t1)))):
             tile.masked_fill_(torch.from_numpy(p.excluded(rows, t0, t1)).to(device), float("-inf"))
-        top = min(k, t1 - t0)
-        if vals is None:
-            vals, cols = torch.topk(tile, top, dim=1, sorted=True)
-            cols += t0
-            continue
-        need = None
-        if vals.shape[1] == k:  # a full buffer: only rows with a cell above their lowest kept score change
-            need = torch.nonzero(tile.amax(dim=1) > vals[:, -1], as_tuple=True)[0]
-            if not need.numel():
-                continue
-            tile = tile[need]
-        tv, tc = torch.topk(tile, top, dim=1, sorted=True)
-        tc += t0
-        old_v, old_c = (vals, cols) if need is None else (vals[need], cols[need])
-        merged_v, merged_c = torch.cat([old_v, tv], dim=1), torch.cat([old_c, tc], dim=1)
-        new_v, at = torch.topk(merged_v, min(k, merged_v.shape[1]), dim=1, sorted=True)
-        new_c = torch.gather(merged_c, 1, at)
-        if need is None:
-            vals, cols = new_v, new_c
-        else:
-            vals[need], cols[need] = new_v, new_c
+        tv, tc = torch.topk(tile, min(k, t1 - t0), dim=1, sorted=False)
+        held.append((tv, tc, t0))
+        waiting += tv.shape[1]
+        if waiting >= width or t1 == c1:  # the tiles' tops merged with the buffer, a tile's width at a time
+            vals, cols = _merge_tops(torch, vals, cols, held, k)
+            held, waiting = [], 0
     return vals, cols
+
+
+def _merge_tops(torch, vals, cols, held: list[tuple], k: int) -> tuple:
+    """The ``k`` highest of the buffer (``vals``, ``cols``; None at first) and the tiles' tops ``held``
+    ((values, tile columns, first column) each), highest first: one ``torch.topk`` for them all."""
+    before = [] if vals is None else [(vals, cols, 0)]  # the buffer's columns are numbered already
+    tops = before + held
+    merged_v, merged_c = torch.cat([v for v, _, _ in tops], dim=1), torch.cat([c for _, c, _ in tops], dim=1)
+    # the tiles' columns are numbered within their tile: each top's first column added, one add for all
+    shift = np.repeat([t0 for _, _, t0 in tops], [v.shape[1] for v, _, _ in tops])
+    merged_c += torch.from_numpy(shift).to(merged_c.device)[None, :]
+    new_v, at = torch.topk(merged_v, min(k, merged_v.shape[1]), dim=1, sorted=True)
+    return new_v, torch.gather(merged_c, 1, at)
 
 
 def merge(torch, parts: list[tuple], k: int) -> tuple:
@@ -168,6 +169,19 @@ def floor_below(torch, x64):
     """float64 ``x64`` rounded down to float32 (so a float32 compare against it keeps every cell above)."""
     y = x64.to(torch.float32)
     return torch.where(y.to(torch.float64) > x64, torch.nextafter(y, torch.full_like(y, float("-inf"))), y)
+
+
+def near_ties(torch, vals, slack: float):
+    """Boolean like ``vals`` (rows of candidate scores, highest first): the cells within ``slack`` (``2 tol``) of
+    a neighbour in their row, the only ones whose order may differ from their exact similarities' (as
+    :meth:`recallk.score.ranking.top._Run.finish` decides: the gap of two float32 scores in float64)."""
+    close = torch.zeros(vals.shape, dtype=torch.bool, device=vals.device)
+    if vals.shape[1] > 1:
+        gap = vals[:, :-1].to(torch.float64) - vals[:, 1:].to(torch.float64)  # -inf - -inf: NaN, never near
+        near = gap <= slack
+        close[:, :-1] |= near
+        close[:, 1:] |= near
+    return close
 
 
 def exact_scores(torch, q, g, line, col):
