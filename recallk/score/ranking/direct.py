@@ -30,20 +30,25 @@ import numpy as np
 
 from recallk.score.passes import Pass
 from recallk.score.ranking.problem import Problem
+from recallk.score.ranking.scan import exact_pairs
 from recallk.score.ranking.schedule import single_threaded_blas
 from recallk.score.similarity import cosine_block
 
 #: Below every real key: a cell the query may not retrieve (the complete ranking's sorted rows), and the
 #: best positive key of a row without positives.
 BELOW = np.iinfo(np.int64).min
+#: The first-positive window is re-scored cell by cell while it holds at most 1 in this many cells.
+_WINDOW_SHARE = 16
+#: Added to the window's half-width: more than the float64 rounding of its ends (scores at most 1 in size).
+_ROUNDING = 2.0**-50
 
 
 def direct_ranks(p: Problem, ranks: Pass) -> tuple[np.ndarray, ...]:
-    """The pass ``ranks`` (``Pass.every()`` or ``Pass.first(cap)``) for the whole problem from one exact
-    product: (positives per query, offsets, ranks, first ranks under the opposite tie rule)."""
+    """The pass ``ranks`` (``Pass.every()`` or ``Pass.first(cap)``) for the whole problem from one product
+    (exact, or float32 with the near cells re-scored exactly for the first positive): (positives per query,
+    offsets, ranks, first ranks under the opposite tie rule)."""
     n, m, complete, cap = p.q.shape[0], p.gp.shape[0], not ranks.first_only, ranks.cap
-    with single_threaded_blas(n * m * p.q.shape[1]):
-        sims = cosine_block(p.q[:], p.gp[:].astype(np.float64).T)  # [:]: unit rows held or read
+    q, g = p.q[:], p.gp[:]  # [:]: unit rows held or read
     positive = p.q_label[:, None] == p.g_label
     if p.groups or np.maximum.reduce(p.self_col) >= 0:  # some cells may not be retrieved
         retrievable = ~p.excluded(np.arange(n), 0, m)
@@ -52,7 +57,12 @@ def direct_ranks(p: Problem, ranks: Pass) -> tuple[np.ndarray, ...]:
     else:
         retrievable, n_pos = None, p.hi - p.lo
     has = n_pos > 0
-    first, opposite = _first_ranks(sims, positive, retrievable, p.gindex, has)
+    found = None if complete else _window_first_ranks(q, g, positive, retrievable, p.gindex, has, p.tol)
+    if found is None:  # the complete ranking, or a first-positive window too wide to re-score cell by cell
+        with single_threaded_blas(n * m * q.shape[1]):
+            sims = cosine_block(q, g.astype(np.float64).T)
+        found = _first_ranks(sims, positive, retrievable, p.gindex, has)
+    first, opposite = found
     offsets = np.empty(n + 1, dtype=np.int64)
     offsets[0] = 0
     np.add.accumulate(n_pos if complete else has, dtype=np.int64, out=offsets[1:])
@@ -61,6 +71,50 @@ def direct_ranks(p: Problem, ranks: Pass) -> tuple[np.ndarray, ...]:
         first, opposite = capped, capped if opposite is first else np.minimum(opposite, cap)
     ranks = _every_rank(sims, positive, retrievable, p.gindex) if complete else first[has]
     return n_pos, offsets, ranks, np.where(has, opposite, -1)
+
+
+def _window_first_ranks(q: np.ndarray, g: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | None,
+                        gindex: np.ndarray, has: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`_first_ranks` from a float32 product: per row, the cells more than ``2 tol`` above the float32 best
+    positive surely beat the exact best one and those more than ``2 tol`` below surely do not (``tol`` bounds a
+    float32 score's error, :func:`~recallk.score.similarity.float32_dot_error_bound`); only the cells in between
+    (the window, the exact best positive among them) are re-scored exactly (:func:`exact_pairs`, as the tiles'
+    undecided cells) and ranked by their order keys. None when the window holds more than
+    :data:`_WINDOW_SHARE` of the cells (e.g. all-zero queries tie everything): the exact product is cheaper."""
+    n, m = positive.shape
+    with single_threaded_blas(n * m * q.shape[1]):
+        sims = q @ g.T
+    masked = np.empty_like(sims)  # the positives' float32 scores, -inf elsewhere
+    masked.fill(-np.inf)
+    np.copyto(masked, sims, where=positive)
+    top = np.maximum.reduce(masked, axis=1, keepdims=True).astype(np.float64)
+    # float32 scores compare exactly against float64 ends; _ROUNDING covers the ends' own float64 rounding
+    above = sims > top + (2 * tol + _ROUNDING)
+    near = sims >= top - (2 * tol + _ROUNDING)
+    if retrievable is not None:
+        above &= retrievable
+        near &= retrievable
+    first = np.add.reduce(above, axis=1)
+    window = np.add.reduce(near, axis=1) - first
+    # usually each row's window is its float32 best positive alone: that is its exact best and no other cell
+    # comes near it, so its rank is the cells above under either tie rule
+    if np.maximum.reduce(window if has.all() else window[has], initial=0) <= 1:
+        return first, first
+    near ^= above  # the window (``above`` lies within ``near``)
+    if not has.all():  # rows without positives: no window (their -inf best would take every cell)
+        near[~has] = False
+    if np.count_nonzero(near) * _WINDOW_SHARE > n * m:
+        return None
+    line, col = np.nonzero(near)
+    value = value_keys(exact_pairs(q, g, line, col), m)
+    pos = positive[line, col]
+    ranks = []
+    for tie in (m - 1 - gindex[col], gindex[col]):  # ties to the smaller gallery index, then the opposite rule
+        key = value + tie
+        best = np.full(n, BELOW, dtype=np.int64)
+        np.maximum.at(best, line[pos], key[pos])
+        ranks.append(first + np.bincount(line[key > best[line]], minlength=n))
+    return ranks[0], ranks[1]
 
 
 def _first_ranks(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | None, gindex: np.ndarray,
