@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from recallk.score.passes import Pass
-from recallk.score.ranking.problem import Problem
+from recallk.score.ranking.problem import Problem, UnitRows
 from recallk.score.ranking.scan import exact_pairs
 from recallk.score.ranking.schedule import single_threaded_blas
 from recallk.score.similarity import cosine_block
@@ -48,7 +48,6 @@ def direct_ranks(p: Problem, ranks: Pass) -> tuple[np.ndarray, ...]:
     (exact, or float32 with the near cells re-scored exactly for the first positive): (positives per query,
     offsets, ranks, first ranks under the opposite tie rule)."""
     n, m, complete, cap = p.q.shape[0], p.gp.shape[0], not ranks.first_only, ranks.cap
-    q, g = p.q[:], p.gp[:]  # [:]: unit rows held or read
     positive = p.q_label[:, None] == p.g_label
     if p.groups or np.maximum.reduce(p.self_col) >= 0:  # some cells may not be retrieved
         retrievable = ~p.excluded(np.arange(n), 0, m)
@@ -57,7 +56,11 @@ def direct_ranks(p: Problem, ranks: Pass) -> tuple[np.ndarray, ...]:
     else:
         retrievable, n_pos = None, p.hi - p.lo
     has = n_pos > 0
-    found = None if complete else _window_first_ranks(q, g, positive, retrievable, p.gindex, has, p.tol)
+    found = None if complete else _raw_first_ranks(p, positive, retrievable, has)
+    if found is None:
+        q, g = p.q[:], p.gp[:]  # [:]: unit rows held or normalised now
+        if not complete:
+            found = _window_first_ranks(q, g, positive, retrievable, p.gindex, has, p.tol)
     if found is None:  # the complete ranking, or a first-positive window too wide to re-score cell by cell
         with single_threaded_blas(n * m * q.shape[1]):
             sims = cosine_block(q, g.astype(np.float64).T)
@@ -73,6 +76,72 @@ def direct_ranks(p: Problem, ranks: Pass) -> tuple[np.ndarray, ...]:
     return n_pos, offsets, ranks, np.where(has, opposite, -1)
 
 
+def raw_error_bound(d: int) -> float:
+    """Bound on ``|A - s|``, where ``s`` is the exact similarity of two rows of dimension ``d`` (their unit float32
+    rows' float64 sum of products, rounded to float32) and ``A`` the float32 product of the raw float32 rows
+    scaled in float64 by the reciprocals of their float32 squared norms' square roots (:func:`_raw_first_ranks`),
+    while ``d u < 0.01`` and every squared norm lies in ``[2**-40, 2**40]`` (no overflow; what underflows is below
+    ``2**-60``).
+
+    With ``g = d u / (1 - d u)``, ``u = 2**-24`` (Higham, Accuracy and Stability, 3.1; any order, FMA too): the raw
+    product is within ``g |x| |y|`` of ``x . y``; a squared norm within a factor ``1 +- g``, so each reciprocal
+    norm within ``0.51 g`` (plus a few float64 roundings); so ``A`` is within ``g + (1 + g) 1.03 g <= 2.04 g``
+    of the cosine. The unit rows' elements are the cosine's within ``1.001 u`` each (one float32 rounding after
+    float64 work), so ``s`` is within ``3.01 u`` of the cosine. Taken with room: ``2.5 g + 4 u + 2**-60``.
+    """
+    u = 2.0**-24
+    gamma = d * u / (1 - d * u)
+    return 2.5 * gamma + 4 * u + 2.0**-60
+
+
+def _raw_first_ranks(p: Problem, positive: np.ndarray, retrievable: np.ndarray | None,
+                     has: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The first ranks (under either tie rule: they are equal here) without normalising the rows, when the
+    float32 product of the raw float32 rows, scaled by their norms (:func:`raw_error_bound`), leaves no doubt:
+    each row's window of twice that bound around its best positive holds that positive alone. None (nothing
+    decided) when it does not, or when the rows are not float32 rows read lazily, ``d`` is too large, or a squared
+    norm leaves ``[2**-40, 2**40]`` (zero rows, huge values)."""
+    if not (isinstance(p.q, UnitRows) and isinstance(p.gp, UnitRows)) or p.q.x.dtype != np.float32 \
+            or p.gp.x.dtype != np.float32 or p.q.shape[1] * 2.0**-24 >= 0.01:
+        return None
+    x, y = p.q.x[p.q.order], p.gp.x[p.gp.order]
+    squares = np.concatenate((np.einsum("ij,ij->i", x, x), np.einsum("ij,ij->i", y, y)))
+    if not 2.0**-40 <= np.minimum.reduce(squares) <= np.maximum.reduce(squares) <= 2.0**40:
+        return None
+    scale = 1 / np.sqrt(squares.astype(np.float64))
+    with single_threaded_blas(x.shape[0] * y.shape[0] * x.shape[1]):
+        sims = (x @ y.T) * scale[:x.shape[0], None]
+    sims *= scale[None, x.shape[0]:]
+    first, window = _window(sims, positive, retrievable, 2 * raw_error_bound(x.shape[1]) + _ROUNDING)[::2]
+    return (first, first) if _alone(window, has) else None
+
+
+def _window(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | None,
+            half: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of the scores ``sims``: the retrievable cells more than ``half`` above its best positive's score
+    (a boolean mask ``above`` and their count ``first``) and those at or above that score less ``half`` (``near``,
+    which holds ``above``), and how many of these are not above (``window``). Returns (first, above, window,
+    near)."""
+    masked = np.empty_like(sims)  # the positives' scores, -inf elsewhere
+    masked.fill(-np.inf)
+    np.copyto(masked, sims, where=positive)
+    top = np.maximum.reduce(masked, axis=1, keepdims=True).astype(np.float64)
+    # scores compare exactly against float64 ends; _ROUNDING (in ``half``) covers the ends' own float64 rounding
+    above = sims > top + half
+    near = sims >= top - half
+    if retrievable is not None:
+        above &= retrievable
+        near &= retrievable
+    first = np.add.reduce(above, axis=1)
+    return first, above, np.add.reduce(near, axis=1) - first, near
+
+
+def _alone(window: np.ndarray, has: np.ndarray) -> bool:
+    """Whether every row with positives has one cell in its window (its best positive: the others are above or
+    below it for sure)."""
+    return np.maximum.reduce(window if has.all() else window[has], initial=0) <= 1
+
+
 def _window_first_ranks(q: np.ndarray, g: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | None,
                         gindex: np.ndarray, has: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`_first_ranks` from a float32 product: per row, the cells more than ``2 tol`` above the float32 best
@@ -84,21 +153,10 @@ def _window_first_ranks(q: np.ndarray, g: np.ndarray, positive: np.ndarray, retr
     n, m = positive.shape
     with single_threaded_blas(n * m * q.shape[1]):
         sims = q @ g.T
-    masked = np.empty_like(sims)  # the positives' float32 scores, -inf elsewhere
-    masked.fill(-np.inf)
-    np.copyto(masked, sims, where=positive)
-    top = np.maximum.reduce(masked, axis=1, keepdims=True).astype(np.float64)
-    # float32 scores compare exactly against float64 ends; _ROUNDING covers the ends' own float64 rounding
-    above = sims > top + (2 * tol + _ROUNDING)
-    near = sims >= top - (2 * tol + _ROUNDING)
-    if retrievable is not None:
-        above &= retrievable
-        near &= retrievable
-    first = np.add.reduce(above, axis=1)
-    window = np.add.reduce(near, axis=1) - first
+    first, above, window, near = _window(sims, positive, retrievable, 2 * tol + _ROUNDING)
     # usually each row's window is its float32 best positive alone: that is its exact best and no other cell
     # comes near it, so its rank is the cells above under either tie rule
-    if np.maximum.reduce(window if has.all() else window[has], initial=0) <= 1:
+    if _alone(window, has):
         return first, first
     near ^= above  # the window (``above`` lies within ``near``)
     if not has.all():  # rows without positives: no window (their -inf best would take every cell)
