@@ -73,7 +73,7 @@ def direct_ranks(p: Problem, ranks: Pass) -> tuple[np.ndarray, ...]:
         capped = np.minimum(first, cap)
         first, opposite = capped, capped if opposite is first else np.minimum(opposite, cap)
     ranks = _every_rank(sims, positive, retrievable, p.gindex) if complete else first[has]
-    return n_pos, offsets, ranks, np.where(has, opposite, -1)
+    return n_pos, offsets, ranks, opposite if has.all() else np.where(has, opposite, -1)
 
 
 def raw_error_bound(d: int) -> float:
@@ -104,7 +104,7 @@ def _raw_first_ranks(p: Problem, positive: np.ndarray, retrievable: np.ndarray |
     if not (isinstance(p.q, UnitRows) and isinstance(p.gp, UnitRows)) or p.q.x.dtype != np.float32 \
             or p.gp.x.dtype != np.float32 or p.q.shape[1] * 2.0**-24 >= 0.01:
         return None
-    x, y = p.q.x[p.q.order], p.gp.x[p.gp.order]
+    x, y = (p.q.x if p.q.whole else p.q.x[p.q.order]), p.gp.x[p.gp.order]
     squares = np.concatenate((np.einsum("ij,ij->i", x, x), np.einsum("ij,ij->i", y, y)))
     if not 2.0**-40 <= np.minimum.reduce(squares) <= np.maximum.reduce(squares) <= 2.0**40:
         return None
