@@ -290,10 +290,9 @@ def _load() -> str:
 
 
 def machine_state(before: tuple[float, ...], after: tuple[float, ...]) -> str:
-    """'idle' when the 1-minute load average stayed below half a core before and after the run (beyond the
-    bench's own children, which run one at a time), else 'busy' with the figures."""
+    """'idle' when the 1-minute load average before the run and the 5-minute one at its end less the bench's own
+    load (its children use every core while they run) both stay below half a core, else 'busy' with the figures."""
     cores = os.cpu_count() or 1
-    # the bench itself keeps about one core's worth of load (its children use every core while they run)
     others = max(before[0], after[1] - cores)
     return "idle" if others < 0.5 else f"busy (load average {before[0]:.1f} before, {after[1]:.1f} over the run, " \
         f"{cores} cores)"
