@@ -44,9 +44,16 @@ Targets (the issue's): A engine <= 1.0x FAISS and <= 1.15x floor; B engine
 ``OPENBLAS_CORETYPE`` set to numpy's OpenBLAS kernel (faiss-cpu's older OpenBLAS may fall back to a generic
 one), and every child reports the BLAS library and kernel it ran (``bench/blas_report.py``).
 
+``--table``: the README's performance table, one command: recall@K (the engine's recall-only call against
+FAISS) at 10,000 x 50,000, leave-one-out 20,000 and 6,000, and 2,000 x 10,000 (512-d), each on clustered data and on
+random data (:data:`score_methods.TABLE_SIZES`), every contender in its own child ``--repeat`` times (best kept),
+and the training-loop call (scenario S's alternated pair); it prints the BLAS each contender ran, the load average
+before and after (the machine state), and the table's rows in markdown.
+
 Run from the project root (``--quick``: A, B and C 20x smaller, a smoke run):
 
     python bench/score_bench.py [--quick] [--seed 0] [--repeat 1] [--scenarios S,A,B,C,D]
+    python bench/score_bench.py --table [--repeat 3]
 """
 
 from __future__ import annotations
@@ -71,7 +78,19 @@ import pml_anchor  # noqa: E402
 import small_batch  # noqa: E402
 from blas_report import blas_libraries, blas_lines, blas_summary, child_env, numpy_kernel, ran_blas  # noqa: E402
 from full_matrix import full_matrix_estimate_bytes  # noqa: E402
-from score_methods import DIM, KS, MAX_MEMORY_MB, RUNS, make_data, run_floor, sizes  # noqa: E402
+from score_methods import (  # noqa: E402
+    DIM,
+    KS,
+    MAX_MEMORY_MB,
+    RUNS,
+    TABLE_KINDS,
+    TABLE_SIZES,
+    make_data,
+    run_floor,
+    sizes,
+    table_label,
+    table_scenario,
+)
 
 FULL_LIMIT_BYTES = 16 * 2**30          # run the full matrix only below this estimate ...
 FULL_AVAILABLE_FRACTION = 0.8          # ... and below this share of MemAvailable
@@ -264,14 +283,73 @@ def scenario_report(scenario: str, quick: bool, seed: int, repeat: int) -> None:
             print(f"  engine top/{other} = {top['seconds'] / r['seconds']:5.2f}x (no target)")
 
 
+def _load() -> str:
+    """The 1-, 5- and 15-minute load averages and the core count, as text."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.1f} / {five:.1f} / {fifteen:.1f} on {os.cpu_count()} cores"
+
+
+def machine_state(before: tuple[float, ...], after: tuple[float, ...]) -> str:
+    """'idle' when the 1-minute load average before the run and the 5-minute one at its end less the bench's own
+    load (its children use every core while they run) both stay below half a core, else 'busy' with the figures."""
+    cores = os.cpu_count() or 1
+    others = max(before[0], after[1] - cores)
+    return "idle" if others < 0.5 else f"busy (load average {before[0]:.1f} before, {after[1]:.1f} over the run, " \
+        f"{cores} cores)"
+
+
+def table_report(quick: bool, seed: int, repeat: int) -> None:
+    """``--table``: engine (recall only) against FAISS per size and data kind, then the markdown rows."""
+    before = os.getloadavg()
+    print(f"\nTable: engine recall@K (recall only, max_memory_mb={MAX_MEMORY_MB}) against FAISS IndexFlatIP, "
+          f"ks={KS}, {_load()} at the start")
+    ratios: dict[tuple[str, str], float] = {}
+    blas: dict[str, list[str]] = {}
+    for size in TABLE_SIZES:
+        label = table_label(size, quick)
+        for kind in TABLE_KINDS:
+            sc = table_scenario(size, kind)
+            res = {m: run_child(m, sc, quick, seed, repeat) for m in ("engine", "faiss")}
+            for m, r in res.items():
+                if "blas" in r:
+                    blas.setdefault(r["blas"], []).append(m)
+            eng, fa = res["engine"], res["faiss"]
+            if "seconds" not in eng or "seconds" not in fa:
+                print(f"  {label}, {kind}: {eng.get('error') or fa.get('error')}")
+                continue
+            ratios[size, kind] = eng["seconds"] / fa["seconds"]
+            agree = all(eng["info"][f"recall@{k}"] == fa["info"][f"recall@{k}"] for k in KS)
+            print(f"  {label}, {kind:9s}: engine {eng['seconds']:7.2f} s, faiss {fa['seconds']:7.2f} s, "
+                  f"engine/faiss = {ratios[size, kind]:5.2f}x, recall@{KS[-1]} {eng['info'][f'recall@{KS[-1]}']:.4f}"
+                  f" (agrees: {'yes' if agree else 'NO'})")
+    for text, methods in blas.items():
+        print(f"  BLAS of {', '.join(sorted(set(methods)))}: {text}")
+    pair = run_child("small pair", "S", quick, seed, 1)
+    after = os.getloadavg()
+    state = machine_state(before, after)
+    print(f"  machine: {state}; {_load()} at the end")
+    print("\n| what | engine, clustered data | engine, random data | against |\n|---|---|---|---|")
+    for size in TABLE_SIZES:
+        label = table_label(size, quick)
+        cells = [f"{ratios[size, kind]:.2f}× FAISS" if (size, kind) in ratios else "failed" for kind in TABLE_KINDS]
+        print(f"| {label} | {cells[0]} | {cells[1]} | FAISS `IndexFlatIP` search, exact vs float32 |")
+    if "seconds" in pair:
+        print(f"| a training loop's call, 64 × 64 × 256 (clustered) | {pair['seconds'] / pair['numpy_seconds']:.2f}× "
+              f"per call (fastest of {small_batch.PAIR_CALLS:,}, alternated) | | plain numpy normalise + matmul + "
+              f"argsort ({pair['numpy_seconds'] * 1e3:.2f} ms) |")
+    print(f"\nmachine state: {state}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="sizes 20x smaller (smoke run)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=1, help="time each method this many times, keep the best")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="which to run, e.g. S or A,B (default: all)")
+    ap.add_argument("--table", action="store_true", help="the README's performance table (engine vs FAISS on "
+                    "clustered and random data at the issue's sizes, and the training-loop call) as markdown rows")
     ap.add_argument("--method", choices=METHODS + small_batch.METHODS, help=argparse.SUPPRESS)
-    ap.add_argument("--scenario", choices=SCENARIOS, help=argparse.SUPPRESS)
+    ap.add_argument("--scenario", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.method:
         child(args.method, args.scenario, args.quick, args.seed, max(1, args.repeat))
@@ -290,6 +368,10 @@ def main() -> None:
           else "FAISS and pml children: OPENBLAS_CORETYPE not set (numpy's BLAS reports no OpenBLAS kernel)")
     print("each method runs in a fresh subprocess on the same seeded data; wall s = the method call only; "
           "peak extra = ru_maxrss - RSS after data generation")
+    if args.table:
+        table_report(args.quick, args.seed, max(1, args.repeat))
+        print(f"\ntotal {time.perf_counter() - t0:.1f} s")
+        return
     for sc in args.scenarios.split(","):
         if sc == "S":
             small_batch.report(lambda m: run_child(m, "S", args.quick, args.seed, 1), KS)

@@ -38,8 +38,57 @@ def _labels(rng: np.random.Generator, n: int, classes: int) -> np.ndarray:
     return rng.permutation(np.arange(n, dtype=np.int64) % classes)
 
 
+#: The README's performance table (``score_bench.py --table``): the issue's sizes, each on clustered and on random
+#: data: (label, queries, gallery (None: leave-one-out, the queries are the gallery), classes).
+TABLE_SIZES = {
+    "qg": ("recall@K, {q} × {g} × 512", 10_000, 50_000, 1_000),
+    "loo20k": ("recall@K, leave-one-out {q} × 512", 20_000, None, 1_000),
+    "loo6k": ("recall@K, leave-one-out {q} × 512 (CUB-sized: {c} classes)", 6_000, None, 100),
+    "qg2k": ("recall@K, {q} × {g} × 512 ({c} classes)", 2_000, 10_000, 200),
+}
+TABLE_KINDS = ("clustered", "random")
+
+
+def table_label(size: str, quick: bool) -> str:
+    """A table row's label at the sizes run (``quick``: 20x smaller)."""
+    label, n_query, n_gallery, classes = TABLE_SIZES[size]
+    f = 20 if quick else 1
+    return label.format(q=f"{n_query // f:,}", g=f"{(n_gallery or 0) // f:,}", c=f"{max(2, classes // f):,}")
+
+
+def table_scenario(size: str, kind: str) -> str:
+    """The child's ``--scenario`` of one table cell."""
+    return f"T:{size}:{kind}"
+
+
+def _table_data(scenario: str, quick: bool, seed: int) -> dict:
+    """A table cell's seeded data: clustered (class centres plus :data:`CLUSTER_NOISE`, as C) or random normal
+    rows, balanced labels; leave-one-out cells pass ids (the queries are the gallery)."""
+    _, size, kind = scenario.split(":")
+    _, n_query, n_gallery, classes = TABLE_SIZES[size]
+    f = 20 if quick else 1
+    n_query, classes = n_query // f, max(2, classes // f)
+    loo = n_gallery is None
+    rng = np.random.default_rng([seed, ord("T"), list(TABLE_SIZES).index(size), TABLE_KINDS.index(kind)])
+    ql = _labels(rng, n_query, classes)
+    gl = ql if loo else _labels(rng, n_gallery // f, classes)
+    rows = [ql] if loo else [ql, gl]
+    if kind == "clustered":
+        centres = rng.standard_normal((classes, DIM), dtype=np.float32)
+        sets = [centres[lab] for lab in rows]
+        for x in sets:
+            x += CLUSTER_NOISE * rng.standard_normal(x.shape, dtype=np.float32)
+    else:
+        sets = [rng.standard_normal((lab.size, DIM), dtype=np.float32) for lab in rows]
+    q, g = sets[0], sets[-1]
+    ids = np.arange(n_query, dtype=np.int64) if loo else None
+    return {"q": q, "g": g, "ql": ql, "gl": gl, "qid": ids, "gid": ids}
+
+
 def make_data(scenario: str, quick: bool, seed: int) -> dict:
     """Seeded data; float32 generated in place (no float64 temporary) to keep the RSS baseline honest."""
+    if scenario.startswith("T:"):
+        return _table_data(scenario, quick, seed)
     s = sizes(quick)[scenario]
     rng = np.random.default_rng([seed, ord(scenario)])
     if scenario in ("C", "D"):

@@ -89,7 +89,7 @@ def by_value(query_labels: Any, gallery_labels: Any) -> tuple[np.ndarray | Any, 
                  "e.g. `gallery_labels.astype(int)` or `[str(x) for x in labels]`")
     if kinds == ("number", "number"):
         q, g = numbers_alike(q, g)
-        shared = np.intersect1d(q, g).size > 0
+        shared = _share_a_value(q, g)
         query_labels, gallery_labels = q, g
     else:
         shared = not {str(v) for v in q.tolist()}.isdisjoint(str(v) for v in g.tolist())
@@ -98,6 +98,22 @@ def by_value(query_labels: Any, gallery_labels: Any) -> tuple[np.ndarray | Any, 
                          "so no query has a positive and every metric is undefined: pass a gallery that holds the "
                          "queries' labels (or the labels of the same encoding on both sides).")
     return query_labels, gallery_labels
+
+
+#: Non-negative integer labels below this are looked up in a table of the gallery's (no sort).
+_TABLE_SPAN = 2**16
+
+
+def _share_a_value(q: np.ndarray, g: np.ndarray) -> bool:
+    """Whether the number arrays ``q`` and ``g`` (one dtype) share a value: through a table of the gallery's
+    values for int64 labels in ``[0, _TABLE_SPAN)`` (a training loop's class indices), else ``np.intersect1d``."""
+    if q.dtype == np.int64 and q.size and g.size:
+        low, top = min(int(q.min()), int(g.min())), max(int(q.max()), int(g.max()))
+        if 0 <= low and top < _TABLE_SPAN:
+            seen = np.zeros(top + 1, dtype=bool)
+            seen[g] = True
+            return bool(seen[q].any())
+    return np.intersect1d(q, g).size > 0
 
 
 def _first(values: np.ndarray) -> Any:

@@ -247,10 +247,52 @@ def retrieval_metrics(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labe
     ``tie_sensitive@K`` in :func:`retrieval_summary` for how much that matters).
     K above :math:`M_q`: recall counts any positive, precision divides by :math:`M_q`.
     """
-    scorer = Scorer(ScoreSettings(ks=ks, metrics=metrics, max_memory_mb=max_memory_mb, backend=backend),
-                    device=device)
+    scorer = _scorer(ks, metrics, max_memory_mb, backend, device)
     return scorer(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=query_ids,
                   gallery_ids=gallery_ids, exclude=exclude)
+
+
+#: The :class:`Scorer` of each set of plain arguments :func:`retrieval_metrics` was called with (a training loop
+#: calls it with the same ones on every batch: the checks and the pass are worked out once); at most
+#: :data:`_SCORERS_KEPT` of them.
+_SCORERS: dict[tuple, Scorer] = {}
+_SCORERS_KEPT = 64
+
+
+def _scorer(ks: Any, metrics: Any, max_memory_mb: Any, backend: Any, device: Any) -> Scorer:
+    """``Scorer(ScoreSettings(ks=ks, metrics=metrics, max_memory_mb=max_memory_mb, backend=backend),
+    device=device)``, kept for the next call with the same arguments when they are plain values (ints, floats,
+    text, None, and tuples or lists of them, each keyed with its type, so ``1.0`` is not ``1``); anything else
+    (a generator, an array) is checked afresh every call. A call that fails its checks keeps nothing."""
+    key = _plain_key((ks, metrics, max_memory_mb, backend, device))
+    scorer = _SCORERS.get(key) if key is not None else None
+    if scorer is None:
+        scorer = Scorer(ScoreSettings(ks=ks, metrics=metrics, max_memory_mb=max_memory_mb, backend=backend),
+                        device=device)
+        if key is not None and len(_SCORERS) < _SCORERS_KEPT:
+            _SCORERS[key] = scorer
+    return scorer
+
+
+def _plain_key(values: tuple) -> tuple | None:
+    """A hashable key that tells apart every tuple of plain values (ints, floats, text, None, and tuples or lists
+    of ints and text), each with its type, so ``1.0`` is not ``1``; None for anything else."""
+    key = []
+    for value in values:
+        kind = type(value)
+        if kind in (tuple, list):
+            kinds = tuple(map(type, value))
+            if not all(k in _PLAIN for k in kinds):
+                return None
+            key.append((kind, kinds, tuple(value)))
+        elif value is None or kind in _PLAIN:
+            key.append((kind, value))
+        else:
+            return None
+    return tuple(key)
+
+
+_PLAIN = (int, float, str, bool)
 
 
 def retrieval_summary(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],

@@ -29,21 +29,25 @@ from __future__ import annotations
 import numpy as np
 
 from recallk.score.passes import Pass
-from recallk.score.ranking.problem import Problem
+from recallk.score.ranking.problem import Problem, UnitRows
+from recallk.score.ranking.scan import exact_pairs
 from recallk.score.ranking.schedule import single_threaded_blas
 from recallk.score.similarity import cosine_block
 
 #: Below every real key: a cell the query may not retrieve (the complete ranking's sorted rows), and the
 #: best positive key of a row without positives.
 BELOW = np.iinfo(np.int64).min
+#: The first-positive window is re-scored cell by cell while it holds at most 1 in this many cells.
+_WINDOW_SHARE = 16
+#: Added to the window's half-width: more than the float64 rounding of its ends (scores at most 1 in size).
+_ROUNDING = 2.0**-50
 
 
 def direct_ranks(p: Problem, ranks: Pass) -> tuple[np.ndarray, ...]:
-    """The pass ``ranks`` (``Pass.every()`` or ``Pass.first(cap)``) for the whole problem from one exact
-    product: (positives per query, offsets, ranks, first ranks under the opposite tie rule)."""
+    """The pass ``ranks`` (``Pass.every()`` or ``Pass.first(cap)``) for the whole problem from one product
+    (exact, or float32 with the near cells re-scored exactly for the first positive): (positives per query,
+    offsets, ranks, first ranks under the opposite tie rule)."""
     n, m, complete, cap = p.q.shape[0], p.gp.shape[0], not ranks.first_only, ranks.cap
-    with single_threaded_blas(n * m * p.q.shape[1]):
-        sims = cosine_block(p.q[:], p.gp[:].astype(np.float64).T)  # [:]: unit rows held or read
     positive = p.q_label[:, None] == p.g_label
     if p.groups or np.maximum.reduce(p.self_col) >= 0:  # some cells may not be retrieved
         retrievable = ~p.excluded(np.arange(n), 0, m)
@@ -52,7 +56,16 @@ def direct_ranks(p: Problem, ranks: Pass) -> tuple[np.ndarray, ...]:
     else:
         retrievable, n_pos = None, p.hi - p.lo
     has = n_pos > 0
-    first, opposite = _first_ranks(sims, positive, retrievable, p.gindex, has)
+    found = None if complete else _raw_first_ranks(p, positive, retrievable, has)
+    if found is None:
+        q, g = p.q[:], p.gp[:]  # [:]: unit rows held or normalised now
+        if not complete:
+            found = _window_first_ranks(q, g, positive, retrievable, p.gindex, has, p.tol)
+    if found is None:  # the complete ranking, or a first-positive window too wide to re-score cell by cell
+        with single_threaded_blas(n * m * q.shape[1]):
+            sims = cosine_block(q, g.astype(np.float64).T)
+        found = _first_ranks(sims, positive, retrievable, p.gindex, has)
+    first, opposite = found
     offsets = np.empty(n + 1, dtype=np.int64)
     offsets[0] = 0
     np.add.accumulate(n_pos if complete else has, dtype=np.int64, out=offsets[1:])
@@ -60,7 +73,106 @@ def direct_ranks(p: Problem, ranks: Pass) -> tuple[np.ndarray, ...]:
         capped = np.minimum(first, cap)
         first, opposite = capped, capped if opposite is first else np.minimum(opposite, cap)
     ranks = _every_rank(sims, positive, retrievable, p.gindex) if complete else first[has]
-    return n_pos, offsets, ranks, np.where(has, opposite, -1)
+    return n_pos, offsets, ranks, opposite if has.all() else np.where(has, opposite, -1)
+
+
+def raw_error_bound(d: int) -> float:
+    """Bound on ``|A - s|``, where ``s`` is the exact similarity of two rows of dimension ``d`` (their unit float32
+    rows' float64 sum of products, rounded to float32) and ``A`` the float32 product of the raw float32 rows
+    scaled in float64 by the reciprocals of their float32 squared norms' square roots (:func:`_raw_first_ranks`),
+    while ``d u < 0.01`` and every squared norm lies in ``[2**-40, 2**40]`` (no overflow; what underflows is below
+    ``2**-60``).
+
+    With ``g = d u / (1 - d u)``, ``u = 2**-24`` (Higham, Accuracy and Stability, 3.1; any order, FMA too): the raw
+    product is within ``g |x| |y|`` of ``x . y``; a squared norm within a factor ``1 +- g``, so each reciprocal
+    norm within ``0.51 g`` (plus a few float64 roundings); so ``A`` is within ``g + (1 + g) 1.03 g <= 2.04 g``
+    of the cosine. The unit rows' elements are the cosine's within ``1.001 u`` each (one float32 rounding after
+    float64 work), so ``s`` is within ``3.01 u`` of the cosine. Taken with room: ``2.5 g + 4 u + 2**-60``.
+    """
+    u = 2.0**-24
+    gamma = d * u / (1 - d * u)
+    return 2.5 * gamma + 4 * u + 2.0**-60
+
+
+def _raw_first_ranks(p: Problem, positive: np.ndarray, retrievable: np.ndarray | None,
+                     has: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The first ranks (under either tie rule: they are equal here) without normalising the rows, when the
+    float32 product of the raw float32 rows, scaled by their norms (:func:`raw_error_bound`), leaves no doubt:
+    each row's window of twice that bound around its best positive holds that positive alone. None (nothing
+    decided) when it does not, or when the rows are not float32 rows read lazily, ``d`` is too large, or a squared
+    norm leaves ``[2**-40, 2**40]`` (zero rows, huge values)."""
+    if not (isinstance(p.q, UnitRows) and isinstance(p.gp, UnitRows)) or p.q.x.dtype != np.float32 \
+            or p.gp.x.dtype != np.float32 or p.q.shape[1] * 2.0**-24 >= 0.01:
+        return None
+    x, y = (p.q.x if p.q.whole else p.q.x[p.q.order]), p.gp.x[p.gp.order]
+    squares = np.concatenate((np.einsum("ij,ij->i", x, x), np.einsum("ij,ij->i", y, y)))
+    if not 2.0**-40 <= np.minimum.reduce(squares) <= np.maximum.reduce(squares) <= 2.0**40:
+        return None
+    scale = 1 / np.sqrt(squares.astype(np.float64))
+    with single_threaded_blas(x.shape[0] * y.shape[0] * x.shape[1]):
+        sims = (x @ y.T) * scale[:x.shape[0], None]
+    sims *= scale[None, x.shape[0]:]
+    first, window = _window(sims, positive, retrievable, 2 * raw_error_bound(x.shape[1]) + _ROUNDING)[::2]
+    return (first, first) if _alone(window, has) else None
+
+
+def _window(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | None,
+            half: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of the scores ``sims``: the retrievable cells more than ``half`` above its best positive's score
+    (a boolean mask ``above`` and their count ``first``) and those at or above that score less ``half`` (``near``,
+    which holds ``above``), and how many of these are not above (``window``). Returns (first, above, window,
+    near)."""
+    masked = np.empty_like(sims)  # the positives' scores, -inf elsewhere
+    masked.fill(-np.inf)
+    np.copyto(masked, sims, where=positive)
+    top = np.maximum.reduce(masked, axis=1, keepdims=True).astype(np.float64)
+    # scores compare exactly against float64 ends; _ROUNDING (in ``half``) covers the ends' own float64 rounding
+    above = sims > top + half
+    near = sims >= top - half
+    if retrievable is not None:
+        above &= retrievable
+        near &= retrievable
+    first = np.add.reduce(above, axis=1)
+    return first, above, np.add.reduce(near, axis=1) - first, near
+
+
+def _alone(window: np.ndarray, has: np.ndarray) -> bool:
+    """Whether every row with positives has one cell in its window (its best positive: the others are above or
+    below it for sure)."""
+    return np.maximum.reduce(window if has.all() else window[has], initial=0) <= 1
+
+
+def _window_first_ranks(q: np.ndarray, g: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | None,
+                        gindex: np.ndarray, has: np.ndarray, tol: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`_first_ranks` from a float32 product: per row, the cells more than ``2 tol`` above the float32 best
+    positive surely beat the exact best one and those more than ``2 tol`` below surely do not (``tol`` bounds a
+    float32 score's error, :func:`~recallk.score.similarity.float32_dot_error_bound`); only the cells in between
+    (the window, the exact best positive among them) are re-scored exactly (:func:`exact_pairs`, as the tiles'
+    undecided cells) and ranked by their order keys. None when the window holds more than
+    :data:`_WINDOW_SHARE` of the cells (e.g. all-zero queries tie everything): the exact product is cheaper."""
+    n, m = positive.shape
+    with single_threaded_blas(n * m * q.shape[1]):
+        sims = q @ g.T
+    first, above, window, near = _window(sims, positive, retrievable, 2 * tol + _ROUNDING)
+    # usually each row's window is its float32 best positive alone: that is its exact best and no other cell
+    # comes near it, so its rank is the cells above under either tie rule
+    if _alone(window, has):
+        return first, first
+    near ^= above  # the window (``above`` lies within ``near``)
+    if not has.all():  # rows without positives: no window (their -inf best would take every cell)
+        near[~has] = False
+    if np.count_nonzero(near) * _WINDOW_SHARE > n * m:
+        return None
+    line, col = np.nonzero(near)
+    value = value_keys(exact_pairs(q, g, line, col), m)
+    pos = positive[line, col]
+    ranks = []
+    for tie in (m - 1 - gindex[col], gindex[col]):  # ties to the smaller gallery index, then the opposite rule
+        key = value + tie
+        best = np.full(n, BELOW, dtype=np.int64)
+        np.maximum.at(best, line[pos], key[pos])
+        ranks.append(first + np.bincount(line[key > best[line]], minlength=n))
+    return ranks[0], ranks[1]
 
 
 def _first_ranks(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | None, gindex: np.ndarray,

@@ -203,14 +203,16 @@ def rank_data(data: RetrievalData, ranks: Pass, max_memory_mb: float,
     """
     started = time.perf_counter()
     budget = Budget(float(max_memory_mb))
-    p = Problem.build(data, unit_bytes=budget.unit_bytes())
-    n, (m, d) = p.q.shape[0], p.gp.shape
+    n, (m, d) = data.n_queries, data.gallery_emb.shape
     # the direct path and the tile passes compute every rank, or the first positive's
     tiles_pass = ranks if ranks.first_only else Pass.every()
+    # small: one product, no tiles, no threads (unless the tiles run elsewhere)
+    direct = count_tiles is None and budget.direct(n, m, 4 * d * (n + m))
+    # the direct path's first positive normalises the rows only when its raw product leaves a doubt
+    p = Problem.build(data, unit_bytes=0 if direct and tiles_pass.first_only else budget.unit_bytes())
     kind = ("exact pass (every positive)" if not tiles_pass.first_only else "fast pass (first positive)"
             if ranks.cap is None else f"fast pass (first positive, cap {ranks.cap})")
-    # small: one exact product, no tiles, no threads (unless the tiles run elsewhere)
-    if count_tiles is None and budget.direct(n, m, 4 * d * (n + m)):
+    if direct:
         n_pos, offsets, ranked, opposite = direct_ranks(p, tiles_pass)
         log.debug("ranked %d queries x %d gallery items: direct path (one exact product), %s, %s, %.3f s", n, m,
                   kind, "leave-one-out" if p.same_set else "query x gallery", time.perf_counter() - started)

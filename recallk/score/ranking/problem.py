@@ -43,6 +43,7 @@ class UnitRows:
 
     def __init__(self, x: np.ndarray, order: np.ndarray | None = None) -> None:
         self.x = x
+        self.whole = order is None  # the rows of ``x`` as they are (``order`` is their range)
         self.order = np.arange(x.shape[0]) if order is None else np.asarray(order)
         self.shape = (self.order.size, x.shape[1])
         self.dtype = np.dtype(np.float32)
