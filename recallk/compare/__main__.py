@@ -1,9 +1,8 @@
-"""``python -m recallk.compare A B``: see :mod:`recallk.compare.cli`."""
+"""``python -m recallk.compare A B``: see :mod:`recallk.compare.cli` (run as ``recallk compare``, so Ctrl-C is
+one line too)."""
 
 import sys
 
-from recallk.cli import show_progress_lines
-from recallk.compare.cli import main
+from recallk.cli import main
 
-show_progress_lines()
-sys.exit(main())
+sys.exit(main(["compare", *sys.argv[1:]]))
