@@ -39,8 +39,10 @@ class CompareSettings:
     by : {"query", "label", "two-level"}
         The resampling unit of the bootstrap and of the sign flips: single queries, or every
         label's queries together (clustered; use it under leave-one-out), or ``two-level``: the
-        bootstrap draws labels, then queries within each drawn label, and the sign flips flip whole
-        labels (a second level of flips would only re-draw each query's sign: the query-level test).
+        bootstrap draws labels, then queries within each drawn label (from variance-matched values,
+        :func:`recallk.compare.stats.two_level_values`, so the within-label spread counts once), and the
+        sign flips flip whole labels (a second level of flips would only re-draw each query's sign: the
+        query-level test).
     intersect : bool
         Compare the common queries when the query sets differ (else an InputError).
     resamples, permutations : int

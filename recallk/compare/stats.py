@@ -5,7 +5,9 @@ their differences ``delta = b - a`` (one column per metric for the vectorised on
 optional ``groups`` (one id per query, e.g. the label) for a cluster-level analysis,
 where whole groups are resampled or sign-flipped together (leave-one-out queries of one
 label are correlated, so a query-level analysis is optimistic there). The two-level
-bootstrap resamples labels, then queries within each drawn label.
+bootstrap resamples labels, then queries within each drawn label, from variance-matched values
+(:func:`two_level_values`: shrunk label means and rescaled within-label residuals, after Davison &
+Hinkley 1997, §3.8), so that the within-label spread is counted once, not twice.
 
 Bootstrap resamples and sign-flip patterns are drawn in chunks of about :data:`CELLS`
 unit draws, every metric in one matrix product per chunk, so the scratch stays bounded
@@ -139,6 +141,57 @@ def _two_level_counts(rng: np.random.Generator, label_counts: np.ndarray, starts
     return np.bincount(row * n + query, minlength=size * n).reshape(size, n).astype(np.float64)
 
 
+def two_level_values(delta: np.ndarray, sizes: np.ndarray, inverse: np.ndarray,
+                     sums: np.ndarray) -> np.ndarray:
+    """The values the two-level bootstrap resamples: ``mean + c (label mean - mean) + d_i (value - label mean)``.
+
+    Resampling labels and then queries within labels, both with replacement, from the raw values counts the
+    within-label spread twice: once inside the spread of the drawn labels' means, and again in the second
+    stage, so the bootstrap variance of the mean is about ``V_label + V_within`` (its intervals over-cover).
+    Davison & Hinkley (1997, §3.8) resample adjusted values instead, chosen so that the two stages reproduce
+    the moment estimates of the two variance components. With ``G`` labels of ``m_i`` queries (``N`` in
+    all), label means ``ybar_i`` and grand mean ``ybar`` (the query-weighted mean):
+
+    - each residual is scaled by ``d_i = sqrt(m_i / (m_i - 1))`` (1 for a label of one query), so that the
+      second stage's variance of a label's sum is ``m_i s_i**2`` (``s_i**2`` the unbiased within-label
+      variance), and the within part of the bootstrap variance of the mean is
+      ``V_within = sum_i m_i s_i**2 / N**2``;
+    - each label mean's deviation is shrunk by ``c = sqrt(max(0, G/(G-1) V_label - V_within) / V_label)``,
+      ``V_label = sum_i m_i**2 (ybar_i - ybar)**2 / N**2`` (the label bootstrap's linearised variance of the
+      mean; the label stage then contributes ``c**2 V_label``);
+
+    so the total, ``c**2 V_label + V_within``, is ``G/(G-1) V_label``: in the balanced case the unbiased
+    ANOVA estimate ``SSB / (G (G-1))`` of the variance of the mean (between component ``sigma_b**2 / G``,
+    within ``sigma_w**2 / N``, each estimated without bias). When the within part alone exceeds it (a
+    negative between-component estimate: labels no more different than their queries), ``c = 0`` and the
+    bootstrap resamples queries within labels only. With unequal label sizes the same match holds for the
+    linearised variance of the query-weighted mean. Every column gets its own ``c``.
+
+    Parameters
+    ----------
+    delta : array (n, M)
+    sizes, inverse, sums : arrays
+        :func:`unit_totals` of ``delta`` by label: queries per label (G,), each query's label (n,), and the
+        label sums (G, M).
+
+    Returns
+    -------
+    array (n, M)
+        The adjusted values, in the order of ``delta``.
+    """
+    n, labels = delta.shape[0], sizes.size
+    means = sums / sizes[:, None]
+    grand = sums.sum(axis=0) / n
+    scale = np.sqrt(sizes / np.maximum(sizes - 1.0, 1.0))[inverse][:, None]
+    residual = scale * (delta - means[inverse])
+    v_label = ((sizes[:, None] * (means - grand)) ** 2).sum(axis=0) / n**2
+    v_within = (residual**2).sum(axis=0) / n**2
+    target = v_label * (labels / (labels - 1) if labels > 1 else 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shrink = np.where(v_label > 0, np.sqrt(np.maximum(target - v_within, 0.0) / v_label), 0.0)
+    return grand + shrink * (means[inverse] - grand) + residual
+
+
 def bootstrap_deltas(delta: np.ndarray, resamples: int, seed: int, groups: np.ndarray | None = None,
                      two_level: bool = False, tick: Tick | None = None) -> np.ndarray:
     """Bootstrap means of every column of ``delta`` (n, M): the same resamples serve every column.
@@ -146,8 +199,11 @@ def bootstrap_deltas(delta: np.ndarray, resamples: int, seed: int, groups: np.nd
     By query (no ``groups``): ``n`` queries drawn with replacement. By group: ``G`` groups drawn with
     replacement, the mean being the sum of their values over the number of their queries. Two-level
     (``groups`` and ``two_level``): ``G`` groups drawn with replacement, then within each drawn group as
-    many queries as it holds, drawn with replacement from its queries. Every mean is kept within the range
-    of its column (a constant column's resamples are that constant exactly). Returns (resamples, M).
+    many queries as it holds, drawn with replacement from its queries' variance-matched values
+    (:func:`two_level_values`: the within-group spread counted once; the bootstrap variance of the mean is
+    ``G/(G-1)`` times the group bootstrap's, or the within-group part alone where that is larger). Every
+    mean is kept within the range of its column (a constant column's resamples are that constant exactly).
+    Returns (resamples, M).
     """
     delta = _as_matrix(delta)
     n = delta.shape[0]
@@ -160,7 +216,8 @@ def bootstrap_deltas(delta: np.ndarray, resamples: int, seed: int, groups: np.nd
         sums, sizes, inverse = unit_totals(delta, groups)
         if two_level:
             order = np.argsort(inverse, kind="stable")
-            sorted_delta, starts = delta[order], np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+            adjusted = two_level_values(delta, sizes, inverse, sums)
+            sorted_delta, starts = adjusted[order], np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     units = sums.shape[0]
     step = max(1, CELLS // max(units if not (groups is not None and two_level) else n, 1))
     for start in range(0, resamples, step):

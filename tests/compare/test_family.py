@@ -63,20 +63,53 @@ def test_tukey_keeps_the_family_wise_error_under_the_null():
     assert 0.02 <= found / 300 <= 0.09
 
 
-def test_tukey_matches_ranx_where_its_assumptions_hold():
-    """ranx's compare(stat_test="tukey") is scipy's classical Tukey HSD (ranx/statistical_tests/tukey_hsd_test.py
-    returns ``scipy.stats.tukey_hsd(*scores).pvalue``; one-way, studentized range): it is called here directly,
-    as importing ranx costs ~10 s of numba (bench/leaderboard_peers.py runs ranx.compare itself). On queries whose
-    values are independent across systems with one spread, the paired randomized test estimates the same
-    p-values, up to its Monte Carlo error and a small-sample term."""
+def _ranx_tukey(values: np.ndarray) -> np.ndarray:
+    """ranx's compare(stat_test="tukey") p-values of per-query ``values`` (queries x systems): ranx's
+    statistical_tests/tukey_hsd_test.py returns ``scipy.stats.tukey_hsd(*scores).pvalue`` (checked against ranx
+    itself by test_ranx_tukey_is_scipys_tukey_hsd; ranx.compare's Qrels/Run building costs over a minute of numba
+    here, so bench/leaderboard_bench.py --peers runs it end to end)."""
+    return scipy_stats.tukey_hsd(*values.T).pvalue
+
+
+@pytest.mark.parametrize("shared", [0.0, 0.2])
+def test_tukey_matches_ranx_to_its_monte_carlo_error(shared):
+    """Both p-values are the studentized range's tail at a pair's |Δ| over a scale. ranx's (classical, unpaired):
+    ``sf(|Δ| / sqrt(MSE / n), k, k (n - 1))``, MSE the pooled within-system variance, exactly. Ours (paired,
+    randomized): the permutation distribution of the range, whose limit is ``sf(|Δ| / sqrt(v), k, inf)``, v the
+    mean within-query variance over n. Ours must match that limit to its Monte Carlo error, and ranx's whenever
+    the two scales agree: independent queries (``shared = 0``, v / (MSE / n) = 0.998 here, so the p-values agree
+    to the Monte Carlo error alone). A per-query effect shared by every system (``shared = 0.2``, the usual case in
+    retrieval) leaves v alone and inflates MSE: there the paired test is the right one, and far more powerful."""
     rng = np.random.default_rng(7)
-    values = np.clip(np.rint(rng.normal(25, 6, size=(1000, 5)) + [0, 0.6, 1.0, 1.6, 1.7]), 0, 50) / 50
-    theirs = scipy_stats.tukey_hsd(*values.T).pvalue
-    ours = family.randomized_tukey_hsd(values, 10_000, seed=0)["p"]
-    for i, j in itertools.combinations(range(5), 2):
-        p = theirs[i, j]
-        assert ours[i, j] == pytest.approx(p, abs=4 * math.sqrt(p * (1 - p) / 10_000) + 0.01), (i, j)
-    assert (ours < 0.05).sum() == (theirs < 0.05).sum()  # the same pairs found different
+    n, k, draws = 1000, 5, 10_000
+    values = rng.normal(0.5, 0.12, (n, k)) + rng.normal(0, shared, (n, 1)) + np.linspace(0, 0.016, k)
+    theirs, ours = _ranx_tukey(values), family.randomized_tukey_hsd(values, draws, seed=0)["p"]
+    means, mse = values.mean(axis=0), values.var(axis=0, ddof=1).mean()
+    scale = values.var(axis=1, ddof=1).mean() / n
+    for i, j in itertools.combinations(range(k), 2):
+        diff = abs(means[i] - means[j])
+        classical = scipy_stats.studentized_range.sf(diff / math.sqrt(mse / n), k, k * (n - 1))
+        assert theirs[i, j] == pytest.approx(classical, rel=1e-4, abs=1e-6)  # ranx's, by its construction
+        limit = scipy_stats.studentized_range.sf(diff / math.sqrt(scale), k, np.inf)
+        error = 4 * math.sqrt(limit * (1 - limit) / draws) + 1.5 / draws  # 4 Monte Carlo SE (+ the p's +1)
+        assert ours[i, j] == pytest.approx(limit, abs=error), (i, j)  # ours, to its Monte Carlo error
+        if shared == 0:
+            assert ours[i, j] == pytest.approx(theirs[i, j], abs=error), (i, j)
+    if shared == 0:
+        assert scale / (mse / n) == pytest.approx(1, abs=0.01)
+    else:  # ranx's variance is ~4x ours: ranx finds no pair, the paired test tells the far ends apart
+        assert scale / (mse / n) < 0.3 and (theirs[np.triu_indices(k, 1)] > 0.05).all() and ours[0, k - 1] < 0.01
+
+
+def test_ranx_tukey_is_scipys_tukey_hsd():
+    tukey_hsd_test = pytest.importorskip("ranx.statistical_tests.tukey_hsd_test",
+                                         reason="needs the ranx extra (pip install -e '.[ranx]')").tukey_hsd_test
+    values = np.random.default_rng(1).random((50, 3)) + [0, 0.05, 0.2]
+    names = ["a", "b", "c"]
+    rows = tukey_hsd_test(names, list(values.T), 0.05)  # what ranx.compare(stat_test="tukey") calls per metric
+    got = {(r["control"], r["treatment"]): r["p-value"] for r in rows}
+    theirs = _ranx_tukey(values)
+    assert all(got[names[i], names[j]] == theirs[i, j] for i in range(3) for j in range(3))
 
 
 @pytest.mark.parametrize("pvalues", [

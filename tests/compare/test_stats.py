@@ -38,13 +38,16 @@ def test_monte_carlo_sign_flips_match_the_t_test_on_every_column():
     assert p == pytest.approx([scipy_stats.ttest_1samp(delta[:, j], 0).pvalue for j in range(3)], abs=0.01)
 
 
-def test_two_level_with_one_query_per_label_is_the_label_bootstrap():
+def test_two_level_with_one_query_per_label_is_the_label_bootstrap_spread_by_the_small_sample_factor():
     rng = np.random.default_rng(1)
     delta = rng.normal(size=(30, 2))
     labels = np.arange(30).astype(str)
     label = stats.bootstrap_deltas(delta, 300, 5, labels)
     two = stats.bootstrap_deltas(delta, 300, 5, labels, two_level=True)
-    np.testing.assert_allclose(two, label, rtol=0, atol=1e-12)
+    # no within-label spread: the same label draws, each deviation from the mean times sqrt(G / (G - 1))
+    mean = delta.mean(axis=0)
+    expected = np.clip(mean + np.sqrt(30 / 29) * (label - mean), delta.min(axis=0), delta.max(axis=0))
+    np.testing.assert_allclose(two, expected, rtol=0, atol=1e-12)
 
 
 def test_bootstrap_spreads_follow_the_units():
@@ -55,10 +58,30 @@ def test_bootstrap_spreads_follow_the_units():
     by_label = stats.bootstrap_deltas(delta, 4000, 0, groups).std()
     two_level = stats.bootstrap_deltas(delta, 4000, 0, groups, two_level=True).std()
     within = np.mean([delta[groups == g].var(ddof=1) for g in range(40)])
+    label_means = np.array([delta[groups == g].mean() for g in range(40)])
     assert by_query == pytest.approx(delta.std() / np.sqrt(400), rel=0.05)
     assert by_label > 1.5 * by_query  # correlated queries: the query bootstrap is optimistic
-    # the second level adds the within-label spread again: var ~ var(label) + within / n
-    assert two_level**2 == pytest.approx(by_label**2 + within / 400, rel=0.1)
+    # the within-label spread counted once: var = the unbiased var(label means) / G, not + within / n again
+    assert two_level**2 == pytest.approx(label_means.var(ddof=1) / 40, rel=0.1)
+    assert two_level**2 < 0.9 * (by_label**2 + within / 400)
+
+
+@pytest.mark.parametrize("tau", [0.0, 0.5])
+def test_two_level_variance_matches_the_unbiased_components_with_unequal_labels(tau):
+    """Unequal labels (1 to 12 queries): the two-level bootstrap variance of the query-weighted mean is
+    max(G/(G-1) V_label, V_within), both linearised, whatever the label effect (none, or strong)."""
+    rng = np.random.default_rng(4)
+    sizes = rng.integers(1, 13, size=50)
+    groups = np.repeat(np.arange(50), sizes)
+    delta = tau * rng.normal(size=50)[groups] + rng.normal(size=groups.size)
+    n = delta.size
+    means = np.array([delta[groups == g].mean() for g in range(50)])
+    v_label = ((sizes * (means - delta.mean())) ** 2).sum() / n**2
+    v_within = sum(((delta[groups == g] - means[g]) ** 2).sum() * s / max(s - 1, 1)
+                   for g, s in enumerate(sizes)) / n**2
+    two_level = stats.bootstrap_deltas(delta, 3000, 1, groups, two_level=True)[:, 0]
+    assert two_level.var() == pytest.approx(max(50 / 49 * v_label, v_within), rel=0.08)
+    assert two_level.mean() == pytest.approx(delta.mean(), abs=0.1 * two_level.std())
 
 
 def test_a_constant_column_resamples_to_itself():
