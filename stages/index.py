@@ -38,12 +38,12 @@ from stages.runner import (
     remove_outputs,
     run_stage,
 )
-from stages.score_inputs import load_inputs
+from stages.score_inputs import SCORE_INPUTS, SCORE_RESULTS, load_inputs
 
-INPUTS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.csv",
-          "embeddings": "data/embeddings/embeddings.npy", "ids": "data/embeddings/ids.npy",
-          "exact-per-query": "data/scores/per_query.csv", "exact-neighbors": "data/scores/neighbors.csv",
-          "evaluated": "metrics/evaluated.json"}
+#: What the stage reads and writes, by option name: the score stage's inputs (one definition,
+#: :data:`stages.score_inputs.SCORE_INPUTS`) and the exact run it wrote (:data:`~stages.score_inputs.SCORE_RESULTS`).
+INPUTS = {**SCORE_INPUTS, "exact-per-query": SCORE_RESULTS["per-query"],
+          "exact-neighbors": SCORE_RESULTS["neighbors"], "evaluated": SCORE_RESULTS["evaluated"]}
 OUTPUTS = {"index-metrics": "metrics/index.json", "tables": "metrics/index",
            "pareto": "plots/index_pareto.png", "index-report": "reports/ann_index.html"}
 #: The file of the points table inside ``metrics/index/`` (``dvc plots``).
