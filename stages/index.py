@@ -2,10 +2,11 @@
 
 argv -> the ``index`` section (and the score settings its lists follow: ks, metrics, the exclusion rules, whiten,
 bootstrap) -> :func:`recallk.index.sweep.score_index` on the split's embeddings, paired with the score stage's
-per-query table and neighbours (the exact run, read, not recomputed) -> ``metrics/index.json``, the points CSV
-and one per-query table per point (``metrics/index/``, readable by ``recallk compare``), the Pareto PNG and
-``reports/ann_index.html``, all or none. ``index.kinds: []`` (the default) builds nothing and writes
-placeholders, without reading the embeddings.
+per-query table and neighbours (the exact run, read, not recomputed) -> the results, ``metrics/index.json`` and
+one per-query table per point (``metrics/index/``, readable by ``recallk compare``): the DVC outs, the same bytes
+for the same inputs; and the measurements (``MEASURED``: the timings file, the points CSV, the Pareto PNG and
+``reports/ann_index.html``), which are not DVC outs (dvc.lock never holds a timing); all or none.
+``index.kinds: []`` (the default) builds nothing and writes placeholders, without reading the embeddings.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
@@ -24,7 +25,7 @@ from recallk.compare.stats import fsum_mean
 from recallk.errors import InputError
 from recallk.index import report
 from recallk.index.exact import exact_from_tables, problem_from_split
-from recallk.index.sweep import cheapest, score_index, summary_rows
+from recallk.index.sweep import TIMING_KEYS, cheapest, score_index, split_timings, summary_rows
 from recallk.score.registry import metric_keys
 from recallk.settings.index import IndexSettings
 from recallk.settings.score import ScoreSettings
@@ -44,10 +45,18 @@ from stages.score_inputs import SCORE_INPUTS, SCORE_RESULTS, load_inputs
 #: :data:`stages.score_inputs.SCORE_INPUTS`) and the exact run it wrote (:data:`~stages.score_inputs.SCORE_RESULTS`).
 INPUTS = {**SCORE_INPUTS, "exact-per-query": SCORE_RESULTS["per-query"],
           "exact-neighbors": SCORE_RESULTS["neighbors"], "evaluated": SCORE_RESULTS["evaluated"]}
-OUTPUTS = {"index-metrics": "metrics/index.json", "tables": "metrics/index",
-           "pareto": "plots/index_pareto.png", "index-report": "reports/ann_index.html"}
-#: The file of the points table inside ``metrics/index/`` (``dvc plots``).
+#: The DVC outs: results, the same bytes for the same inputs (dvc.lock does not churn when the stage re-runs).
+OUTPUTS = {"index-metrics": "metrics/index.json", "tables": "metrics/index"}
+#: What the stage measures (timings differ run to run): written with the outs, all or none, but not DVC outs,
+#: so that their bytes never enter dvc.lock; dvc.yaml's top-level ``metrics`` and ``plots`` read them.
+MEASURED = {"index-speed": "metrics/index_speed.json", "speed-points": "metrics/index_speed.csv",
+            "pareto": "plots/index_pareto.png", "index-report": "reports/ann_index.html"}
+#: The points table inside ``metrics/index/``: one row per point, its results (the timed copy, for ``dvc plots``:
+#: ``MEASURED["speed-points"]``).
 POINTS_CSV = "points.csv"
+#: What the timings file says of itself.
+TIMINGS_NOTE = ("measurements of this run on this machine (they differ run to run); every result is in "
+                "metrics/index.json, the same bytes for the same inputs")
 SKIPPED = "index.kinds is empty: no index was built (list FAISS factory strings or hnswlib there)"
 
 
@@ -62,12 +71,17 @@ def write_tables(folder: Path, tables: dict[str, pd.DataFrame], evaluated_id: st
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
     try:
         for name, frame in tables.items():
-            neutralise_formulas(frame).assign(evaluated=evaluated_id).to_csv(
-                tmp / name, index=False, float_format="%.10g", lineterminator="\n")
+            write_csv(frame, evaluated_id)(tmp / name)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return tmp
+
+
+def write_csv(frame: pd.DataFrame, evaluated_id: str) -> Callable[[Path], None]:
+    """A table's writer, as the score stage writes its tables (formulas quoted, ``evaluated`` last)."""
+    safe = neutralise_formulas(frame).assign(evaluated=evaluated_id)
+    return lambda path: safe.to_csv(path, index=False, float_format="%.10g", lineterminator="\n")
 
 
 def evaluated_id(path: str) -> str:
@@ -89,13 +103,13 @@ def run(args: Any, settings: IndexSettings, score: ScoreSettings) -> tuple[dict[
     keys = metric_keys(score.metrics, score.ks)
     exact_means = {k: fsum_mean(pd.to_numeric(exact.table[per_query_column(k)]).dropna().to_numpy()) for k in keys}
     summary = {"num_queries": int(problem.queries.shape[0]), "num_gallery": int(problem.gallery.shape[0]),
-               "margin": settings.margin, "cheapest_non_inferior": cheapest(points), "exact": exact_means}
+               "margin": settings.margin, "exact": exact_means}
     return summary, points, tables
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = parse_stage_args(argv, "Score approximate indexes against the exact run.", INPUTS, OUTPUTS)
-    files = [p for p in output_paths(args, OUTPUTS) if p != args.tables]
+    args = parse_stage_args(argv, "Score approximate indexes against the exact run.", INPUTS, {**OUTPUTS, **MEASURED})
+    files = [p for p in output_paths(args, {**OUTPUTS, **MEASURED}) if p != args.tables]
     remove_outputs(files)  # first: a failed run never leaves an old result looking current
     shutil.rmtree(args.tables, ignore_errors=True)
     settings = load_settings(IndexSettings, args.params)
@@ -106,17 +120,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         summary, points, per_point = run(args, settings, score)
         ident = evaluated_id(args.evaluated)
     else:
-        summary, ident = {"skipped": SKIPPED, "cheapest_non_inferior": None}, ""
+        summary, ident = {"skipped": SKIPPED}, ""
     names = [table_name(i, p["point"]) for i, p in enumerate(points)]
+    results, timings = split_timings(points)
+    speed = {**({"skipped": SKIPPED} if not points else {}), "cheapest_non_inferior": cheapest(points),
+             "note": TIMINGS_NOTE, "points": {name: {**t, "table": n} for (name, t), n in zip(timings.items(), names)}}
+    document = {**summary, "points": {p["point"]: {**p, "table": n} for p, n in zip(results, names)}}
     rows = summary_rows(points, score.metrics, score.ks).assign(table=names)
-    tables = {POINTS_CSV: rows, **dict(zip(names, per_point))}
     axes = report.plotted_metrics(score.ks, score.metrics)
     plot = report.pareto_png(points, summary.get("exact", {}), axes)
-    page = report.page(summary, points, metric_keys(score.metrics, score.ks), plot)
-    document = {**summary, "points": {p["point"]: {**p, "table": n} for p, n in zip(points, names)}}
-    folder = write_tables(Path(args.tables), tables, ident)
+    page = report.page({**summary, "cheapest_non_inferior": speed["cheapest_non_inferior"]}, points,
+                       metric_keys(score.metrics, score.ks), plot)
+    results_rows = rows.drop(columns=[c for c in TIMING_KEYS if c in rows.columns])
+    folder = write_tables(Path(args.tables), {POINTS_CSV: results_rows, **dict(zip(names, per_point))}, ident)
     try:
-        write_all([(args.index_metrics, json_file(document)),
+        write_all([(args.index_metrics, json_file(document)), (args.index_speed, json_file(speed)),
+                   (args.speed_points, write_csv(rows, ident)),
                    (args.pareto, lambda tmp: plot.save(tmp, format="PNG")),
                    (args.index_report, lambda tmp: tmp.write_text(page, encoding="utf-8", newline="\n"))])
         folder.replace(args.tables)

@@ -317,6 +317,17 @@ def score_index(problem: Problem, exact: Exact, settings: IndexSettings,
     return points, tables
 
 
+#: The keys of a point that are measurements (they differ run to run), kept apart from its results.
+TIMING_KEYS = ("build_seconds", "queries_per_second", "queries_per_second_one_thread", "threads")
+
+
+def split_timings(points: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Each point's results (every key but :data:`TIMING_KEYS`: the same for the same inputs, byte for byte)
+    and, by point name, its timings."""
+    results = [{k: v for k, v in p.items() if k not in TIMING_KEYS} for p in points]
+    return results, {p["point"]: {k: p[k] for k in TIMING_KEYS} for p in points}
+
+
 def cheapest(points: Sequence[dict[str, Any]]) -> str | None:
     """The non-inferior point with the most queries/s (every thread), or None."""
     good = [p for p in points if p["non_inferior"]]
