@@ -2,16 +2,18 @@
 
 argv -> the ``index`` section (and the score settings its lists follow: ks, metrics, the exclusion rules, whiten,
 bootstrap) -> :func:`recallk.index.sweep.score_index` on the split's embeddings, paired with the score stage's
-per-query table and neighbours (the exact run, read, not recomputed) -> ``metrics/index.json``, the points CSV
-and one per-query table per point (``metrics/index/``, readable by ``recallk compare``), the Pareto PNG and
-``reports/ann_index.html``, all or none. ``index.kinds: []`` (the default) builds nothing and writes
-placeholders, without reading the embeddings.
+per-query table and neighbours (the exact run, read, not recomputed) -> the results, ``metrics/index.json`` and
+one per-query table per point (``metrics/index/``, readable by ``recallk compare``): the DVC outs, the same bytes
+for the same inputs; and the measurements (``MEASURED``: the timings file, the points CSV, the Pareto PNG and
+``reports/ann_index.html``), which are not DVC outs (dvc.lock never holds a timing); all or none.
+``index.kinds: []`` (the default) builds nothing and writes placeholders, without reading the embeddings.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
@@ -20,7 +22,7 @@ from recallk.compare.stats import fsum_mean
 from recallk.errors import InputError
 from recallk.index import report
 from recallk.index.exact import exact_from_tables, problem_from_split
-from recallk.index.sweep import cheapest, score_index, summary_rows
+from recallk.index.sweep import TIMING_KEYS, cheapest, score_index, split_timings, summary_rows
 from recallk.score.registry import metric_keys
 from recallk.settings.index import IndexSettings
 from recallk.settings.score import ScoreSettings
@@ -36,16 +38,25 @@ from stages.runner import (
     remove_outputs,
     run_stage,
 )
-from stages.score_inputs import load_inputs
+from stages.score_inputs import SCORE_INPUTS, SCORE_RESULTS, load_inputs
 
-INPUTS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.csv",
-          "embeddings": "data/embeddings/embeddings.npy", "ids": "data/embeddings/ids.npy",
-          "exact-per-query": "data/scores/per_query.csv", "exact-neighbors": "data/scores/neighbors.csv",
+#: What the stage reads and writes, by option name: the score stage's inputs (one definition,
+#: :data:`stages.score_inputs.SCORE_INPUTS`) and the exact run it wrote (:data:`~stages.score_inputs.SCORE_RESULTS`).
+INPUTS = {**SCORE_INPUTS, "exact-per-query": SCORE_RESULTS["per-query"],
+          "exact-neighbors": SCORE_RESULTS["neighbors"],
           "split-provenance": "data/prepared/provenance.json"}
-OUTPUTS = {"index-metrics": "metrics/index.json", "tables": "metrics/index",
-           "pareto": "plots/index_pareto.png", "index-report": "reports/ann_index.html"}
-#: The file of the points table inside ``metrics/index/`` (``dvc plots``).
+#: The DVC outs: results, the same bytes for the same inputs (dvc.lock does not churn when the stage re-runs).
+OUTPUTS = {"index-metrics": "metrics/index.json", "tables": "metrics/index"}
+#: What the stage measures (timings differ run to run): written with the outs, all or none, but not DVC outs,
+#: so that their bytes never enter dvc.lock; dvc.yaml's top-level ``metrics`` and ``plots`` read them.
+MEASURED = {"index-speed": "metrics/index_speed.json", "speed-points": "metrics/index_speed.csv",
+            "pareto": "plots/index_pareto.png", "index-report": "reports/ann_index.html"}
+#: The points table inside ``metrics/index/``: one row per point, its results (the timed copy, for ``dvc plots``:
+#: ``MEASURED["speed-points"]``).
 POINTS_CSV = "points.csv"
+#: What the timings file says of itself.
+TIMINGS_NOTE = ("measurements of this run on this machine (they differ run to run); every result is in "
+                "metrics/index.json, the same bytes for the same inputs")
 SKIPPED = "index.kinds is empty: no index was built (list FAISS factory strings or hnswlib there)"
 
 
@@ -55,12 +66,16 @@ def table_name(number: int, point: str) -> str:
 
 
 def tables_folder(tables: dict[str, pd.DataFrame], evaluated_id: str) -> Folder:
-    """The ``metrics/index`` folder output: every table of ``tables`` (file name -> frame) as a CSV, text a
-    spreadsheet would run as a formula quoted, the id of what was evaluated in a last column."""
-    def csv(frame: pd.DataFrame):
-        safe = neutralise_formulas(frame).assign(evaluated=evaluated_id)
-        return lambda path: safe.to_csv(path, index=False, float_format="%.10g", lineterminator="\n")
-    return Folder({name: csv(frame) for name, frame in tables.items()})
+    """The ``metrics/index`` folder output: every table of ``tables`` (file name -> frame) as a CSV, as
+    :func:`write_csv` writes it."""
+    return Folder({name: write_csv(frame, evaluated_id) for name, frame in tables.items()})
+
+
+def write_csv(frame: pd.DataFrame, evaluated_id: str) -> Callable[[Path], None]:
+    """A table's writer, as the score stage writes its tables (text a spreadsheet would run as a formula quoted,
+    the id of what was evaluated in a last column)."""
+    safe = neutralise_formulas(frame).assign(evaluated=evaluated_id)
+    return lambda path: safe.to_csv(path, index=False, float_format="%.10g", lineterminator="\n")
 
 
 def evaluated_id(per_query: pd.DataFrame, path: str) -> str:
@@ -88,13 +103,13 @@ def run(args: Any, settings: IndexSettings, score: ScoreSettings) -> tuple[dict[
     keys = metric_keys(score.metrics, score.ks)
     exact_means = {k: fsum_mean(pd.to_numeric(exact.table[per_query_column(k)]).dropna().to_numpy()) for k in keys}
     summary = {"num_queries": int(problem.queries.shape[0]), "num_gallery": int(problem.gallery.shape[0]),
-               "margin": settings.margin, "cheapest_non_inferior": cheapest(points), "exact": exact_means}
+               "margin": settings.margin, "exact": exact_means}
     return summary, points, tables, evaluated_id(per_query, args.exact_per_query)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = parse_stage_args(argv, "Score approximate indexes against the exact run.", INPUTS, OUTPUTS)
-    remove_outputs(output_paths(args, OUTPUTS))  # first: a failed run never leaves an old result looking current
+    args = parse_stage_args(argv, "Score approximate indexes against the exact run.", INPUTS, {**OUTPUTS, **MEASURED})
+    remove_outputs(output_paths(args, {**OUTPUTS, **MEASURED}))  # first: a failed run never leaves an old result
     settings = load_settings(IndexSettings, args.params)
     score = load_settings(ScoreSettings, args.params)
     points: list[dict[str, Any]] = []
@@ -102,16 +117,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     if settings.kinds:
         summary, points, per_point, ident = run(args, settings, score)
     else:
-        summary, ident = {"skipped": SKIPPED, "cheapest_non_inferior": None}, ""
+        summary, ident = {"skipped": SKIPPED}, ""
     names = [table_name(i, p["point"]) for i, p in enumerate(points)]
+    results, timings = split_timings(points)
+    speed = {**({"skipped": SKIPPED} if not points else {}), "cheapest_non_inferior": cheapest(points),
+             "note": TIMINGS_NOTE, "points": {name: {**t, "table": n} for (name, t), n in zip(timings.items(), names)}}
+    document = {**summary, "points": {p["point"]: {**p, "table": n} for p, n in zip(results, names)}}
     rows = summary_rows(points, score.metrics, score.ks).assign(table=names)
-    tables = {POINTS_CSV: rows, **dict(zip(names, per_point))}
     axes = report.plotted_metrics(score.ks, score.metrics)
     plot = report.pareto_png(points, summary.get("exact", {}), axes)
-    page = report.page(summary, points, metric_keys(score.metrics, score.ks), plot)
-    document = {**summary, "points": {p["point"]: {**p, "table": n} for p, n in zip(points, names)}}
+    page = report.page({**summary, "cheapest_non_inferior": speed["cheapest_non_inferior"]}, points,
+                       metric_keys(score.metrics, score.ks), plot)
+    results_rows = rows.drop(columns=[c for c in TIMING_KEYS if c in rows.columns])
+    tables = {POINTS_CSV: results_rows, **dict(zip(names, per_point))}
     # all or none, the folder of tables too (killed at any point, the next run leaves exactly these outputs)
     write_all([(args.index_metrics, json_file(document)), (args.tables, tables_folder(tables, ident)),
+               (args.index_speed, json_file(speed)), (args.speed_points, write_csv(rows, ident)),
                (args.pareto, lambda tmp: plot.save(tmp, format="PNG")),
                (args.index_report, lambda tmp: tmp.write_text(page, encoding="utf-8", newline="\n"))])
 

@@ -39,19 +39,16 @@ from stages.runner import (
     remove_outputs,
     run_stage,
 )
-from stages.score_inputs import load_inputs, verified_loader
+from stages.score_inputs import SCORE_INPUTS, SCORE_RESULTS, load_inputs, verified_loader
 
 #: What the stage reads and writes, by option name (``--catalog PATH`` ...): dvc.yaml's deps and outs
 #: (tests/test_dvc_yaml.py).
-INPUTS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.csv",
-          "embeddings": "data/embeddings/embeddings.npy", "ids": "data/embeddings/ids.npy",
-          "split-provenance": "data/prepared/provenance.json", "encode-provenance": "data/embeddings/provenance.json",
-          "skipped": "data/prepared/skipped.csv"}
-OUTPUTS = {"metrics": "metrics/recall.json", "counts": "metrics/counts.json",
-           "intervals": "metrics/intervals.json", "evaluated": "metrics/evaluated.json",
-           "per-class": "metrics/per_class.csv", "curve": "metrics/recall_curve.csv",
-           "per-query": "data/scores/per_query.csv", "compact": "metrics/per_query.csv",
-           "neighbors": "data/scores/neighbors.csv",
+INPUTS = {**SCORE_INPUTS, "split-provenance": "data/prepared/provenance.json",
+          "encode-provenance": "data/embeddings/provenance.json", "skipped": "data/prepared/skipped.csv"}
+OUTPUTS = {"metrics": "metrics/recall.json", "counts": "metrics/counts.json", "intervals": "metrics/intervals.json",
+           "evaluated": SCORE_RESULTS["evaluated"], "per-class": "metrics/per_class.csv",
+           "curve": "metrics/recall_curve.csv", "per-query": SCORE_RESULTS["per-query"],
+           "compact": "metrics/per_query.csv", "neighbors": SCORE_RESULTS["neighbors"],
            "confusions": "metrics/confusions.csv", "near-duplicates": "data/scores/near_duplicates.csv",
            "failures": "plots/failures.png", "report": "reports/index.html"}
 

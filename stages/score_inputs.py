@@ -22,6 +22,13 @@ from recallk.report.suite import SplitSets
 from stages.runner import read_catalog, read_split
 
 REENCODE = "re-run encode (`dvc repro -f encode`)"
+#: What :func:`load_inputs` reads, by option name (``--catalog PATH`` ...): the score stage's inputs, and those
+#: of every stage that reads the split's embeddings as score does (``index``).
+SCORE_INPUTS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.csv",
+                "embeddings": "data/embeddings/embeddings.npy", "ids": "data/embeddings/ids.npy"}
+#: The score stage's outputs that a later stage reads (``index``: the exact run), by the score stage's option name.
+SCORE_RESULTS = {"per-query": "data/scores/per_query.csv", "neighbors": "data/scores/neighbors.csv",
+                 "evaluated": "metrics/evaluated.json"}
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,9 @@ from recallk.score.resample import percentile_interval
 TIE_TOL = 1e-10
 #: Unit draws per chunk (bounds the scratch to ~32 MB).
 CELLS = 4_000_000
+#: The most bootstrap counts (resamples x units, float64) :func:`bootstrap_deltas` keeps in a caller's cache
+#: (128 MiB).
+CACHE_CELLS = 2**24
 #: The most unit draws (units x resamples, and units x sign patterns) one comparison makes by default:
 #: beyond it the resamples and patterns are capped (:func:`capped`) and the result says so.
 MAX_DRAWS = 200_000_000
@@ -128,6 +131,15 @@ def _counts(rng: np.random.Generator, size: int, units: int) -> np.ndarray:
     return np.bincount(idx.ravel(), minlength=size * units).reshape(size, units).astype(np.float64)
 
 
+def _cached_counts(cache: dict | None, key: tuple, cells: int, two_level: bool) -> list | None:
+    """The list of count chunks ``cache`` keeps under ``key`` (made empty on first use), or None: no cache, a
+    two-level draw (its stream interleaves the counts with the within-group draws), or counts above
+    :data:`CACHE_CELLS`."""
+    if cache is None or two_level or cells > CACHE_CELLS:
+        return None
+    return cache.setdefault(key, [])
+
+
 def _two_level_counts(rng: np.random.Generator, label_counts: np.ndarray, starts: np.ndarray,
                       sizes: np.ndarray, n: int) -> np.ndarray:
     """Query counts of two-level resamples: each drawn label (``label_counts`` (size, G) times) draws its
@@ -193,7 +205,8 @@ def two_level_values(delta: np.ndarray, sizes: np.ndarray, inverse: np.ndarray,
 
 
 def bootstrap_deltas(delta: np.ndarray, resamples: int, seed: int, groups: np.ndarray | None = None,
-                     two_level: bool = False, tick: Tick | None = None) -> np.ndarray:
+                     two_level: bool = False, tick: Tick | None = None,
+                     counts_cache: dict | None = None) -> np.ndarray:
     """Bootstrap means of every column of ``delta`` (n, M): the same resamples serve every column.
 
     By query (no ``groups``): ``n`` queries drawn with replacement. By group: ``G`` groups drawn with
@@ -204,6 +217,11 @@ def bootstrap_deltas(delta: np.ndarray, resamples: int, seed: int, groups: np.nd
     ``G/(G-1)`` times the group bootstrap's, or the within-group part alone where that is larger). Every
     mean is kept within the range of its column (a constant column's resamples are that constant exactly).
     Returns (resamples, M).
+
+    ``counts_cache`` (a dict the caller keeps): the resamples' counts are drawn once and reused by later
+    calls with the same ``resamples``, ``seed`` and units (one query or one group each), which draw the same
+    counts anyway: the results are those of a fresh draw, bit for bit (by query or by group, while the counts
+    fit :data:`CACHE_CELLS`; two-level resamples are always drawn afresh).
     """
     delta = _as_matrix(delta)
     n = delta.shape[0]
@@ -220,9 +238,16 @@ def bootstrap_deltas(delta: np.ndarray, resamples: int, seed: int, groups: np.nd
             sorted_delta, starts = adjusted[order], np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     units = sums.shape[0]
     step = max(1, CELLS // max(units if not (groups is not None and two_level) else n, 1))
-    for start in range(0, resamples, step):
+    cached = _cached_counts(counts_cache, (resamples, seed, units, step), resamples * units,
+                            groups is not None and two_level)
+    for number, start in enumerate(range(0, resamples, step)):
         size = min(step, resamples - start)
-        counts = _counts(rng, size, units)
+        if cached is not None and number < len(cached):
+            counts = cached[number]
+        else:
+            counts = _counts(rng, size, units)
+            if cached is not None:
+                cached.append(counts)
         if sizes is None:
             means = counts @ sums / n
         elif two_level:

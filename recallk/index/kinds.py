@@ -165,7 +165,14 @@ def build(kind: Kind, gallery: np.ndarray, train: np.ndarray, threads: int, seed
                              "train split more images.") from None
     index.add(gallery)
     seconds = time.perf_counter() - start
-    return Built(kind, index, seconds, int(faiss.serialize_index(index).nbytes))
+    return Built(kind, index, seconds, faiss_bytes(faiss, index))
+
+
+def faiss_bytes(faiss: Any, index: Any) -> int:
+    """The size of a FAISS index as serialized (``faiss.serialize_index``'s length, without copying it out)."""
+    writer = faiss.VectorIOWriter()
+    faiss.write_index(index, writer)
+    return int(writer.data.size())
 
 
 def hnswlib_bytes(index: Any) -> int:

@@ -32,8 +32,26 @@ def exclusion_bound(own: np.ndarray, codes: Sequence[tuple[np.ndarray, np.ndarra
     return bound
 
 
+def list_order(ids: np.ndarray, scores: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """(n, k) each row's answer columns by (-score, gallery row), the dropped (``~keep``) last.
+
+    float32 scores (every index's) sort as one uint64 key per item, the score's order-preserving bits above
+    the row: one sort instead of two, the same order (-0.0 counts as 0.0, as it compares). Other scores, or a
+    NaN score kept, sort by ``np.lexsort`` of the two keys.
+    """
+    if scores.dtype == np.float32 and ids.size and int(ids.max()) < 2**32 and not np.isnan(scores[keep]).any():
+        bits = (scores + np.float32(0.0)).view(np.uint32)  # + 0.0: -0.0 -> 0.0
+        rising = bits ^ np.where(bits >> 31, np.uint32(0xFFFFFFFF), np.uint32(0x80000000))  # ascending with s
+        key = ((~rising).astype(np.uint64) << np.uint64(32)) | np.maximum(ids, 0).astype(np.uint64)
+        key[~keep] = np.iinfo(np.uint64).max
+        return np.argsort(key, axis=-1)
+    by_score = np.where(keep, -scores.astype(np.float64), np.inf)  # what is dropped sorts last
+    return np.lexsort((np.where(keep, ids, np.iinfo(np.int64).max), by_score), axis=-1)
+
+
 def ranked_lists(ids: np.ndarray, scores: np.ndarray, own: np.ndarray,
-                 codes: Sequence[tuple[np.ndarray, np.ndarray]], depth: int) -> tuple[np.ndarray, np.ndarray]:
+                 codes: Sequence[tuple[np.ndarray, np.ndarray]], depth: int,
+                 values: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Each query's ranked list from an index's answer.
 
     Parameters
@@ -48,22 +66,25 @@ def ranked_lists(ids: np.ndarray, scores: np.ndarray, own: np.ndarray,
         One pair per exclusion column (-1: missing, never matches).
     depth : int
         How many items a list keeps.
+    values : ndarray (n, k), optional
+        What the second array returns, in the lists' order (default: ``scores``); the index stage passes the
+        exact cosines of the answers.
 
     Returns
     -------
-    (columns, scores)
-        int64 ``(n, depth)`` gallery rows by (-score, row), -1 where the list came up short; their scores
-        (NaN there).
+    (columns, values)
+        int64 ``(n, depth)`` gallery rows by (-score, row), -1 where the list came up short; their ``values``
+        as float32 (NaN there).
     """
     keep = (ids >= 0) & (ids != own[:, None])
     safe = np.maximum(ids, 0)
     for qc, gc in codes:
         keep &= ~((qc[:, None] >= 0) & (gc[safe] == qc[:, None]))
-    key = np.where(keep, -scores.astype(np.float64), np.inf)  # what is dropped sorts last
-    order = np.lexsort((np.where(keep, ids, np.iinfo(np.int64).max), key), axis=-1)[:, :depth]
+    order = list_order(ids, scores, keep)[:, :depth]
     kept = np.take_along_axis(keep, order, axis=1)
     out = np.where(kept, np.take_along_axis(ids, order, axis=1), -1).astype(np.int64, copy=False)
-    out_scores = np.where(kept, np.take_along_axis(scores, order, axis=1), np.nan).astype(np.float32)
+    values = scores if values is None else values
+    out_scores = np.where(kept, np.take_along_axis(values, order, axis=1), np.nan).astype(np.float32)
     if out.shape[1] < depth:  # the index was asked for fewer than depth items (a small gallery)
         pad = depth - out.shape[1]
         out = np.pad(out, ((0, 0), (0, pad)), constant_values=-1)

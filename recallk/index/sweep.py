@@ -107,32 +107,44 @@ def check_kinds(settings: IndexSettings, dim: int) -> list[tuple[kinds_mod.Kind,
 
 
 def rounded(values: np.ndarray) -> np.ndarray:
-    """``values`` as the per-query CSV writes and reads them back (``%.10g``): Δ compares like with like."""
-    return np.array([float(f"{v:.10g}") for v in values.tolist()], dtype=np.float64)
+    """``values`` as the per-query CSV writes and reads them back (``%.10g``): Δ compares like with like
+    (each distinct value formatted once)."""
+    distinct, inverse = np.unique(np.asarray(values, dtype=np.float64), return_inverse=True)
+    return np.array([float(f"{v:.10g}") for v in distinct.tolist()], dtype=np.float64)[inverse.reshape(-1)]
+
+
+def exact_columns(exact: Exact, keys: Sequence[str]) -> dict[str, np.ndarray]:
+    """Each metric's exact per-query values (float64, NaN for a query without a positive), read once."""
+    return {key: pd.to_numeric(exact.table[per_query_column(key)], errors="coerce").to_numpy(dtype=np.float64)
+            for key in keys}
 
 
 def paired(index_values: dict[str, np.ndarray], exact: Exact, score: ScoreSettings, margin: float,
-           unjudged: Sequence[str] = ()) -> dict[str, Any]:
+           unjudged: Sequence[str] = (), exact_values: dict[str, np.ndarray] | None = None,
+           counts_cache: dict | None = None) -> dict[str, Any]:
     """Each metric's mean, Δ against exact with its paired interval (``score.bootstrap``'s resamples, level, seed
     and unit), McNemar for recall@K, and the verdict: non-inferior when every interval's low end is above
-    ``-margin``, the ``unjudged`` metrics (cut short by the depth, :func:`truncated`) left out."""
+    ``-margin``, the ``unjudged`` metrics (cut short by the depth, :func:`truncated`) left out.
+    ``exact_values`` (:func:`exact_columns`) and ``counts_cache`` (the bootstrap's counts,
+    :func:`recallk.compare.stats.bootstrap_deltas`) serve every point of a sweep."""
     boot = score.bootstrap
     table = exact.table
     labels = table["label"].astype(str).to_numpy()
+    exact_values = exact_values if exact_values is not None else exact_columns(exact, list(index_values))
     out: dict[str, Any] = {}
     deltas: dict[str, np.ndarray] = {}
     pairs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for key, values in index_values.items():
-        exact_values = pd.to_numeric(table[per_query_column(key)], errors="coerce").to_numpy(dtype=np.float64)
-        kept = ~np.isnan(exact_values)  # the queries with a positive: the same for every metric
-        pairs[key] = exact_values[kept], rounded(values)[kept]
+        kept = ~np.isnan(exact_values[key])  # the queries with a positive: the same for every metric
+        pairs[key] = exact_values[key][kept], rounded(values)[kept]
         deltas[key] = pairs[key][1] - pairs[key][0]
     # recallk compare's paired bootstrap (stats.bootstrap_deltas), once for every metric: the same resamples
     # serve every column, so the intervals are those stats.paired_bootstrap_ci gives metric by metric
     groups = labels[kept] if boot.unit == "label" else None
     means: dict[str, np.ndarray] = {}
     if boot.resamples and deltas:
-        draws = stats.bootstrap_deltas(np.column_stack(list(deltas.values())), boot.resamples, boot.seed, groups)
+        draws = stats.bootstrap_deltas(np.column_stack(list(deltas.values())), boot.resamples, boot.seed, groups,
+                                       counts_cache=counts_cache)
         means = dict(zip(deltas, draws.T))
     verdict = True
     for key, (a, b) in pairs.items():
@@ -150,29 +162,41 @@ def paired(index_values: dict[str, np.ndarray], exact: Exact, score: ScoreSettin
     return out
 
 
-def ordering_scores(problem: Problem, ids: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, str]:
-    """The scores a point's lists are ordered by, and which: the exact cosines of the returned items when the
-    index's own scores are all within float32 rounding of them (uncompressed vectors: Flat, IVF-Flat, HNSW,
-    hnswlib), so that rounding noise never reorders what the exact engine orders (its total order: exact cosine,
-    ties by gallery row); else (PQ, SQ, ... : approximate scores) the index's own."""
+def returned_cosines(problem: Problem, ids: np.ndarray) -> np.ndarray:
+    """(n, k) float32 the exact cosine of each returned gallery row (the exact engine's, ``exact_pairs``), NaN
+    where the index returned none (-1): computed once per point, for its order and its k-NN recall."""
     line, col = np.nonzero(ids >= 0)
     exact = np.full(ids.shape, np.nan, dtype=np.float32)
     exact[line, col] = exact_pairs(problem.queries, problem.gallery, line, ids[line, col])
+    return exact
+
+
+def ordering_scores(problem: Problem, ids: np.ndarray, scores: np.ndarray,
+                    exact: np.ndarray | None = None) -> tuple[np.ndarray, str]:
+    """The scores a point's lists are ordered by, and which: the exact cosines of the returned items
+    (``exact``, :func:`returned_cosines`) when the index's own scores are all within float32 rounding of them
+    (uncompressed vectors: Flat, IVF-Flat, HNSW, hnswlib), so that rounding noise never reorders what the exact
+    engine orders (its total order: exact cosine, ties by gallery row); else (PQ, SQ, ... : approximate scores)
+    the index's own."""
+    exact = returned_cosines(problem, ids) if exact is None else exact
+    valid = ids >= 0
     tol = 2 * float32_dot_error_bound(problem.gallery.shape[1]) + 2.0**-22
-    gap = np.abs(exact[line, col].astype(np.float64) - scores[line, col].astype(np.float64))
-    if gap.size and float(gap.max()) <= tol:
+    gap = np.abs(np.subtract(exact, scores, dtype=np.float64))
+    if valid.any() and float(gap.max(where=valid, initial=0.0)) <= tol:
         return exact, "exact cosine (the index's scores are exact up to float32 rounding)"
     return scores, "the index's own scores"
 
 
-def knn_recalls(problem: Problem, exact: Exact, columns: np.ndarray, ks: Sequence[int]) -> dict[str, Any]:
-    """k-NN recall@K of the lists ``columns`` under both definitions, at each K the exact table holds."""
+def knn_recalls(problem: Problem, exact: Exact, columns: np.ndarray, ks: Sequence[int],
+                column_cosines: np.ndarray | None = None) -> dict[str, Any]:
+    """k-NN recall@K of the lists ``columns`` under both definitions, at each K the exact table holds
+    (``column_cosines``: the exact cosines of ``columns``, NaN at -1, when the caller has them)."""
     out: dict[str, Any] = {}
     top = min(columns.shape[1], exact.neighbor_rows.shape[1])
     run = columns[:, :top]
-    line, col = np.nonzero(run >= 0)
-    run_scores = np.full(run.shape, np.nan, dtype=np.float32)
-    run_scores[line, col] = exact_pairs(problem.queries, problem.gallery, line, run[line, col])
+    if column_cosines is None:
+        column_cosines = returned_cosines(problem, run)
+    run_scores = column_cosines[:, :top]
     for k in (k for k in ks if k <= top):
         ann = ann_benchmarks_recall(exact.neighbor_scores, run_scores, k)
         big, tied = big_ann_benchmarks_recall(exact.neighbor_rows, exact.neighbor_scores, run, k)
@@ -195,6 +219,49 @@ def point_name(kind: str, point: dict[str, int]) -> str:
     return " ".join([kind] + [f"{k}={v}" for k, v in point.items()])
 
 
+@dataclass(frozen=True, eq=False)
+class Shared:
+    """What every point of a sweep scores against, computed once: the unjudged (truncated) metrics, the margin,
+    the exact per-query values (:func:`exact_columns`), the bootstrap's counts (filled by the first point) and
+    each query's R and M."""
+
+    truncated: Sequence[str]
+    margin: float
+    exact_values: dict[str, np.ndarray]
+    counts: dict
+    n_positives: np.ndarray
+    n_retrievable: np.ndarray
+
+
+def score_answers(problem: Problem, exact: Exact, ids: np.ndarray, scores: np.ndarray, depth: int,
+                  score: ScoreSettings, shared: Shared) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """What a point reports that follows from its answers ``ids``, ``scores`` (not its timings): the order, the
+    short lists, the k-NN recall, each metric paired with exact; and the per-query values. The exact cosines
+    of the answers are computed once and serve the order and the k-NN recall."""
+    cosines = returned_cosines(problem, ids)
+    order_scores, order = ordering_scores(problem, ids, scores, cosines)
+    columns, column_cosines = ranked_lists(ids, order_scores, problem.own, problem.exclude, depth, cosines)
+    values = label_values(columns, problem.query_codes, problem.gallery_codes, shared.n_positives,
+                          shared.n_retrievable, score.metrics, score.ks)
+    result: dict[str, Any] = {"order": order, "short_lists": short_lists(columns, shared.n_retrievable),
+                              "truncated_metrics": list(shared.truncated)}
+    result.update(knn_recalls(problem, exact, columns, score.ks, column_cosines))
+    result.update(paired(values, exact, score, shared.margin, shared.truncated, shared.exact_values,
+                         shared.counts))
+    return result, values
+
+
+def warn_below_k(kind: str, points: Sequence[dict[str, Any]], asked: int) -> None:
+    """One warning per kind whose swept ``efSearch`` / ``ef`` values ran at the ``asked`` items instead (FAISS
+    HNSW and hnswlib search with ``max(value, k)``: such points repeat one another), naming the param."""
+    below = [p for p in points if p["param"] in ("efSearch", "ef") and p["effective_value"] != p["value"]]
+    if below:
+        log.warning("`index.sweep.%s`: %s searches with at least the %d items each query asks for (the depth plus "
+                    "the excluded items), so %s %s ran at %d, the same search; sweep values above %d to see a "
+                    "difference", below[0]["param"], kind, asked, below[0]["param"],
+                    ", ".join(str(p["value"]) for p in below), below[0]["effective_value"], asked)
+
+
 def score_index(problem: Problem, exact: Exact, settings: IndexSettings,
                 score: ScoreSettings) -> tuple[list[dict[str, Any]], list[pd.DataFrame]]:
     """Build, search and score every operating point of ``settings.kinds``.
@@ -212,7 +279,8 @@ def score_index(problem: Problem, exact: Exact, settings: IndexSettings,
     asked = min(depth + extra, m)
     threads = settings.threads or os.cpu_count() or 1
     one = min(settings.single_thread_queries, n)
-    R, M = (exact.table[c].to_numpy(dtype=np.int64) for c in ("num_positives", "num_retrievable"))
+    shared = Shared(cut, settings.margin, exact_columns(exact, metric_keys(score.metrics, score.ks)), {},
+                    *(exact.table[c].to_numpy(dtype=np.int64) for c in ("num_positives", "num_retrievable")))
     points: list[dict[str, Any]] = []
     tables: list[pd.DataFrame] = []
     with Progress(sum(len(p) for _, p in planned), "index points", "point", log) as bar:
@@ -224,13 +292,16 @@ def score_index(problem: Problem, exact: Exact, settings: IndexSettings,
                                     settings.build_threads, settings.seed)
             log.info("%s built in %.2f s (%d bytes), trained on %s", kind.name, built.build_seconds,
                      built.memory_bytes, trained_on)
+            answers: dict[tuple, tuple[np.ndarray, np.ndarray, dict[str, Any], dict[str, np.ndarray]]] = {}
             for point in kind_points:
                 ids, scores, seconds, ran = kinds_mod.search(built, problem.queries, asked, point, threads)
                 one_seconds = kinds_mod.search(built, problem.queries[:one], asked, point, 1)[2]
-                order_scores, order = ordering_scores(problem, ids, scores)
-                columns, _ = ranked_lists(ids, order_scores, problem.own, problem.exclude, depth)
-                values = label_values(columns, problem.query_codes, problem.gallery_codes, R, M, score.metrics,
-                                      score.ks)
+                same = answers.get(tuple(sorted(ran.items())))
+                if same is not None and np.array_equal(same[0], ids) and np.array_equal(same[1], scores, True):
+                    result, values = same[2], same[3]  # the point ran as an earlier one: the same answers
+                else:
+                    result, values = score_answers(problem, exact, ids, scores, depth, score, shared)
+                    answers[tuple(sorted(ran.items()))] = ids, scores, result, values
                 entry: dict[str, Any] = {
                     "point": point_name(kind.name, point), "kind": kind.name, "library": kind.library,
                     "param": next(iter(point), None), "value": next(iter(point.values()), None),
@@ -238,14 +309,23 @@ def score_index(problem: Problem, exact: Exact, settings: IndexSettings,
                     "trained_on": trained_on, "build_seconds": built.build_seconds,
                     "memory_bytes": built.memory_bytes, "queries_per_second": n / max(seconds, 1e-12),
                     "queries_per_second_one_thread": one / max(one_seconds, 1e-12), "threads": threads,
-                    "depth": depth, "searched_k": asked, "order": order, "short_lists": short_lists(columns, M),
-                    "truncated_metrics": cut}
-                entry.update(knn_recalls(problem, exact, columns, score.ks))
-                entry.update(paired(values, exact, score, settings.margin, cut))
+                    "depth": depth, "searched_k": asked, **result}
                 points.append(entry)
                 tables.append(per_query_table(exact, values))
                 bar.update(1)
+            warn_below_k(kind.name, points[len(points) - len(kind_points):], asked)
     return points, tables
+
+
+#: The keys of a point that are measurements (they differ run to run), kept apart from its results.
+TIMING_KEYS = ("build_seconds", "queries_per_second", "queries_per_second_one_thread", "threads")
+
+
+def split_timings(points: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Each point's results (every key but :data:`TIMING_KEYS`: the same for the same inputs, byte for byte)
+    and, by point name, its timings."""
+    results = [{k: v for k, v in p.items() if k not in TIMING_KEYS} for p in points]
+    return results, {p["point"]: {k: p[k] for k in TIMING_KEYS} for p in points}
 
 
 def cheapest(points: Sequence[dict[str, Any]]) -> str | None:

@@ -110,3 +110,20 @@ def test_power_analysis_by_hand():
     assert stats.queries_needed(1000, se, mde) == 1000  # that Δ is detected at these queries already
     assert stats.queries_needed(1000, se, mde / 2) == 4000  # half the Δ: four times the queries
     assert stats.queries_needed(1000, 0.0, 0.01) is None  # no spread to scale
+
+
+@pytest.mark.parametrize("by_group", [False, True])
+def test_bootstrap_counts_cache_gives_the_fresh_draws_bit_for_bit(by_group: bool) -> None:
+    # The index stage reuses one sweep's counts for every point: a cached call equals a fresh one exactly,
+    # for other deltas with the same rows; a larger cache key (other resamples) draws afresh.
+    rng = np.random.default_rng(5)
+    groups = rng.integers(0, 7, 90) if by_group else None
+    cache: dict = {}
+    for _ in range(3):
+        delta = rng.normal(size=(90, 2))
+        fresh = stats.bootstrap_deltas(delta, 300, 11, groups)
+        cached = stats.bootstrap_deltas(delta, 300, 11, groups, counts_cache=cache)
+        assert np.array_equal(fresh, cached)
+    assert len(cache) == 1
+    assert np.array_equal(stats.bootstrap_deltas(delta, 40, 11, groups, counts_cache=cache),
+                          stats.bootstrap_deltas(delta, 40, 11, groups)) and len(cache) == 2

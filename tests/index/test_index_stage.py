@@ -11,17 +11,26 @@ from PIL import Image
 
 from extras import extra
 from helpers import OUTS, assert_no_outputs, assert_user_error, run_module, run_ok, set_params
+from recallk.index.sweep import TIMING_KEYS
+from stages import index as index_stage
 
 pytestmark = pytest.mark.stage
 
 INDEX_OUTPUTS = OUTS["index"]
 
 
+MEASURED = tuple(index_stage.MEASURED.values())
+
+
 def test_default_writes_placeholders_only(scored_project) -> None:
     run_ok(scored_project, "index")
     document = json.loads((scored_project / "metrics/index.json").read_text(encoding="utf-8"))
-    assert document["points"] == {} and document["skipped"].startswith("index.kinds is empty")
-    assert (scored_project / "metrics/index/points.csv").read_text(encoding="utf-8").startswith("point,kind,")
+    assert document == {"skipped": index_stage.SKIPPED, "points": {}}
+    speed = json.loads((scored_project / "metrics/index_speed.json").read_text(encoding="utf-8"))
+    assert speed["points"] == {} and speed["cheapest_non_inferior"] is None
+    assert (scored_project / "metrics/index_speed.csv").read_text(encoding="utf-8").startswith("point,kind,")
+    header = (scored_project / "metrics/index/points.csv").read_text(encoding="utf-8").splitlines()
+    assert header[0].startswith("point,kind,") and "queries_per_second" not in header[0] and len(header) == 1
     assert [p.name for p in (scored_project / "metrics/index").iterdir()] == ["points.csv"]
     assert Image.open(scored_project / "plots/index_pareto.png").size == (1, 1)
 
@@ -30,13 +39,18 @@ def test_a_sweep_then_a_bad_kind(scored_project) -> None:
     extra("faiss", "faiss")
     set_params(scored_project, {"index.kinds": ["Flat", "IVF4,Flat"], "index.sweep.nprobe": [1, 4]})
     run_ok(scored_project, "index")
-    document = json.loads((scored_project / "metrics/index.json").read_text(encoding="utf-8"))
+    results = (scored_project / "metrics/index.json").read_bytes()
+    tables = {p.name: p.read_bytes() for p in (scored_project / "metrics/index").iterdir()}
+    document = json.loads(results)
     flat = document["points"]["Flat"]
+    assert not set(TIMING_KEYS) & set(flat)  # the DVC out holds results only: the timings are apart
+    speed = json.loads((scored_project / "metrics/index_speed.json").read_text(encoding="utf-8"))
+    assert set(speed["points"]["Flat"]) == {*TIMING_KEYS, "table"} and speed["points"]["Flat"]["build_seconds"] >= 0
+    assert speed["cheapest_non_inferior"] in document["points"]
     assert [flat[f"delta_{k}"] for k in ("recall@1", "precision@5", "r_precision", "map@r", "mrr")] == [0.0] * 5
     assert flat["knn_recall@10_ann_benchmarks"] == flat["knn_recall@10_big_ann_benchmarks"] == 1.0
     assert document["points"]["IVF4,Flat nprobe=4"]["delta_map@r"] == 0.0  # every list visited: exact
     assert document["points"]["IVF4,Flat nprobe=1"]["trained_on"].startswith("train split")
-    assert document["cheapest_non_inferior"] in document["points"]
     page = (scored_project / "reports/ann_index.html").read_text(encoding="utf-8")
     assert "IVF4,Flat nprobe=1" in page and "data:image/png;base64," in page
     assert Image.open(scored_project / "plots/index_pareto.png").width > 100
@@ -45,7 +59,11 @@ def test_a_sweep_then_a_bad_kind(scored_project) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "recall@1      " in proc.stdout and "+0.0000  [+0.0000, +0.0000]" in proc.stdout
 
+    run_ok(scored_project, "index")  # again: the timings differ, the results are the same bytes
+    assert (scored_project / "metrics/index.json").read_bytes() == results
+    assert {p.name: p.read_bytes() for p in (scored_project / "metrics/index").iterdir()} == tables
+
     set_params(scored_project, {"index.kinds": ["Flat", "IVF4,Flt"]})
     proc = run_module("stages.index", cwd=scored_project)
     assert_user_error(proc, "`index.kinds`: 'IVF4,Flt' is not a FAISS factory string")
-    assert_no_outputs(scored_project, INDEX_OUTPUTS)  # the earlier run's outputs are gone too
+    assert_no_outputs(scored_project, INDEX_OUTPUTS + MEASURED)  # the earlier run's outputs are gone too

@@ -3,6 +3,8 @@ exact run) and its bad-input errors, on a small clustered gallery."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -131,3 +133,17 @@ def test_intervals_and_mcnemar_are_compares_own(case) -> None:
     point = points[0]
     assert (point["mcnemar_p_recall@1"], point["lost_recall@1"], point["gained_recall@1"]) == (p, lost, gained)
     assert lost + gained > 0  # the case does have discordant queries
+
+
+def test_efsearch_below_the_asked_k_warns_once_and_repeats_the_search(case, caplog) -> None:
+    # FAISS HNSW searches with max(efSearch, k): 4 and 8 run at the k asked (one warning naming the param and
+    # the value they ran at) and give the same lists; 400 runs as asked.
+    with caplog.at_level(logging.WARNING, logger="recallk.index.sweep"):
+        low, mid, high = run(case, ("HNSW8",), depth=20, efSearch=(4, 8, 400))[0]
+    asked = low["searched_k"]
+    assert 20 < asked < 400 and low["effective_value"] == mid["effective_value"] == asked
+    assert high["effective_value"] == 400
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "recallk.index.sweep"]
+    assert warning.startswith("`index.sweep.efSearch`: HNSW8") and f"efSearch 4, 8 ran at {asked}" in warning
+    timing = {"point", "value", "build_seconds", "queries_per_second", "queries_per_second_one_thread"}
+    assert {k: v for k, v in low.items() if k not in timing} == {k: v for k, v in mid.items() if k not in timing}
