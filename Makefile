@@ -38,7 +38,7 @@ repro: $(VENV)/.installed
 # Every extra is installed, so none of their tests may skip (RECALLK_REQUIRE_EXTRAS: a missing one fails).
 # Without the extras, `pytest -m "not pipeline and not ray"` runs the core tests and skips the extras' ones.
 test: $(VENV)/.installed-test
-	RECALLK_REQUIRE_EXTRAS=1 $(BIN)/python -m pytest -n auto --dist loadgroup
+	RECALLK_REQUIRE_EXTRAS=1 $(BIN)/python -m pytest -n auto --dist loadgroup --durations=25
 
 lint: $(VENV)/.installed-lint
 	$(BIN)/ruff check recallk stages tests bench
