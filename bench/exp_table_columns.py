@@ -7,6 +7,8 @@ prints the column count of ``dvc exp show --only-changed`` and its columns by ki
 headline metrics, params, deps), without the dependency hashes too (``--drop``), and the first rows of
 ``dvc metrics diff`` between two experiments. The pipeline declares one metrics file, metrics/recall.json
 (the means); the counts (metrics/counts.json) and the intervals (metrics/intervals.json) are not declared.
+The encode and score stages write one folder out each (data/embeddings, data/scores): one dependency-hash
+column each.
 
 Run from the project root (a few minutes; put the venv's bin first on PATH):
 

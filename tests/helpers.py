@@ -302,10 +302,13 @@ def assert_no_outputs(project: Path, outputs: Iterable[str] = ALL_OUTPUTS) -> No
 
 
 def plant_stale(project: Path, outputs: Iterable[str]) -> None:
-    """Stale outputs of an 'earlier run': a failing stage must remove them."""
+    """Stale outputs of an 'earlier run': a failing stage must remove them (a folder output already there gets a
+    stale file in it)."""
     for p in outputs:
-        (project / p).parent.mkdir(parents=True, exist_ok=True)
-        (project / p).write_text("stale\n")
+        path = project / p
+        path = path / "stale.csv" if path.is_dir() else path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("stale\n")
 
 
 # ---------------------------------------------------------------------------------------------- pipelines (dvc)
