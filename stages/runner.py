@@ -23,7 +23,6 @@ from recallk.atomic import remove_outputs  # noqa: F401  (the stages' first step
 from recallk.data import contract
 from recallk.errors import InputError, os_advice, sqlite_advice
 
-
 #: The files of the encode stage's folder output (``data/embeddings``, one DVC out), by role; score and index read
 #: them from ``--embeddings DIR``.
 EMBEDDING_FILES = {"embeddings": "embeddings.npy", "ids": "ids.npy", "provenance": "provenance.json"}

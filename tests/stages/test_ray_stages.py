@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from helpers import ENCODE_OUTPUTS, RANKING_OUTPUTS, read_bytes, set_dotted, set_params
-from recallk.cluster import connect
 from recallk.atomic import remove_outputs
+from recallk.cluster import connect
 from recallk.errors import InputError, MissingExtraError
 from stages.params import validate_section
 
