@@ -7,6 +7,8 @@ prints the column count of ``dvc exp show --only-changed`` and its columns by ki
 headline metrics, params, deps), without the dependency hashes too (``--drop``), and the first rows of
 ``dvc metrics diff`` between two experiments. The pipeline declares one metrics file, metrics/recall.json
 (the means); the counts (metrics/counts.json) and the intervals (metrics/intervals.json) are not declared.
+The encode and score stages write one folder out each (data/embeddings, data/scores): one dependency-hash
+column each.
 
 Run from the project root (a few minutes; put the venv's bin first on PATH):
 
@@ -71,15 +73,17 @@ def columns(markdown: str) -> list[str]:
     return [c.strip() for c in markdown.splitlines()[0].strip().strip("|").split("|")]
 
 
-def kinds(header: list[str]) -> dict[str, int]:
-    """The columns counted by kind: intervals, counts, headline metrics, params, deps, the first two."""
-    out = {"intervals": 0, "counts": 0, "headline": 0, "params": 0, "deps": 0, "experiment/created": 0}
+def kinds(header: list[str], headline: set[str]) -> dict[str, int]:
+    """The columns counted by kind: intervals, counts, headline metrics (the keys of ``headline``), params, deps,
+    the first two, and ``other`` (a value of another params file, such as a params dep on a key of a JSON out,
+    shown by its bare key)."""
+    out = {"intervals": 0, "counts": 0, "headline": 0, "params": 0, "deps": 0, "experiment/created": 0, "other": 0}
     for column in header:
         kind = ("experiment/created" if column in ("Experiment", "Created") else
-                "deps" if "/" in column else "params" if "." in column.split("@")[0] and not
-                column.endswith(("_low", "_high", "_mean")) else
+                "deps" if "/" in column else "headline" if column in headline else
+                "params" if "." in column.split("@")[0] and not column.endswith(("_low", "_high", "_mean")) else
                 "intervals" if re.fullmatch(INTERVAL_COLUMNS, column) else
-                "counts" if COUNTS.match(column) else "headline")
+                "counts" if COUNTS.match(column) else "other")
         out[kind] += 1
     return out
 
@@ -103,10 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     declared = sorted(next(iter(shown_metrics.values()), {}).get("data", {}))
     print(f"{len(EXPERIMENTS)} experiments, {args.per_label} digits per label; declared metrics files: "
           f"{', '.join(declared)}")
+    headline = set(json.loads((repo / "metrics" / "recall.json").read_text(encoding="utf-8")))
     shown = {}
     for title, extra in (("", []), (", dependency hashes dropped", ["--drop", DEP_COLUMNS])):
         shown[title] = columns(sh("dvc", "exp", "show", "--only-changed", "--md", "--no-pager", *extra, cwd=repo))
-        print(f"dvc exp show --only-changed{title}: {len(shown[title])} columns {kinds(shown[title])}")
+        print(f"dvc exp show --only-changed{title}: {len(shown[title])} columns {kinds(shown[title], headline)}")
     print("  columns: " + ", ".join(shown[""]))
     refs = dict(line.split()[::-1] for line in sh("git", "for-each-ref", "--format=%(objectname) %(refname)",
                                                    "refs/exps", cwd=repo).splitlines())

@@ -2,9 +2,9 @@
 
 argv -> the ``encode`` section of params.yaml (:class:`~recallk.settings.encode.EncodeSettings`)
 -> :func:`recallk.encode.embed.embed`
--> float32 embeddings (``.npy``, one row per catalog row, in catalog order), the aligned
-image ids (``.npy`` of strings) and what made them (``provenance.json``: backbone and
-fingerprint), all or none.
+-> one folder (``data/embeddings``, one DVC out): float32 embeddings (``embeddings.npy``, one row per catalog
+row, in catalog order), the aligned image ids (``ids.npy``, strings) and what made them (``provenance.json``:
+backbone and fingerprint), all or none (a :class:`~recallk.atomic.Folder` of :func:`~recallk.atomic.write_all`).
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from recallk.atomic import write_all
+from recallk.atomic import Folder, write_all
 from recallk.encode.batches import EncodeInterrupted
 from recallk.encode.embed import embed
 from recallk.settings.encode import EncodeSettings
 from stages.params import load_settings
 from stages.runner import (
+    EMBEDDING_FILES,
     data_root_of,
     json_file,
     output_paths,
@@ -32,10 +33,10 @@ from stages.runner import (
 )
 
 #: What the stage reads and writes, by option name (``--catalog PATH`` ...): dvc.yaml's deps and outs
-#: (tests/test_dvc_yaml.py).
+#: (tests/test_dvc_yaml.py; the split provenance's data_root by its param, split.data_root). The output is one
+#: folder of :data:`~stages.runner.EMBEDDING_FILES`.
 INPUTS = {"catalog": "data/prepared/catalog.csv", "split-provenance": "data/prepared/provenance.json"}
-OUTPUTS = {"embeddings": "data/embeddings/embeddings.npy", "ids": "data/embeddings/ids.npy",
-           "provenance": "data/embeddings/provenance.json"}
+OUTPUTS = {"embeddings": "data/embeddings"}
 
 
 def npy(array: np.ndarray) -> Callable[[Path], None]:
@@ -58,7 +59,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.stderr.write(f"error: {exc}\n")
         sys.exit(130)
     ids = np.asarray(catalog["image_id"].tolist(), dtype=str)
-    write_all([(args.embeddings, npy(emb)), (args.ids, npy(ids)), (args.provenance, json_file(provenance))])
+    files = {EMBEDDING_FILES["embeddings"]: npy(emb), EMBEDDING_FILES["ids"]: npy(ids),
+             EMBEDDING_FILES["provenance"]: json_file(provenance)}
+    write_all([(args.embeddings, Folder(files))])  # the folder whole, or not at all
 
 
 if __name__ == "__main__":

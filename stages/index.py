@@ -29,7 +29,10 @@ from recallk.settings.score import ScoreSettings
 from recallk.tables_contract import neutralise_formulas, per_query_column
 from stages.params import load_settings
 from stages.runner import (
+    EMBEDDING_FILES,
+    SCORE_FILES,
     data_root_of,
+    inside,
     json_file,
     output_paths,
     parse_stage_args,
@@ -40,10 +43,10 @@ from stages.runner import (
 )
 from stages.score_inputs import SCORE_INPUTS, SCORE_RESULTS, load_inputs
 
-#: What the stage reads and writes, by option name: the score stage's inputs (one definition,
-#: :data:`stages.score_inputs.SCORE_INPUTS`) and the exact run it wrote (:data:`~stages.score_inputs.SCORE_RESULTS`).
-INPUTS = {**SCORE_INPUTS, "exact-per-query": SCORE_RESULTS["per-query"],
-          "exact-neighbors": SCORE_RESULTS["neighbors"],
+#: ``embeddings``: the encode stage's folder (:data:`~stages.runner.EMBEDDING_FILES`); ``exact``: the score
+#: stage's (:data:`~stages.runner.SCORE_FILES`: its per-query table and neighbours are read); the split
+#: provenance's data_root is a dep by its param, split.data_root (dvc.yaml).
+INPUTS = {**SCORE_INPUTS, "exact": SCORE_RESULTS["scores"],
           "split-provenance": "data/prepared/provenance.json"}
 #: The DVC outs: results, the same bytes for the same inputs (dvc.lock does not churn when the stage re-runs).
 OUTPUTS = {"index-metrics": "metrics/index.json", "tables": "metrics/index"}
@@ -91,20 +94,22 @@ def evaluated_id(per_query: pd.DataFrame, path: str) -> str:
 def run(args: Any, settings: IndexSettings, score: ScoreSettings) -> tuple[dict[str, Any], list, list, str]:
     """Score every point; the summary (index.json without the points), the points, their tables and what the exact
     run evaluated (:func:`evaluated_id`)."""
-    inputs = load_inputs(args.catalog, args.split, args.embeddings, args.ids, train=True,
+    inputs = load_inputs(args.catalog, args.split, inside(args.embeddings, EMBEDDING_FILES["embeddings"]),
+                         inside(args.embeddings, EMBEDDING_FILES["ids"]), train=True,
                          data_root=data_root_of(read_provenance(args.split_provenance)))
     problem = problem_from_split(inputs.sets, inputs.catalog, score)
-    per_query = read_input_csv(args.exact_per_query, required=["image_id", "num_positives", "evaluated"])
+    per_query_csv = inside(args.exact, SCORE_FILES["per_query"])
+    per_query = read_input_csv(per_query_csv, required=["image_id", "num_positives", "evaluated"])
     exact = exact_from_tables(per_query,
-                              read_input_csv(args.exact_neighbors, required=["image_id", "rank", "gallery_id",
-                                                                              "score"]),
-                              inputs.sets.queries, inputs.sets.gallery, score.depth, args.exact_per_query)
+                              read_input_csv(inside(args.exact, SCORE_FILES["neighbors"]),
+                                             required=["image_id", "rank", "gallery_id", "score"]),
+                              inputs.sets.queries, inputs.sets.gallery, score.depth, per_query_csv)
     points, tables = score_index(problem, exact, settings, score)
     keys = metric_keys(score.metrics, score.ks)
     exact_means = {k: fsum_mean(pd.to_numeric(exact.table[per_query_column(k)]).dropna().to_numpy()) for k in keys}
     summary = {"num_queries": int(problem.queries.shape[0]), "num_gallery": int(problem.gallery.shape[0]),
                "margin": settings.margin, "exact": exact_means}
-    return summary, points, tables, evaluated_id(per_query, args.exact_per_query)
+    return summary, points, tables, evaluated_id(per_query, per_query_csv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -23,6 +23,17 @@ from recallk.atomic import remove_outputs  # noqa: F401  (the stages' first step
 from recallk.data import contract
 from recallk.errors import InputError, os_advice, sqlite_advice
 
+#: The files of the encode stage's folder output (``data/embeddings``, one DVC out), by role; score and index read
+#: them from ``--embeddings DIR``.
+EMBEDDING_FILES = {"embeddings": "embeddings.npy", "ids": "ids.npy", "provenance": "provenance.json"}
+#: The files of the score stage's folder output (``data/scores``, one DVC out), by role; index reads two of them.
+SCORE_FILES = {"per_query": "per_query.csv", "neighbors": "neighbors.csv", "near_duplicates": "near_duplicates.csv"}
+
+
+def inside(folder: str | os.PathLike, name: str) -> str:
+    """The path of file ``name`` in a folder output ``folder`` (``data/embeddings/ids.npy``)."""
+    return str(Path(folder) / name)
+
 
 def json_file(data: Any) -> Callable[[Path], None]:
     """A writer of ``data`` as indented UTF-8 JSON (a trailing newline) for :func:`recallk.atomic.write_all`."""

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 import pandas as pd
 from PIL import Image
 
-from recallk.atomic import write_all
+from recallk.atomic import Folder, write_all
 from recallk.data.contract import has_files
 from recallk.errors import InputError
 from recallk.report import html
@@ -30,7 +30,10 @@ from recallk.settings.score import ScoreSettings
 from recallk.tables_contract import neutralise_formulas
 from stages.params import load_settings
 from stages.runner import (
+    EMBEDDING_FILES,
+    SCORE_FILES,
     data_root_of,
+    inside,
     json_file,
     output_paths,
     parse_stage_args,
@@ -43,18 +46,20 @@ from stages.score_inputs import SCORE_INPUTS, SCORE_RESULTS, load_inputs, verifi
 
 #: What the stage reads and writes, by option name (``--catalog PATH`` ...): dvc.yaml's deps and outs
 #: (tests/test_dvc_yaml.py).
+#: ``embeddings`` is the encode stage's folder (:data:`~stages.runner.EMBEDDING_FILES`); ``scores`` a folder output
+#: of :data:`~stages.runner.SCORE_FILES` (the full per-query table, the neighbours, the near-duplicate pairs).
 INPUTS = {**SCORE_INPUTS, "split-provenance": "data/prepared/provenance.json",
-          "encode-provenance": "data/embeddings/provenance.json", "skipped": "data/prepared/skipped.csv"}
-OUTPUTS = {"metrics": "metrics/recall.json", "counts": "metrics/counts.json", "intervals": "metrics/intervals.json",
-           "evaluated": SCORE_RESULTS["evaluated"], "per-class": "metrics/per_class.csv",
-           "curve": "metrics/recall_curve.csv", "per-query": SCORE_RESULTS["per-query"],
-           "compact": "metrics/per_query.csv", "neighbors": SCORE_RESULTS["neighbors"],
-           "confusions": "metrics/confusions.csv", "near-duplicates": "data/scores/near_duplicates.csv",
+          "skipped": "data/prepared/skipped.csv"}
+OUTPUTS = {"metrics": "metrics/recall.json", "counts": "metrics/counts.json",
+           "intervals": "metrics/intervals.json", "evaluated": SCORE_RESULTS["evaluated"],
+           "per-class": "metrics/per_class.csv", "curve": "metrics/recall_curve.csv",
+           "compact": "metrics/per_query.csv", "confusions": "metrics/confusions.csv",
+           "scores": SCORE_RESULTS["scores"],
            "failures": "plots/failures.png", "report": "reports/index.html"}
 
 
-#: The tables written as CSV, by their argument name.
-TABLES = ("per_class", "curve", "per_query", "compact", "neighbors", "confusions", "near_duplicates")
+#: The tables written as CSV files of their own, by their argument name (the others go into ``scores``).
+TABLES = ("per_class", "curve", "compact", "confusions")
 
 
 def csv_file(frame: pd.DataFrame, evaluated_id: str) -> Callable[[Path], None]:
@@ -96,10 +101,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         remove_outputs(output_paths(args, OUTPUTS))  # first: a failed run never leaves an old result looking current
     settings = load_settings(ScoreSettings, args.params)
     split_provenance = read_provenance(args.split_provenance)
-    evaluated = provenance(split_provenance, read_provenance(args.encode_provenance), as_params(settings))
+    evaluated = provenance(split_provenance, read_provenance(inside(args.embeddings, EMBEDDING_FILES["provenance"])),
+                           as_params(settings))
     if args.show:
         return show(args.metrics, args.counts, args.intervals, evaluated)
-    inputs = load_inputs(args.catalog, args.split, args.embeddings, args.ids, train=settings.whiten == "pca",
+    inputs = load_inputs(args.catalog, args.split, inside(args.embeddings, EMBEDDING_FILES["embeddings"]),
+                         inside(args.embeddings, EMBEDDING_FILES["ids"]), train=settings.whiten == "pca",
                          data_root=data_root_of(split_provenance))
     # an embeddings-only catalog has no image to draw: the failure gallery stays a placeholder; each drawn
     # image is checked against the catalog's sha256
@@ -118,6 +125,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                (args.intervals, json_file(detail)),
                (args.evaluated, json_file(evaluated))]
               + [(getattr(args, name), csv_file(tables[name], evaluated["id"])) for name in TABLES]
+              + [(args.scores, Folder({file: csv_file(tables[name], evaluated["id"])
+                                       for name, file in SCORE_FILES.items()}))]
               + [(args.failures, lambda tmp: (sheet or off_sheet()).save(tmp, format="PNG")),
                  (args.report, lambda tmp: tmp.write_text(page, encoding="utf-8", newline="\n"))])
     if not os.environ.get("RECALLK_NO_REPORT"):  # `make repro` prints it once, with --show

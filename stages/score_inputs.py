@@ -25,10 +25,10 @@ REENCODE = "re-run encode (`dvc repro -f encode`)"
 #: What :func:`load_inputs` reads, by option name (``--catalog PATH`` ...): the score stage's inputs, and those
 #: of every stage that reads the split's embeddings as score does (``index``).
 SCORE_INPUTS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.csv",
-                "embeddings": "data/embeddings/embeddings.npy", "ids": "data/embeddings/ids.npy"}
-#: The score stage's outputs that a later stage reads (``index``: the exact run), by the score stage's option name.
-SCORE_RESULTS = {"per-query": "data/scores/per_query.csv", "neighbors": "data/scores/neighbors.csv",
-                 "evaluated": "metrics/evaluated.json"}
+                "embeddings": "data/embeddings"}
+#: The score stage's outputs that a later stage reads (``index``: the exact run), by the score stage's option name:
+#: the folder of :data:`stages.runner.SCORE_FILES` and what was evaluated.
+SCORE_RESULTS = {"scores": "data/scores", "evaluated": "metrics/evaluated.json"}
 
 
 @dataclass(frozen=True)

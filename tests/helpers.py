@@ -65,13 +65,17 @@ def out(stage: str, path: str) -> str:
 CATALOG = out("split", "data/prepared/catalog.csv")
 SPLIT = out("split", "data/prepared/split.csv")
 SKIPPED = out("split", "data/prepared/skipped.csv")
-EMBEDDINGS = out("encode", "data/embeddings/embeddings.npy")
-IDS = out("encode", "data/embeddings/ids.npy")
+#: The encode stage's one output, a folder (embeddings.npy, ids.npy, provenance.json), and its files.
+EMBEDDINGS_DIR = out("encode", "data/embeddings")
+EMBEDDINGS = f"{EMBEDDINGS_DIR}/embeddings.npy"
+IDS = f"{EMBEDDINGS_DIR}/ids.npy"
 METRICS = out("score", "metrics/recall.json")
 COUNTS = out("score", "metrics/counts.json")
 PER_CLASS = out("score", "metrics/per_class.csv")
 CURVE = out("score", "metrics/recall_curve.csv")
-PER_QUERY = out("score", "data/scores/per_query.csv")
+#: The score stage's folder output (per_query.csv, neighbors.csv, near_duplicates.csv) and its full per-query table.
+SCORES_DIR = out("score", "data/scores")
+PER_QUERY = f"{SCORES_DIR}/per_query.csv"
 #: Score outputs that name the settings they ran with (score.backend among them).
 EVALUATED_OUTPUTS = (out("score", "metrics/evaluated.json"), out("score", "reports/index.html"))
 #: The score outputs that do not depend on score.backend.
@@ -206,7 +210,8 @@ def read_metrics(project: Path) -> dict[str, Any]:
 
 
 def read_bytes(project: Path, rels: Iterable[str]) -> dict[str, bytes]:
-    """Each output's bytes; a folder output (the index stage's ``metrics/index``) as each file under it."""
+    """Each output's bytes; a folder output (``data/embeddings``, ``data/scores``, ``metrics/index``) as each file
+    under it."""
     out: dict[str, bytes] = {}
     for rel in rels:
         path = project / rel
@@ -297,10 +302,13 @@ def assert_no_outputs(project: Path, outputs: Iterable[str] = ALL_OUTPUTS) -> No
 
 
 def plant_stale(project: Path, outputs: Iterable[str]) -> None:
-    """Stale outputs of an 'earlier run': a failing stage must remove them."""
+    """Stale outputs of an 'earlier run': a failing stage must remove them (a folder output already there gets a
+    stale file in it)."""
     for p in outputs:
-        (project / p).parent.mkdir(parents=True, exist_ok=True)
-        (project / p).write_text("stale\n")
+        path = project / p
+        path = path / "stale.csv" if path.is_dir() else path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("stale\n")
 
 
 # ---------------------------------------------------------------------------------------------- pipelines (dvc)
@@ -325,7 +333,7 @@ def copy_pipeline(dest: Path, *, per_label: int = 20, full_data: bool = False, w
     else:
         copy_digits(dest / "data" / "digits", per_label=per_label)
     if with_results:
-        for rel in ("dvc.lock", METRICS, "data/prepared/.gitignore", "data/embeddings/.gitignore"):
+        for rel in ("dvc.lock", METRICS, "data/.gitignore", "data/prepared/.gitignore"):
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / rel, dest / rel)
     return dest

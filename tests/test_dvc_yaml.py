@@ -13,8 +13,11 @@ import yaml
 
 from helpers import ALL_OUTPUTS, ALSO_READS, METRICS, ROOT, STAGES, dvc_outs
 
-#: Split's provenance.json: encode and index depend on its ``data_root`` alone (a params dep on that value).
+#: Split's provenance.json: encode and index read its ``data_root`` alone, a copy of the ``split.data_root`` param,
+#: so they depend on that param (no file dep, no params dep on the file's value: no extra column in `dvc exp show`).
 SPLIT_PROVENANCE = "data/prepared/provenance.json"
+#: Params that stand in for an input file a stage reads one value of (dvc.yaml says why).
+STANDS_IN = {"split.data_root": SPLIT_PROVENANCE}
 
 
 def test_no_param_named_like_dvc_metadata() -> None:
@@ -124,11 +127,10 @@ def test_dvc_yaml_stages_depend_on_their_code_and_params() -> None:
         # the index stage follows the score stage's lists: it also reads the score keys its rules come from; a
         # mapping is a value in another file (encode and index: the data root in split's provenance.json)
         params = stage.get("params")
-        keys = [p for p in params[1:] if isinstance(p, str)]
+        keys = [p for p in params[1:] if isinstance(p, str) and p not in STANDS_IN]
         assert params[0] == name and all(p.split(".")[0] in ALSO_READS.get(name, ()) for p in keys), \
             f"stage {name} must depend on exactly its own params section"
-        assert all(set(p) <= {SPLIT_PROVENANCE} and p[SPLIT_PROVENANCE] == ["data_root"]
-                   for p in params[1:] if not isinstance(p, str)), f"stage {name}: {params}"
+        assert all(isinstance(p, str) for p in params), f"stage {name}: a params dep on a value in a file: {params}"
 
     score_outs = spec["stages"]["score"]["outs"]
     assert {METRICS: {"cache": False}} in score_outs
@@ -177,13 +179,26 @@ def test_stage_scripts_own_the_paths_dvc_yaml_lists(name: str) -> None:
     outs = dvc_outs()[name]
     assert len(set(outs)) == len(outs) and set(outs) == set(script.OUTPUTS.values())
     files = {d for d in spec["deps"] if not _is_ours(d.split("/")[0]) and "${" not in d}
-    value_files = {f for p in spec.get("params", []) if isinstance(p, dict) for f in p}  # a value read in a file
+    value_files = {STANDS_IN[p] for p in spec.get("params", []) if p in STANDS_IN}  # a value read in a file
     assert files | value_files == set(script.INPUTS.values()) and not files & value_files
     assert not set(script.INPUTS) & set(script.OUTPUTS)
+
+
+def test_folder_outs_and_their_readers_agree() -> None:
+    """The encode and score stages' outputs are one folder each (one DVC out, one hash column in ``dvc exp
+    show``); the stages that read them take the folder, and each writes the files its readers open."""
+    from stages import encode, index, score, split
+
+    assert encode.OUTPUTS == {"embeddings": "data/embeddings"} and score.OUTPUTS["scores"] == "data/scores"
+    assert score.INPUTS["embeddings"] == index.INPUTS["embeddings"] == encode.OUTPUTS["embeddings"]
+    assert index.INPUTS["exact"] == score.OUTPUTS["scores"]
+    # nothing else of any stage is written inside a folder out (DVC deletes the folder before its stage runs)
+    folders = ("data/embeddings/", "data/scores/")
+    assert not [p for m in (split, encode, index, score) for p in m.OUTPUTS.values() if p.startswith(folders)]
 
 
 def test_the_tests_check_every_output() -> None:
     """``helpers.ALL_OUTPUTS`` (what ``assert_no_outputs`` checks by default) is every out of dvc.yaml, once."""
     scripts = [importlib.import_module(f"stages.{name}") for name in STAGES]
     assert sorted(ALL_OUTPUTS) == sorted(path for script in scripts for path in script.OUTPUTS.values())
-    assert len(ALL_OUTPUTS) == len(set(ALL_OUTPUTS)) == 23
+    assert len(ALL_OUTPUTS) == len(set(ALL_OUTPUTS)) == 19

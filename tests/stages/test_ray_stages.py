@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from helpers import ENCODE_OUTPUTS, RANKING_OUTPUTS, read_bytes, set_dotted, set_params
+from recallk.atomic import remove_outputs
 from recallk.cluster import connect
 from recallk.errors import InputError, MissingExtraError
 from stages.params import validate_section
@@ -80,8 +81,7 @@ def test_stages_on_ray_write_the_local_bytes(ray_cluster, scored_base, scored_pr
     monkeypatch.chdir(scored_project)
     monkeypatch.setenv("RECALLK_CACHE_DIR", str(tmp_path / "empty_cache"))
     monkeypatch.setenv("RECALLK_NO_REPORT", "1")
-    for rel in ENCODE_OUTPUTS + RANKING_OUTPUTS:
-        (scored_project / rel).unlink()
+    remove_outputs([scored_project / rel for rel in ENCODE_OUTPUTS + RANKING_OUTPUTS])  # files and folders
     encode.main([])
     score.main([])
     assert read_bytes(scored_project, ENCODE_OUTPUTS) == read_bytes(scored_base, ENCODE_OUTPUTS)
