@@ -13,7 +13,9 @@ pytestmark = pytest.mark.pipeline
 
 
 def _recall_json(repo: Path, rev: str) -> dict:
-    return json.loads(git("show", f"{rev}:metrics/recall.json", cwd=repo).stdout)
+    """The means (recall.json) and the counts (counts.json) a revision committed."""
+    return {**json.loads(git("show", f"{rev}:metrics/recall.json", cwd=repo).stdout),
+            **json.loads(git("show", f"{rev}:metrics/counts.json", cwd=repo).stdout)}
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,19 @@ import pandas as pd
 import pytest
 
 from dataset_fixtures import write_cub, write_reid
-from helpers import CATALOG, EMBEDDINGS, IDS, METRICS, PROJECT_FILES, ROOT, SPLIT, dvc, git, run, set_params
+from helpers import (
+    CATALOG,
+    EMBEDDINGS,
+    IDS,
+    PROJECT_FILES,
+    ROOT,
+    SPLIT,
+    dvc,
+    git,
+    read_metrics,
+    run,
+    set_params,
+)
 from reference_evals import eval_market1501, pml_leave_one_out, similarity
 
 pytestmark = pytest.mark.pipeline
@@ -53,7 +65,7 @@ def pipeline_sets(repo: Path):
 def test_cub200_prepared_and_reproduced_gives_the_pml_numbers(tmp_path):
     repo, printed = prepared_repo(tmp_path / "repo", "cub200", write_cub)
     assert "counts differ from the official release" in printed and "protocol: leave_one_out" in printed
-    metrics = json.loads((repo / METRICS).read_text(encoding="utf-8"))
+    metrics = read_metrics(repo)
     q, g, cat, q_emb, _ = pipeline_sets(repo)
     assert q == g and len(q) == 9 and metrics["num_queries"] == 9  # classes 101-103, each image against the rest
     want = pml_leave_one_out(similarity(q_emb, q_emb), cat.loc[q, "label"].to_numpy())
@@ -66,7 +78,7 @@ def test_market1501_prepared_and_reproduced_gives_torchreid_numbers(tmp_path):
     assert "exclude_same_all: [label, camera]" in printed and "junk: junk" in printed
     params = (repo / "params.yaml").read_text(encoding="utf-8")
     assert "strategy: given" in params and "csv: recallk_market1501.csv" in params
-    metrics = json.loads((repo / METRICS).read_text(encoding="utf-8"))
+    metrics = read_metrics(repo)
     q, g, cat, q_emb, g_emb = pipeline_sets(repo)
     kept = cat.loc[g, "junk"].ne("True").to_numpy()  # torchreid's loader drops the -1 files
     pid, cam = cat["label"].astype(int), cat["camera"].astype(int)

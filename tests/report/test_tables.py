@@ -21,6 +21,7 @@ from helpers import (
     PER_QUERY,
     SCORE_OUTPUTS,
     assert_faiss_keeps_the_outputs,
+    read_bytes,
     read_metrics,
     run_ok,
     set_params,
@@ -35,7 +36,7 @@ from score_oracle import KS, METRIC_KEYS, approx, eval_sets, fmean, oracle, read
 
 def test_all_outputs_are_written_with_their_columns(uneven_scored_base):
     for rel in SCORE_OUTPUTS:
-        assert (uneven_scored_base / rel).is_file(), rel
+        assert (uneven_scored_base / rel).is_file() or any((uneven_scored_base / rel).iterdir()), rel
     per_class = pd.read_csv(uneven_scored_base / PER_CLASS)
     assert list(per_class.columns) == ["label", "num_queries", *METRIC_KEYS, "evaluated"]
     curve = pd.read_csv(uneven_scored_base / CURVE)
@@ -203,8 +204,7 @@ def test_confidence_intervals_contain_the_means(uneven_scored_base):
 
 def test_rerun_is_byte_identical(uneven_scored, uneven_scored_base):
     run_ok(uneven_scored, "score")
-    for rel in SCORE_OUTPUTS:
-        assert (uneven_scored / rel).read_bytes() == (uneven_scored_base / rel).read_bytes(), rel
+    assert read_bytes(uneven_scored, SCORE_OUTPUTS) == read_bytes(uneven_scored_base, SCORE_OUTPUTS)
 
 
 def test_bootstrap_seed_moves_intervals_not_means(uneven_scored, uneven_scored_base):
