@@ -102,8 +102,7 @@ def test_tukey_matches_ranx_to_its_monte_carlo_error(shared):
 
 
 def test_ranx_tukey_is_scipys_tukey_hsd():
-    tukey_hsd_test = pytest.importorskip("ranx.statistical_tests.tukey_hsd_test",
-                                         reason="needs the ranx extra (pip install -e '.[ranx]')").tukey_hsd_test
+    tukey_hsd_test = extra("ranx.statistical_tests.tukey_hsd_test", "ranx").tukey_hsd_test
     values = np.random.default_rng(1).random((50, 3)) + [0, 0.05, 0.2]
     names = ["a", "b", "c"]
     rows = tukey_hsd_test(names, list(values.T), 0.05)  # what ranx.compare(stat_test="tukey") calls per metric
