@@ -13,7 +13,8 @@ imports the other.
 from __future__ import annotations
 
 import re
-from typing import Optional, Sequence
+from pathlib import Path
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -56,6 +57,14 @@ def neutralise_formulas(frame: pd.DataFrame) -> pd.DataFrame:
     for column in _text_columns(out):
         out[column] = out[column].map(lambda v: f"'{v}" if isinstance(v, str) and _needs_quote(v) else v)
     return out
+
+
+def csv_file(frame: pd.DataFrame, evaluated_id: str) -> Callable[[Path], None]:
+    """A report table's writer: text that a spreadsheet would run as a formula is quoted
+    (:func:`neutralise_formulas`), and a last column ``evaluated`` holds the id
+    of what was evaluated (:func:`recallk.report.provenance.evaluation_id`, ``id`` in metrics/evaluated.json)."""
+    safe = neutralise_formulas(frame).assign(evaluated=evaluated_id)
+    return lambda tmp: safe.to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")
 
 
 def restore_formulas(frame: pd.DataFrame) -> pd.DataFrame:

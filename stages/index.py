@@ -12,8 +12,7 @@ for the same inputs; and the measurements (``MEASURED``: the timings file, the p
 from __future__ import annotations
 
 import re
-from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -26,7 +25,7 @@ from recallk.index.sweep import TIMING_KEYS, cheapest, score_index, split_timing
 from recallk.score.registry import metric_keys
 from recallk.settings.index import IndexSettings
 from recallk.settings.score import ScoreSettings
-from recallk.tables_contract import neutralise_formulas, per_query_column
+from recallk.tables_contract import csv_file, per_query_column
 from stages.params import load_settings
 from stages.runner import (
     EMBEDDING_FILES,
@@ -70,15 +69,8 @@ def table_name(number: int, point: str) -> str:
 
 def tables_folder(tables: dict[str, pd.DataFrame], evaluated_id: str) -> Folder:
     """The ``metrics/index`` folder output: every table of ``tables`` (file name -> frame) as a CSV, as
-    :func:`write_csv` writes it."""
-    return Folder({name: write_csv(frame, evaluated_id) for name, frame in tables.items()})
-
-
-def write_csv(frame: pd.DataFrame, evaluated_id: str) -> Callable[[Path], None]:
-    """A table's writer, as the score stage writes its tables (text a spreadsheet would run as a formula quoted,
-    the id of what was evaluated in a last column)."""
-    safe = neutralise_formulas(frame).assign(evaluated=evaluated_id)
-    return lambda path: safe.to_csv(path, index=False, float_format="%.10g", lineterminator="\n")
+    :func:`recallk.tables_contract.csv_file` writes it."""
+    return Folder({name: csv_file(frame, evaluated_id) for name, frame in tables.items()})
 
 
 def evaluated_id(per_query: pd.DataFrame, path: str) -> str:
@@ -137,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     tables = {POINTS_CSV: results_rows, **dict(zip(names, per_point))}
     # all or none, the folder of tables too (killed at any point, the next run leaves exactly these outputs)
     write_all([(args.index_metrics, json_file(document)), (args.tables, tables_folder(tables, ident)),
-               (args.index_speed, json_file(speed)), (args.speed_points, write_csv(rows, ident)),
+               (args.index_speed, json_file(speed)), (args.speed_points, csv_file(rows, ident)),
                (args.pareto, lambda tmp: plot.save(tmp, format="PNG")),
                (args.index_report, lambda tmp: tmp.write_text(page, encoding="utf-8", newline="\n"))])
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
-import pandas as pd
 from PIL import Image
 
 from recallk.atomic import Folder, write_all
@@ -27,7 +26,7 @@ from recallk.report.tables import compact_per_query
 from recallk.score.registry import metric_keys
 from recallk.settings.base import as_params
 from recallk.settings.score import ScoreSettings
-from recallk.tables_contract import neutralise_formulas
+from recallk.tables_contract import csv_file
 from stages.params import load_settings
 from stages.runner import (
     EMBEDDING_FILES,
@@ -60,14 +59,6 @@ OUTPUTS = {"metrics": "metrics/recall.json", "counts": "metrics/counts.json",
 
 #: The tables written as CSV files of their own, by their argument name (the others go into ``scores``).
 TABLES = ("per_class", "curve", "compact", "confusions")
-
-
-def csv_file(frame: pd.DataFrame, evaluated_id: str) -> Callable[[Path], None]:
-    """A report table's writer: text that a spreadsheet would run as a formula is quoted
-    (:func:`recallk.tables_contract.neutralise_formulas`), and a last column ``evaluated`` holds the id
-    of what was evaluated (:func:`recallk.report.provenance.evaluation_id`, ``id`` in metrics/evaluated.json)."""
-    safe = neutralise_formulas(frame).assign(evaluated=evaluated_id)
-    return lambda tmp: safe.to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")
 
 
 def off_sheet() -> Image.Image:
