@@ -23,36 +23,60 @@ _TINY = np.float64(5e-324)
 def l2_normalize(x: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
     """Return rows scaled to unit L2 norm, as float32; all-zero rows stay zero.
 
-    Computed in float64 after dividing each row by its largest magnitude, so any
-    finite scale (1e-60 or 1e60) gives the same direction; in chunks of rows, so
-    the float64 scratch stays small whatever the number of rows. With ``rows``,
-    returns ``l2_normalize(x)[rows]`` without the intermediate copy.
+    Computed in float64, in chunks of rows, so the float64 scratch stays small whatever
+    the number of rows. float64 rows are first divided by their largest magnitude, so any
+    finite scale (1e-200 or 1e200) gives the same direction; narrower inputs (float32,
+    float16, integers) need no such step: their squares and sums can neither overflow nor
+    underflow in float64. With ``rows``, returns ``l2_normalize(x)[rows]`` without the
+    intermediate copy.
+
+    Two threads share the chunks, each in its own scratch reused chunk after chunk (a
+    fresh float64 copy per chunk would fault in new pages every time, which costs more
+    than the arithmetic).
     """
     x = np.asarray(x)
     n = x.shape[0] if rows is None else len(rows)
-    if n <= _NORMALIZE_ROWS:  # one chunk: no threads to start (they cost more than the work)
-        return _unit_chunk(x if rows is None else x[rows])
     out = np.empty((n,) + x.shape[1:], dtype=np.float32)
+    if n <= _NORMALIZE_ROWS:  # one chunk: no threads to start (they cost more than the work)
+        _unit_chunk(x if rows is None else x[rows], out)
+        return out
+    steps = range(0, n, _NORMALIZE_ROWS)
 
-    def chunk_at(start: int) -> None:  # each chunk is independent: two threads share the work
-        pick = slice(start, start + _NORMALIZE_ROWS) if rows is None else rows[start:start + _NORMALIZE_ROWS]
-        out[start:start + _NORMALIZE_ROWS] = _unit_chunk(x[pick])
+    def share(first: int) -> None:  # every other chunk; the chunks are independent
+        size = (_NORMALIZE_ROWS,) + x.shape[1:]
+        gathered, scratch = None if rows is None else np.empty(size, x.dtype), np.empty(size)
+        for start in steps[first::2]:
+            stop = min(start + _NORMALIZE_ROWS, n)
+            part = x[start:stop] if rows is None else \
+                np.take(x, rows[start:stop], axis=0, mode="clip", out=gathered[:stop - start])  # no extra buffer
+            _unit_chunk(part, out[start:stop], scratch[:stop - start])
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        list(pool.map(chunk_at, range(0, n, _NORMALIZE_ROWS)))
+        list(pool.map(share, (0, 1)))
     return out
 
 
-def _unit_chunk(part: np.ndarray) -> np.ndarray:
-    """:func:`l2_normalize` of one chunk of rows: a float64 copy divided in place, rounded once to float32."""
-    chunk = part.astype(np.float64)  # exact for floats; integers are converted before |x| (no overflow)
-    if part.size:  # |x| and max are exact in floats; a zero row's peak and norm read _TINY, not 0:
-        # 0 / _TINY is 0 (-0 stays -0), as 0 / 1
-        peak = np.maximum.reduce(np.abs(part if part.dtype.kind == "f" else chunk), axis=1, keepdims=True)
+def _unit_chunk(part: np.ndarray, out: np.ndarray, scratch: np.ndarray | None = None) -> None:
+    """:func:`l2_normalize` of one chunk of rows into ``out``: a float64 copy (into ``scratch`` if given) divided
+    in place, rounded once to float32."""
+    chunk = np.empty(part.shape) if scratch is None else scratch
+    np.copyto(chunk, part, casting="unsafe")  # exact for floats and for integers up to 2**53
+    if part.size and needs_peak(part.dtype):  # |x| and max are exact; a zero row's peak and norm read _TINY,
+        # not 0: 0 / _TINY is 0 (-0 stays -0), as 0 / 1
+        peak = np.maximum.reduce(np.abs(part), axis=1, keepdims=True)
         chunk /= np.maximum(peak, _TINY, dtype=np.float64)
     norms = np.sqrt(np.einsum("ij,ij->i", chunk, chunk))
     chunk /= np.maximum(norms, _TINY, out=norms)[:, None]
-    return chunk.astype(np.float32)
+    np.copyto(out, chunk, casting="same_kind")
+
+
+def needs_peak(dtype: np.dtype) -> bool:
+    """Whether rows of ``dtype`` are divided by their largest magnitude before their norm (:func:`l2_normalize`):
+    float64 and wider only. A float32 square is below 2**256 and a sum of a million of them below 2**276, far
+    inside float64's range (2**1024), and the smallest square (2**-298) is a normal float64: no scaling can
+    change their norm's rounding, so narrower rows skip the step (a pass over the chunk and a division)."""
+    dtype = np.dtype(dtype)
+    return dtype.kind == "f" and dtype.itemsize >= 8
 
 
 def cosine_block(q_unit: np.ndarray, g_unit_t: np.ndarray) -> np.ndarray:

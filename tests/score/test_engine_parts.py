@@ -8,7 +8,18 @@ import re
 import numpy as np
 import pytest
 
-from ranking_cases import LOO_KINDS, MIB, assert_same_ranking, make_case, rank_case, ranking_logs, tile_count
+from ranking_cases import (
+    BIG_KINDS,
+    KINDS,
+    LOO_KINDS,
+    MIB,
+    assert_same_ranking,
+    make_big_case,
+    make_case,
+    rank_case,
+    ranking_logs,
+    tile_count,
+)
 from recallk.errors import InputError
 from recallk.score.data import RetrievalData
 from recallk.score.metrics import METRICS
@@ -93,3 +104,37 @@ def test_same_set_true_needs_the_gallery_row_for_row(change, message):
     case = dict(make_case("leave_one_out", 0), **change)
     with pytest.raises(InputError, match=re.escape(message)):
         ranking.rank_positives(**case, same_set=True)
+
+
+def _long_tail_case(seed):
+    """Labels from 1 to 300 items (a long tail), quantised rows (exact ties) and a camera exclusion: stacks of
+    many sizes, padded rows and columns, and one label too large to stack."""
+    rng = np.random.default_rng(seed)
+    sizes = np.r_[1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 300]
+    gl = np.repeat(np.arange(sizes.size), sizes)
+    g = np.round(rng.normal(size=(gl.size, 8)) * 2).astype(np.float32)  # few distinct values: many ties
+    pick = rng.choice(gl.size, 150, replace=False)
+    cams = rng.choice(np.array(["a", "b", "c"], dtype=object), gl.size)
+    return dict(query_emb=g[pick], gallery_emb=g, query_labels=gl[pick], gallery_labels=gl,
+                query_ids=pick.tolist(), gallery_ids=list(range(gl.size)), exclude=[(cams[pick], cams)])
+
+
+@pytest.mark.parametrize("kind", [*KINDS, *BIG_KINDS, "long_tail"])
+@pytest.mark.parametrize("mb, held", [(512, True),   # everything held, big stacks
+                                      (1e-3, False)])  # one label a stack, rows normalised when read
+def test_stacked_small_labels_give_the_positives_of_one_product_per_run(kind, mb, held, monkeypatch):
+    # The first-positive lists (best positive, its last exact tie, the counts) of the stacked products
+    # (_stacked_best) must equal, bit for bit, those of one product per run of labels (_best_positives),
+    # which every label takes when none counts as small.
+    from recallk.score.ranking import positives
+
+    case = _long_tail_case(0) if kind == "long_tail" else \
+        make_big_case(kind, 1) if kind in BIG_KINDS else make_case(kind, 1)
+    p = Problem.build(RetrievalData(**case), unit_bytes=None if held else 0)
+    stacked = positives.find_positives(p, Budget(mb), first_only=True)
+    assert positives._small_labels(p).any()
+    monkeypatch.setattr(positives, "_POSITIVE_CELLS", 0)  # no label is small: one product per label
+    assert not positives._small_labels(p).any()
+    alone = positives.find_positives(p, Budget(mb), first_only=True)
+    for got, want in zip(stacked, alone):
+        assert got.dtype == want.dtype and got.tobytes() == want.tobytes()

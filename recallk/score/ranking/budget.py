@@ -37,6 +37,14 @@ class Budget:
     #: The positives' product of one large label, per cell: the float64 product, its float32 rounding, the
     #: sort's order and the boolean masks.
     LABEL_BYTES_PER_CELL: ClassVar[int] = 24
+    #: Stacked products of small labels' positives (:mod:`~recallk.score.ranking.positives`), per cell of a stack:
+    #: its float32 score and boolean masks ...
+    STACK_BYTES_PER_CELL: ClassVar[int] = 8
+    #: ... per gathered unit row and dimension: its float32 value, and the float64 scratch that normalises it
+    #: when the set is not held ...
+    STACK_BYTES_PER_VALUE: ClassVar[int] = 12
+    #: ... and the share of the budget one stack may take (the tiles have not started yet).
+    STACK_SHARE: ClassVar[float] = 1 / 16
     #: faiss backend, per searched cell: a float32 score and an int64 gallery index.
     SEARCH_BYTES_PER_CELL: ClassVar[int] = 12
     #: Neighbours (recallk.score.ranking.neighbors), per block cell: the float32 product, its partitioned copy and
@@ -90,6 +98,14 @@ class Budget:
     def label_rows(self, width: int) -> int:
         """Rows of one large label's positives product, ``width`` columns wide (at least one)."""
         return max(1, int(self.bytes // (self.LABEL_BYTES_PER_CELL * width)))
+
+    def stacked_labels(self, q_side: int, g_side: int, dim: int, most_cells: int, most_rows: int) -> int:
+        """Labels in one stacked product of small labels' positives, each padded to ``q_side`` queries x
+        ``g_side`` gallery items: at most ``most_cells`` cells and ``most_rows`` gathered rows, within
+        :attr:`STACK_SHARE` of the budget; at least one."""
+        per_label = self.STACK_BYTES_PER_VALUE * dim * (q_side + g_side) + self.STACK_BYTES_PER_CELL * q_side * g_side
+        room = int(self.bytes * self.STACK_SHARE // per_label)
+        return max(1, min(most_cells // (q_side * g_side), most_rows // (q_side + g_side), room))
 
     def chunk_positives(self) -> int:
         """Most positives in one chunk of queries of the complete ranking: their lists and counters

@@ -135,6 +135,10 @@ class FastWorker(TileWorker):
             return
         tile = np.matmul(p.gp[r0:r1], p.gp[c0:c1].T, out=self.scratch.get("tile", (r1 - r0, c1 - c0), np.float32))
         p.mask(tile, rows, c0, c1)  # positives and exclusions are symmetric: the mirror's cells too
+        for lv, (_, _, _, (_, lo, hi)) in zip(live, sides):  # the stopped ones reach no window: the scan skips them
+            stopped = np.ones(lo.size, dtype=bool)
+            stopped[lv] = False
+            lo[stopped], hi[stopped] = np.inf, np.inf
         counts = scan_block(tile, [(axis, lo, hi, self.undecided.sink(queries, n_thr, a))
                               for axis, (queries, _, (a, _), (n_thr, lo, hi)) in zip((1, 0), sides)], self.scratch)
         for (queries, _, _, (n_thr, _, _)), above in zip(sides, counts):

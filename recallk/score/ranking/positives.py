@@ -3,7 +3,8 @@
 The exact similarity of every (query, positive) pair comes from one float64
 product per label; a query's positives sorted by (-similarity, gallery index)
 are its thresholds. The first-positive path needs only the best one and, when
-others tie with it, the last of them (:func:`_best_positives`).
+others tie with it, the last of them: small labels (most of them, in retrieval data) all at
+once in stacked products (:func:`_stacked_best`), each large label alone (:func:`_best_positives`).
 """
 
 from __future__ import annotations
@@ -13,12 +14,18 @@ from contextlib import nullcontext
 import numpy as np
 
 from recallk.score.ranking.budget import Budget
-from recallk.score.ranking.problem import Problem
-from recallk.score.ranking.scan import exact_pairs, round_outward
+from recallk.score.ranking.problem import Problem, UnitRows
+from recallk.score.ranking.scan import Buffers, exact_pairs, round_outward
 from recallk.score.ranking.schedule import rows_to_csr, single_threaded_blas
 
-#: Positive cells per product of several small labels' queries x their gallery slices.
+#: Positive cells per product of several small labels' queries x their gallery slices; on the first-positive
+#: path, the most cells (queries x gallery items) of a label the stacked products take (:func:`_stacked_best`).
 _POSITIVE_CELLS = 2**14
+#: Stacked products (:func:`_stacked_best`): most cells of one stack (its float32 scores and boolean masks,
+#: about 2 MiB) and most unit rows gathered for it (4 MiB at d = 512), fewer under a tight budget
+#: (:meth:`~recallk.score.ranking.budget.Budget.stacked_labels`).
+_STACK_CELLS = 2**18
+_STACK_ROWS = 2**11
 
 
 def find_positives(p: Problem, budget: Budget, first_only: bool = False):
@@ -37,7 +44,10 @@ def find_positives(p: Problem, budget: Budget, first_only: bool = False):
     n = p.q.shape[0]
     parts = []
     n_pos, top_tie = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    for rows, a, keep in _label_slices(p, budget):
+    stacked = _small_labels(p) if first_only else None
+    if stacked is not None and stacked.any():
+        parts.append(_stacked_best(p, budget, np.flatnonzero(stacked), n_pos, top_tie))
+    for rows, a, keep in _label_slices(p, budget, skip=stacked):
         b = a + keep.shape[1]
         n_pos[rows] = keep.sum(axis=1)
         if first_only:
@@ -66,13 +76,16 @@ def positive_counts(p: Problem, budget: Budget) -> np.ndarray:
     return n_pos
 
 
-def _label_slices(p: Problem, budget: Budget):
-    """Per run of :func:`_label_runs` (queries sorted by label, those whose label has gallery items): the
-    rows, the run's first sorted column ``a``, and which cells of columns ``[a, a + width)`` are each row's
-    positives it may retrieve."""
+def _label_slices(p: Problem, budget: Budget, skip: np.ndarray | None = None):
+    """Per run of :func:`_label_runs` (queries sorted by label, those whose label has gallery items, less those
+    ``skip`` marks): the rows, the run's first sorted column ``a``, and which cells of columns ``[a, a + width)``
+    are each row's positives it may retrieve."""
     key = p.lo * (p.gp.shape[0] + 1) + p.hi  # absent labels share lo with the next label, never hi
     by_label = np.argsort(key, kind="stable")
-    for rows in _label_runs(p, by_label[p.lo[by_label] < p.hi[by_label]], budget):
+    use = p.lo[by_label] < p.hi[by_label]
+    if skip is not None:
+        use &= ~skip[by_label]
+    for rows in _label_runs(p, by_label[use], budget):
         a, b = p.lo[rows[0]], p.hi[rows[-1]]
         columns = np.arange(a, b)
         yield rows, a, (columns >= p.lo[rows][:, None]) & (columns < p.hi[rows][:, None]) & ~p.excluded(rows, a, b)
@@ -112,6 +125,87 @@ def _best_positives(p: Problem, rows: np.ndarray, a: int, keep: np.ndarray, n_po
         ends = np.stack([col[np.minimum(first, col.size - 1)], col[np.maximum(first + ties - 1, 0)]], axis=1) + a
     used = np.arange(2)[None, :] < n_entries[:, None]
     return rows, n_entries, np.repeat(best, n_entries), ends[used]
+
+
+def _small_labels(p: Problem) -> np.ndarray:
+    """(n,) bool: the queries whose label has gallery items and at most ``_POSITIVE_CELLS`` cells (its queries x
+    its gallery items), which :func:`_stacked_best` serves."""
+    width = p.hi - p.lo
+    key = p.lo * (p.gp.shape[0] + 1) + p.hi
+    _, label, n_queries = np.unique(key, return_inverse=True, return_counts=True)
+    return (width > 0) & (n_queries[label.reshape(-1)] * width <= _POSITIVE_CELLS)
+
+
+def _stacked_best(p: Problem, budget: Budget, rows: np.ndarray, n_pos: np.ndarray, top_tie: np.ndarray) -> tuple:
+    """:func:`find_positives` with ``first_only`` for the queries ``rows`` of small labels (:func:`_small_labels`),
+    all at once: a part for :func:`~recallk.score.ranking.schedule.rows_to_csr`, as :func:`_best_positives` gives
+    for one run; sets ``n_pos[rows]`` and ``top_tie[rows]``.
+
+    Labels of about the same size (their queries and gallery items, each rounded up to a power of two) are
+    stacked: each label's queries x its gallery slice is one slice of a stacked float32 product (padded rows
+    and columns masked out), so a thousand small labels cost a few calls, not a thousand. Only cells within
+    ``2 tol`` of a row's float32 best can be exactly best; those few are re-scored once, all together, by
+    :func:`exact_pairs`, as in :func:`_best_positives`, so the thresholds are the same bits.
+    """
+    n, m, d = p.q.shape[0], p.gp.shape[0], p.q.shape[1]
+    key = p.lo[rows] * (m + 1) + p.hi[rows]
+    by_label = np.argsort(key, kind="stable")
+    order, key = rows[by_label], key[by_label]  # by label, then query index
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    counts = np.diff(np.r_[starts, order.size])
+    lo = p.lo[order[starts]]
+    width = p.hi[order[starts]] - lo
+    q_side, g_side = _pow2(counts), _pow2(width)
+    near_rows, near_cols, scratch = [], [], Buffers()
+    with single_threaded_blas():  # many small products: one BLAS thread each, no hand-offs
+        for qs, gs in sorted(set(zip(q_side.tolist(), g_side.tolist()))):
+            labels = np.flatnonzero((q_side == qs) & (g_side == gs))
+            per = budget.stacked_labels(qs, gs, d, _STACK_CELLS, _STACK_ROWS)
+            for s in range(0, labels.size, per):
+                chunk = labels[s:s + per]
+                q_ok = np.arange(qs) < counts[chunk][:, None]  # (labels, qs): real queries, not padding
+                g_ok = np.arange(gs) < width[chunk][:, None]   # (labels, gs): the label's own columns
+                q_row = order[np.where(q_ok, starts[chunk][:, None] + np.arange(qs), starts[chunk][:, None])]
+                g_col = np.where(g_ok, lo[chunk][:, None] + np.arange(gs), lo[chunk][:, None])
+                q_vec = _gather(p.q, q_row, scratch, "q").reshape(chunk.size, qs, d)
+                g_vec = _gather(p.gp, g_col, scratch, "g").reshape(chunk.size, gs, d)
+                sims = np.matmul(q_vec, g_vec.transpose(0, 2, 1),
+                                 out=scratch.get("sims", (chunk.size, qs, gs), np.float32))
+                keep = q_ok[:, :, None] & g_ok[:, None, :] & ~p.excluded_cells(q_row[:, :, None], g_col[:, None, :])
+                n_pos[q_row[q_ok]] = keep.sum(axis=2)[q_ok]
+                np.putmask(sims, ~keep, -np.inf)
+                top = sims.max(axis=2)
+                near = keep & (sims >= round_outward(top.astype(np.float64) - 2 * p.tol, up=False)[:, :, None])
+                b, i, j = np.nonzero(near)
+                near_rows.append(q_row[b, i])
+                near_cols.append(g_col[b, j])
+    line, col = np.concatenate(near_rows), np.concatenate(near_cols)
+    exact = exact_pairs(p.q, p.gp, line, col)
+    best = np.full(n, -np.inf, dtype=np.float32)
+    np.maximum.at(best, line, exact)
+    at = exact == best[line]
+    line, col = line[at], col[at]
+    ties = np.bincount(line, minlength=n)[rows]
+    first, last = np.full(n, m, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    np.minimum.at(first, line, col)  # within a label, sorted columns are in gallery-index order
+    np.maximum.at(last, line, col)
+    top_tie[rows] = np.maximum(ties - 1, 0)
+    n_entries = np.where(n_pos[rows] > 0, 1 + (ties > 1), 0)
+    used = np.arange(2)[None, :] < n_entries[:, None]
+    return rows, n_entries, np.repeat(best[rows], n_entries), np.stack([first[rows], last[rows]], axis=1)[used]
+
+
+def _gather(rows: np.ndarray | UnitRows, which: np.ndarray, scratch: Buffers, name: str) -> np.ndarray:
+    """``rows[which.ravel()]``, held unit rows gathered into a reused scratch (fresh pages cost more than the copy)."""
+    which = which.reshape(-1)
+    if isinstance(rows, UnitRows):
+        return rows[which]
+    return np.take(rows, which, axis=0, mode="clip", out=scratch.get(name, (which.size, rows.shape[1]), rows.dtype))
+
+
+def _pow2(x: np.ndarray) -> np.ndarray:
+    """The smallest power of two at or above each of ``x`` (all positive)."""
+    return 1 << np.ceil(np.log2(x)).astype(np.int64)
 
 
 def _label_runs(p: Problem, by_label: np.ndarray, budget: Budget):

@@ -282,6 +282,16 @@ class Problem:
             out |= (g_code[c0:c1][None, :] == qc) & (qc >= 0)
         return out
 
+    def excluded_cells(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """Boolean, ``rows`` and ``cols`` broadcast together: whether query ``rows[...]`` may not retrieve sorted
+        column ``cols[...]`` (its own image, or an item sharing a value of an exclusion column); the cells of
+        :meth:`excluded` for any layout of (query, column) pairs."""
+        out = self.self_col[rows] == cols
+        for q_code, _, g_code in self.groups:
+            qc = q_code[rows]
+            out |= (g_code[cols] == qc) & (qc >= 0)
+        return out
+
     def _own(self, rows: np.ndarray, c0: int, c1: int) -> tuple[np.ndarray, np.ndarray]:
         """(row, column) cells of each query's own image among columns [c0, c1)."""
         own = self.self_col[rows]

@@ -70,8 +70,9 @@ def matmul_mode(torch, device, precision: str) -> Iterator[None]:
 
 
 def unit_rows(torch, x, device, order: np.ndarray | None = None):
-    """:func:`recallk.score.similarity.l2_normalize` on the device: rows divided by their largest magnitude,
-    then by their norm, in float64, rounded once to float32 (a zero row stays zero). ``x``: a tensor (used
+    """:func:`recallk.score.similarity.l2_normalize` on the device: float64 rows divided by their largest magnitude
+    (:func:`~recallk.score.similarity.needs_peak`), then every row by its norm, in float64, rounded once to float32
+    (a zero row stays zero). ``x``: a tensor (used
     where it lives, never copied to numpy) or an array; ``order``: the rows to take, in that order."""
     t = x if isinstance(x, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(x))
     t = t.to(device)
@@ -80,10 +81,11 @@ def unit_rows(torch, x, device, order: np.ndarray | None = None):
     out = torch.empty(t.shape, dtype=torch.float32, device=device)
     step = max(1, _EXACT_ELEMENTS // max(1, t.shape[1]))
     tiny = torch.tensor(5e-324, dtype=torch.float64, device=device)
+    scale = t.dtype.is_floating_point and t.dtype.itemsize >= 8  # needs_peak, for a torch dtype
     for s in range(0, t.shape[0], step):
         chunk = t[s:s + step].to(torch.float64)
-        peak = torch.maximum(chunk.abs().amax(dim=1, keepdim=True), tiny) if chunk.shape[1] else tiny
-        chunk = chunk / peak
+        if scale:
+            chunk = chunk / (torch.maximum(chunk.abs().amax(dim=1, keepdim=True), tiny) if chunk.shape[1] else tiny)
         norms = torch.sqrt(torch.einsum("ij,ij->i", chunk, chunk))
         out[s:s + step] = (chunk / torch.maximum(norms, tiny)[:, None]).to(torch.float32)
     return out
