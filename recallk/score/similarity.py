@@ -10,9 +10,9 @@
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
+
+from recallk.threads import run_all
 
 #: Rows normalised at a time (float64 scratch of at most 2 threads x 2 x 512 x d x 8 bytes).
 _NORMALIZE_ROWS = 512
@@ -30,9 +30,9 @@ def l2_normalize(x: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
     underflow in float64. With ``rows``, returns ``l2_normalize(x)[rows]`` without the
     intermediate copy.
 
-    Two threads share the chunks, each in its own scratch reused chunk after chunk (a
-    fresh float64 copy per chunk would fault in new pages every time, which costs more
-    than the arithmetic).
+    Two threads share the chunks (:func:`recallk.threads.run_all`), each in its own scratch
+    reused chunk after chunk (a fresh float64 copy per chunk would fault in new pages every
+    time, which costs more than the arithmetic).
     """
     x = np.asarray(x)
     n = x.shape[0] if rows is None else len(rows)
@@ -51,8 +51,7 @@ def l2_normalize(x: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
                 np.take(x, rows[start:stop], axis=0, mode="clip", out=gathered[:stop - start])  # no extra buffer
             _unit_chunk(part, out[start:stop], scratch[:stop - start])
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        list(pool.map(share, (0, 1)))
+    run_all(share, (0, 1))
     return out
 
 

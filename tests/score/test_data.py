@@ -76,3 +76,19 @@ def test_same_rows_without_ids_warn_at_the_callers_line():
         warnings.simplefilter("error")
         RetrievalData(emb, emb, labels, labels, same_set=False)  # the caller said what they are: no warning
         RetrievalData(emb, emb, labels, labels, query_ids=labels, gallery_ids=labels)
+
+
+@pytest.mark.parametrize("values, bad_rows", [
+    ([[3e38, 3e38, 3e38], [3e38, 3e38, 3e38]], None),         # finite, though their float32 sum overflows
+    ([[np.inf, 0, 0], [-np.inf, 0, 0]], [0, 1]),              # +inf and -inf: their sum is NaN, still caught
+    ([[1, 2, 3], [4, 5, np.nan]], [1]),                       # a NaN
+    ([[np.finfo(np.float32).max, 1, 0], [0, 1, np.inf]], [1]),  # an inf beside the largest float32
+])
+def test_finite_check_takes_a_sum_first_and_still_names_every_bad_row(values, bad_rows):
+    emb = np.array(values, dtype=np.float32)
+    if bad_rows is None:
+        assert _data(query_emb=emb).query_emb.shape == (2, 3)  # accepted
+        return
+    with pytest.raises(InputError, match=re.escape(f"`query_emb` has NaN or inf in {len(bad_rows)} row(s), "
+                                                   f"first rows {bad_rows}")):
+        _data(query_emb=emb)

@@ -99,12 +99,13 @@ class Budget:
         """Rows of one large label's positives product, ``width`` columns wide (at least one)."""
         return max(1, int(self.bytes // (self.LABEL_BYTES_PER_CELL * width)))
 
-    def stacked_labels(self, q_side: int, g_side: int, dim: int, most_cells: int, most_rows: int) -> int:
+    def stacked_labels(self, q_side: int, g_side: int, dim: int, most_cells: int, most_rows: int,
+                       workers: int = 1) -> int:
         """Labels in one stacked product of small labels' positives, each padded to ``q_side`` queries x
-        ``g_side`` gallery items: at most ``most_cells`` cells and ``most_rows`` gathered rows, within
-        :attr:`STACK_SHARE` of the budget; at least one."""
+        ``g_side`` gallery items: at most ``most_cells`` cells and ``most_rows`` gathered rows, one stack per
+        thread of ``workers`` within :attr:`STACK_SHARE` of the budget; at least one."""
         per_label = self.STACK_BYTES_PER_VALUE * dim * (q_side + g_side) + self.STACK_BYTES_PER_CELL * q_side * g_side
-        room = int(self.bytes * self.STACK_SHARE // per_label)
+        room = int(self.bytes * self.STACK_SHARE / workers // per_label)
         return max(1, min(most_cells // (q_side * g_side), most_rows // (q_side + g_side), room))
 
     def chunk_positives(self) -> int:

@@ -16,7 +16,8 @@ import numpy as np
 from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.problem import Problem, UnitRows
 from recallk.score.ranking.scan import Buffers, exact_pairs, round_outward
-from recallk.score.ranking.schedule import rows_to_csr, single_threaded_blas
+from recallk.score.ranking.schedule import rows_to_csr, single_threaded_blas, worker_count
+from recallk.threads import run_all
 
 #: Positive cells per product of several small labels' queries x their gallery slices; on the first-positive
 #: path, the most cells (queries x gallery items) of a label the stacked products take (:func:`_stacked_best`).
@@ -156,31 +157,39 @@ def _stacked_best(p: Problem, budget: Budget, rows: np.ndarray, n_pos: np.ndarra
     lo = p.lo[order[starts]]
     width = p.hi[order[starts]] - lo
     q_side, g_side = _pow2(counts), _pow2(width)
-    near_rows, near_cols, scratch = [], [], Buffers()
+    stacks = []  # (queries side, gallery side, its labels)
+    workers = worker_count()
+    for qs, gs in sorted(set(zip(q_side.tolist(), g_side.tolist()))):
+        labels = np.flatnonzero((q_side == qs) & (g_side == gs))
+        per = budget.stacked_labels(qs, gs, d, _STACK_CELLS, _STACK_ROWS, workers)
+        stacks += [(qs, gs, labels[s:s + per]) for s in range(0, labels.size, per)]
+
+    def near_cells(share: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One thread's stacks: the (query, column) cells near each row's float32 best, and their exact scores."""
+        near_rows, near_cols, scratch = [np.empty(0, np.int64)], [np.empty(0, np.int64)], Buffers()
+        for qs, gs, chunk in share:
+            q_ok = np.arange(qs) < counts[chunk][:, None]  # (labels, qs): real queries, not padding
+            g_ok = np.arange(gs) < width[chunk][:, None]   # (labels, gs): the label's own columns
+            q_row = order[np.where(q_ok, starts[chunk][:, None] + np.arange(qs), starts[chunk][:, None])]
+            g_col = np.where(g_ok, lo[chunk][:, None] + np.arange(gs), lo[chunk][:, None])
+            q_vec = _gather(p.q, q_row, scratch, "q").reshape(chunk.size, qs, d)
+            g_vec = _gather(p.gp, g_col, scratch, "g").reshape(chunk.size, gs, d)
+            sims = np.matmul(q_vec, g_vec.transpose(0, 2, 1), out=scratch.get("sims", (chunk.size, qs, gs), np.float32))
+            keep = q_ok[:, :, None] & g_ok[:, None, :] & ~p.excluded_cells(q_row[:, :, None], g_col[:, None, :])
+            n_pos[q_row[q_ok]] = keep.sum(axis=2)[q_ok]  # each label's queries are one thread's
+            np.putmask(sims, ~keep, -np.inf)
+            top = sims.max(axis=2)
+            near = keep & (sims >= round_outward(top.astype(np.float64) - 2 * p.tol, up=False)[:, :, None])
+            b, i, j = np.nonzero(near)
+            near_rows.append(q_row[b, i])
+            near_cols.append(g_col[b, j])
+        line, col = np.concatenate(near_rows), np.concatenate(near_cols)
+        return line, col, exact_pairs(p.q, p.gp, line, col)
+
+    shares = [stacks[k::workers] for k in range(min(workers, len(stacks)))]
     with single_threaded_blas():  # many small products: one BLAS thread each, no hand-offs
-        for qs, gs in sorted(set(zip(q_side.tolist(), g_side.tolist()))):
-            labels = np.flatnonzero((q_side == qs) & (g_side == gs))
-            per = budget.stacked_labels(qs, gs, d, _STACK_CELLS, _STACK_ROWS)
-            for s in range(0, labels.size, per):
-                chunk = labels[s:s + per]
-                q_ok = np.arange(qs) < counts[chunk][:, None]  # (labels, qs): real queries, not padding
-                g_ok = np.arange(gs) < width[chunk][:, None]   # (labels, gs): the label's own columns
-                q_row = order[np.where(q_ok, starts[chunk][:, None] + np.arange(qs), starts[chunk][:, None])]
-                g_col = np.where(g_ok, lo[chunk][:, None] + np.arange(gs), lo[chunk][:, None])
-                q_vec = _gather(p.q, q_row, scratch, "q").reshape(chunk.size, qs, d)
-                g_vec = _gather(p.gp, g_col, scratch, "g").reshape(chunk.size, gs, d)
-                sims = np.matmul(q_vec, g_vec.transpose(0, 2, 1),
-                                 out=scratch.get("sims", (chunk.size, qs, gs), np.float32))
-                keep = q_ok[:, :, None] & g_ok[:, None, :] & ~p.excluded_cells(q_row[:, :, None], g_col[:, None, :])
-                n_pos[q_row[q_ok]] = keep.sum(axis=2)[q_ok]
-                np.putmask(sims, ~keep, -np.inf)
-                top = sims.max(axis=2)
-                near = keep & (sims >= round_outward(top.astype(np.float64) - 2 * p.tol, up=False)[:, :, None])
-                b, i, j = np.nonzero(near)
-                near_rows.append(q_row[b, i])
-                near_cols.append(g_col[b, j])
-    line, col = np.concatenate(near_rows), np.concatenate(near_cols)
-    exact = exact_pairs(p.q, p.gp, line, col)
+        found = run_all(near_cells, shares) if shares else [near_cells([])]  # each thread its own scratch
+    line, col, exact = (np.concatenate(x) for x in zip(*found))
     best = np.full(n, -np.inf, dtype=np.float32)
     np.maximum.at(best, line, exact)
     at = exact == best[line]

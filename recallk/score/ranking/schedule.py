@@ -13,7 +13,6 @@ import logging
 import math
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Callable, Iterator
 
@@ -24,6 +23,7 @@ from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.counting import RankCounter
 from recallk.score.ranking.problem import Problem
 from recallk.score.ranking.scan import Buffers
+from recallk.threads import run_all
 
 #: Fast tiles' gallery width (query x gallery); leave-one-out tiles are square.
 TILE_WIDTH = 2048
@@ -172,7 +172,9 @@ def tile_count(p: Problem, jobs: list, width: int) -> int:
 def each_core(jobs: list, new_worker: Callable[[], TileWorker], tiles_per_job: int = 1, desc: str = "rank") -> None:
     """Do ``jobs`` on every core: each thread makes its worker with ``new_worker()``, calls its ``run(job)``
     for jobs taken in turn from the shared list, then its ``finish()``. BLAS runs single-threaded meanwhile:
-    one product per core, with no BLAS threads spinning beside the numpy work.
+    one product per core, with no BLAS threads spinning beside the numpy work. The threads are the calling
+    one and those of the process's pool (:func:`recallk.threads.run_all`, started once); when one fails or
+    the caller is interrupted (Ctrl-C), the others stop after the job they are on.
 
     Progress (:class:`~recallk.progress.Progress`, ``desc``, in tiles: ``tiles_per_job`` per job, reported by
     the worker as it goes (:meth:`TileWorker.tiles_done`) or when the job ends): a bar on
@@ -186,22 +188,28 @@ def each_core(jobs: list, new_worker: Callable[[], TileWorker], tiles_per_job: i
             with lock:
                 bar.update(n)
 
-    def work() -> None:
+    stop = threading.Event()  # set when a thread fails or the caller is interrupted: the others stop after their job
+
+    def work(_: int) -> None:
         worker = new_worker()
         worker.on_tiles = advance
-        while True:
+        while not stop.is_set():
             with lock:
                 job = next(pending, None)
             if job is None:
                 return worker.finish()
             worker.ticked = 0
-            worker.run(job)
+            try:
+                worker.run(job)
+            except BaseException:
+                stop.set()
+                raise
             advance(tiles_per_job - worker.ticked)  # the tiles a job skipped (stopped queries) or did not report
+        return None
 
     threads = max(1, min(worker_count(), len(jobs)))
-    with bar, single_threaded_blas(), ThreadPoolExecutor(max_workers=threads) as pool:
-        for future in [pool.submit(work) for _ in range(threads)]:
-            future.result()
+    with bar, single_threaded_blas():
+        run_all(work, range(threads))  # the calling thread takes one share; the pool's threads, started once, the rest
 
 
 def single_threaded_blas(macs: float | None = None) -> AbstractContextManager:
