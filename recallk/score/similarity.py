@@ -72,8 +72,9 @@ def _unit_chunk(part: np.ndarray, out: np.ndarray, scratch: np.ndarray | None = 
 def needs_peak(dtype: np.dtype) -> bool:
     """Whether rows of ``dtype`` are divided by their largest magnitude before their norm (:func:`l2_normalize`):
     float64 and wider only. A float32 square is below 2**256 and a sum of a million of them below 2**276, far
-    inside float64's range (2**1024), and the smallest square (2**-298) is a normal float64: no scaling can
-    change their norm's rounding, so narrower rows skip the step (a pass over the chunk and a division)."""
+    inside float64's range (2**1024), and the smallest square (2**-298) is a normal float64: their norms need
+    no scaling to stay in range, so narrower rows skip the step (a pass over the chunk and a division). The
+    unit rows are as exact either way (within a float32 ulp of the exact direction; tests/score/test_similarity.py)."""
     dtype = np.dtype(dtype)
     return dtype.kind == "f" and dtype.itemsize >= 8
 

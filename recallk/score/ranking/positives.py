@@ -187,7 +187,8 @@ def _stacked_best(p: Problem, budget: Budget, rows: np.ndarray, n_pos: np.ndarra
         return line, col, exact_pairs(p.q, p.gp, line, col)
 
     shares = [stacks[k::workers] for k in range(min(workers, len(stacks)))]
-    with single_threaded_blas():  # many small products: one BLAS thread each, no hand-offs
+    largest = max((qs * gs * d for qs, gs, _ in stacks), default=0)  # the largest product of one label
+    with single_threaded_blas(largest):  # many small products: one BLAS thread each, no hand-offs
         found = run_all(near_cells, shares) if shares else [near_cells([])]  # each thread its own scratch
     line, col, exact = (np.concatenate(x) for x in zip(*found))
     best = np.full(n, -np.inf, dtype=np.float32)
