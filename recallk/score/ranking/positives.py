@@ -158,7 +158,9 @@ def _stacked_best(p: Problem, budget: Budget, rows: np.ndarray, n_pos: np.ndarra
     width = p.hi[order[starts]] - lo
     q_side, g_side = _pow2(counts), _pow2(width)
     stacks = []  # (queries side, gallery side, its labels)
-    workers = worker_count()
+    # the cores share the stacks; under a budget too tight to hold the unit rows, one thread (each thread's
+    # re-scoring scratch and rows normalised when read would double what the budget has to pay for)
+    workers = 1 if isinstance(p.q, UnitRows) or isinstance(p.gp, UnitRows) else worker_count()
     for qs, gs in sorted(set(zip(q_side.tolist(), g_side.tolist()))):
         labels = np.flatnonzero((q_side == qs) & (g_side == gs))
         per = budget.stacked_labels(qs, gs, d, _STACK_CELLS, _STACK_ROWS, workers)
