@@ -81,8 +81,7 @@ def _label_slices(p: Problem, budget: Budget, skip: np.ndarray | None = None):
     """Per run of :func:`_label_runs` (queries sorted by label, those whose label has gallery items, less those
     ``skip`` marks): the rows, the run's first sorted column ``a``, and which cells of columns ``[a, a + width)``
     are each row's positives it may retrieve."""
-    key = p.lo * (p.gp.shape[0] + 1) + p.hi  # absent labels share lo with the next label, never hi
-    by_label = np.argsort(key, kind="stable")
+    by_label = np.argsort(_label_key(p), kind="stable")
     use = p.lo[by_label] < p.hi[by_label]
     if skip is not None:
         use &= ~skip[by_label]
@@ -128,12 +127,16 @@ def _best_positives(p: Problem, rows: np.ndarray, a: int, keep: np.ndarray, n_po
     return rows, n_entries, np.repeat(best, n_entries), ends[used]
 
 
+def _label_key(p: Problem) -> np.ndarray:
+    """(n,) int64: one key per query's label slice [lo, hi) (absent labels share lo with the next label, never hi)."""
+    return p.lo * (p.gp.shape[0] + 1) + p.hi
+
+
 def _small_labels(p: Problem) -> np.ndarray:
     """(n,) bool: the queries whose label has gallery items and at most ``_POSITIVE_CELLS`` cells (its queries x
     its gallery items), which :func:`_stacked_best` serves."""
     width = p.hi - p.lo
-    key = p.lo * (p.gp.shape[0] + 1) + p.hi
-    _, label, n_queries = np.unique(key, return_inverse=True, return_counts=True)
+    _, label, n_queries = np.unique(_label_key(p), return_inverse=True, return_counts=True)
     return (width > 0) & (n_queries[label.reshape(-1)] * width <= _POSITIVE_CELLS)
 
 
@@ -149,7 +152,7 @@ def _stacked_best(p: Problem, budget: Budget, rows: np.ndarray, n_pos: np.ndarra
     :func:`exact_pairs`, as in :func:`_best_positives`, so the thresholds are the same bits.
     """
     n, m, d = p.q.shape[0], p.gp.shape[0], p.q.shape[1]
-    key = p.lo[rows] * (m + 1) + p.hi[rows]
+    key = _label_key(p)[rows]
     by_label = np.argsort(key, kind="stable")
     order, key = rows[by_label], key[by_label]  # by label, then query index
     starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])

@@ -275,12 +275,7 @@ class Problem:
     def excluded(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
         """Boolean (len(rows), c1 - c0): the cells of columns [c0, c1) each query may not retrieve
         (its own image, and items sharing a value of an exclusion column)."""
-        out = np.zeros((len(rows), c1 - c0), dtype=bool)
-        out[self._own(rows, c0, c1)] = True
-        for q_code, _, g_code in self.groups:
-            qc = q_code[rows][:, None]
-            out |= (g_code[c0:c1][None, :] == qc) & (qc >= 0)
-        return out
+        return self.excluded_cells(np.asarray(rows)[:, None], np.arange(c0, c1)[None, :])
 
     def excluded_cells(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """Boolean, ``rows`` and ``cols`` broadcast together: whether query ``rows[...]`` may not retrieve sorted
