@@ -91,3 +91,22 @@ def test_ray_engine_serves_the_top_metrics_with_the_complete_ranking(ray_cluster
                   Pass.top(5, cap=5))
     assert local.depth is not None and remote.depth is None and remote.cap is None
     assert summarize(remote, settings)[0] == summarize(local, settings)[0]
+
+
+@pytest.mark.parametrize("leave_one_out, cap", [(False, None), (True, None), (True, 3)])
+def test_ray_tasks_hand_collapsed_queries_to_the_exact_pass(ray_cluster, leave_one_out, cap):
+    """Collapsed embeddings (one direction for half the rows): each task hands the queries whose cells mostly
+    tie to the exact pass on its own; the driver takes every task's, and the ranking is the local one's."""
+    rng = np.random.default_rng(3)
+    g = rng.normal(size=(1200, 8)).astype(np.float32)
+    g[:1000] = g[0]  # collapsed: 1,000 identical rows, each tied with ~750 non-positives, ~375 in each task
+    g_lab = rng.integers(0, 4, size=1200)
+    q, q_lab = (g, g_lab) if leave_one_out else (np.vstack([g[:150], g[1000:]]), rng.integers(0, 4, size=350))
+    ids = [f"g{i}" for i in range(1200)] if leave_one_out else None
+    options = dict(query_ids=ids, gallery_ids=ids, same_set=leave_one_out or None, ranks=Pass.first(cap),
+                   max_memory_mb=0.2)
+    want = rank_positives(q, g, q_lab, g_lab, **options)
+    tiles = RayTiles(shares=2)
+    got = rank_positives(q, g, q_lab, g_lab, **options, count_tiles=tiles)
+    assert_same_ranking(got, want)
+    assert tiles.passes >= 2  # the first-positive pass, then the exact pass for the handed queries

@@ -62,7 +62,7 @@ from recallk.checks import check_memory
 from recallk.score.data import RetrievalData
 from recallk.score.passes import Pass, Ranks
 from recallk.score.ranking.budget import Budget
-from recallk.score.ranking.counting import RankCounter
+from recallk.score.ranking.counting import HAND_OVER, RankCounter
 from recallk.score.ranking.direct import direct_ranks
 from recallk.score.ranking.exact import exact_tiles
 from recallk.score.ranking.fast import fast_tiles
@@ -327,8 +327,10 @@ def _rank_part(p: Problem, query_bytes: int, budget: Budget, ranks: Pass,
     held by the caller."""
     n, complete, cap = p.q.shape[0], not ranks.first_only, ranks.cap
     # complete: every positive; else the best one and the last one tied with it (opposite tie rule)
-    pos_off, pos_val, pos_col, n_pos, top_tie = find_positives(p, budget, first_only=not complete)
+    crowded = np.zeros(n, dtype=bool)  # first positive: queries whose positives mostly tie with the best
+    pos_off, pos_val, pos_col, n_pos, top_tie = find_positives(p, budget, first_only=not complete, crowded=crowded)
     counter = RankCounter(p, pos_off, pos_val, pos_col)
+    counter.handed |= crowded
     # the budget covers everything this call holds: unit copies, positive lists, counters, then the tiles
     tiles = budget.tiles(query_bytes + p.gp.nbytes, pos_val.size)
     jobs, n_tiles = (count_tiles or count_tiles_here)(p, counter, tiles, ranks)
@@ -342,6 +344,14 @@ def _rank_part(p: Problem, query_bytes: int, budget: Budget, ranks: Pass,
         opp_t = pos_off[:-1] + (top_tie > 0)
     opposite = np.full(n, -1, dtype=np.int64)
     opposite[has] = counter.gt[opp_t[has]] + counter.eq_gt[opp_t[has]]
+    handed = np.flatnonzero(counter.handed)
+    if handed.size:  # first-positive path: queries whose similarities mostly tie, ranked by the exact pass
+        exact = _complete(p.queries(handed), budget, count_tiles)
+        at = np.searchsorted(np.flatnonzero(has), handed)  # every handed query has positives
+        ranked[at], opposite[handed] = exact.ranks[exact.offsets[:-1]], exact.opposite
+        jobs, n_tiles = jobs + exact.jobs, n_tiles + exact.tiles
+        log.debug("%d queries left the fast pass for the exact pass (more than %d undecided cells each: their "
+                  "similarities mostly tie)", handed.size, HAND_OVER)
     if cap is not None:  # a query that stopped counting holds a partial count of at least cap
         ranked, opposite[has] = np.minimum(ranked, cap), np.minimum(opposite[has], cap)
     return Part(n_pos, offsets, ranked, opposite, jobs, n_tiles)

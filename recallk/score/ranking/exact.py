@@ -72,6 +72,6 @@ class ExactWorker(TileWorker):
         if c0 > r0:  # the columns, from a transposed copy made before the tile is masked and sorted
             mirror = self.scratch.get("mirror", (c1 - c0, r1 - r0), np.float32)
             np.copyto(mirror, sims.T)
-            self.counter.exact_tile(mirror, p.gindex[c0:c1], r0, r1, lambda k: product[:, k].astype(np.float32))
+            self.counter.exact_tile(mirror, p.gindex[c0:c1], r0, r1, lambda k: product[:, k].T.astype(np.float32))
         # sorted position j is query gindex[j]
         self.counter.exact_tile(sims, p.gindex[r0:r1], c0, c1, lambda k: product[k].astype(np.float32))

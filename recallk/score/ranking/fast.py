@@ -81,8 +81,9 @@ class FastWorker(TileWorker):
         self.undecided.flush()
 
     def _counting(self, queries: np.ndarray, n_thr: np.ndarray) -> np.ndarray:
-        """Positions of the queries still counting: with positives and, under a cap, below it."""
-        live, counter = n_thr > 0, self.counter
+        """Positions of the queries still counting: with positives, not handed over to the exact pass
+        (:attr:`~recallk.score.ranking.counting.RankCounter.handed`) and, under a cap, below it."""
+        live, counter = (n_thr > 0) & ~self.counter.handed[queries], self.counter
         if self.cap is not None:  # read without the lock: counts only grow, a stale one costs work, not correctness
             live[live] = counter.gt[counter.off[queries[live]]] < self.cap
         return np.flatnonzero(live)
@@ -112,10 +113,11 @@ class FastWorker(TileWorker):
                 above[part] += self._row_tile(rows[part], vectors[b0:b0 + height], columns, c0,
                                               [w[part] for w in window])
             self.tiles_done()
+            still = ~self.counter.handed[rows[live]]  # those handed to the exact pass leave
             if cap is not None:  # those at the cap stop: their rank is at least cap
-                still = above[live] < cap
-                if not still.all():
-                    live, vectors = live[still], vectors[still]
+                still &= above[live] < cap
+            if not still.all():
+                live, vectors = live[still], vectors[still]
         self.counter.add_above(rows, window[0], above)
 
     def symmetric_tile(self, r0: int, c0: int) -> None:

@@ -14,6 +14,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from recallk.score.ranking.budget import Budget
+from recallk.score.ranking.counting import HAND_OVER
 from recallk.score.ranking.problem import Problem, UnitRows
 from recallk.score.ranking.scan import Buffers, exact_pairs, round_outward
 from recallk.score.ranking.schedule import rows_to_csr, single_threaded_blas, worker_count
@@ -29,7 +30,7 @@ _STACK_CELLS = 2**18
 _STACK_ROWS = 2**11
 
 
-def find_positives(p: Problem, budget: Budget, first_only: bool = False):
+def find_positives(p: Problem, budget: Budget, first_only: bool = False, crowded: np.ndarray | None = None):
     """Exact similarities of every query's positives, sorted by (-similarity, gallery index), as CSR
     (offsets, values, columns), plus each query's number of positives and of positives tied
     exactly with its best one, minus one.
@@ -40,19 +41,23 @@ def find_positives(p: Problem, budget: Budget, first_only: bool = False):
     rows under the budget. Within a slice, columns are in gallery-index order, so a stable
     sort on -similarity breaks ties by gallery index. With ``first_only`` the lists hold
     only the best positive and, if others tie with it, the last of them (the first under
-    the opposite tie rule): memory in queries, not in (query, positive) pairs.
+    the opposite tie rule): memory in queries, not in (query, positive) pairs. There, a query with
+    more than :data:`~recallk.score.ranking.counting.HAND_OVER` positives within the float32 error of its
+    best (collapsed embeddings) is marked in ``crowded`` (bool, (n,)) instead of re-scored pair by pair: its
+    entries are placeholders, and the exact pass ranks it (:attr:`RankCounter.handed`).
     """
     n = p.q.shape[0]
     parts = []
     n_pos, top_tie = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    crowded = np.zeros(n, dtype=bool) if crowded is None else crowded
     stacked = _small_labels(p) if first_only else None
     if stacked is not None and stacked.any():
-        parts.append(_stacked_best(p, budget, np.flatnonzero(stacked), n_pos, top_tie))
+        parts.append(_stacked_best(p, budget, np.flatnonzero(stacked), n_pos, top_tie, crowded))
     for rows, a, keep in _label_slices(p, budget, skip=stacked):
         b = a + keep.shape[1]
         n_pos[rows] = keep.sum(axis=1)
         if first_only:
-            parts.append(_best_positives(p, rows, a, keep, n_pos, top_tie))
+            parts.append(_best_positives(p, rows, a, keep, n_pos, top_tie, crowded))
             continue
         sims = (p.q[rows].astype(np.float64) @ p.gp[a:b].astype(np.float64).T).astype(np.float32)
         best = np.where(keep, sims, -np.inf).max(axis=1)
@@ -92,7 +97,7 @@ def _label_slices(p: Problem, budget: Budget, skip: np.ndarray | None = None):
 
 
 def _best_positives(p: Problem, rows: np.ndarray, a: int, keep: np.ndarray, n_pos: np.ndarray,
-                    top_tie: np.ndarray) -> tuple:
+                    top_tie: np.ndarray, crowded: np.ndarray) -> tuple:
     """:func:`find_positives` with ``first_only`` for one run: each row's best positive among the ``keep``
     cells of columns from ``a``, and the last one tied with it; sets ``top_tie[rows]``.
 
@@ -111,6 +116,7 @@ def _best_positives(p: Problem, rows: np.ndarray, a: int, keep: np.ndarray, n_po
     top = np.where(keep, sims, -np.inf).max(axis=1)
     near = keep & (sims >= round_outward(top.astype(np.float64) - 2 * p.tol, up=False)[:, None])
     line, col = np.nonzero(near)  # by row, then column (gallery-index order within a label)
+    line, col = _uncrowded(line, col, rows, crowded)
     exact = exact_pairs(p.q, p.gp, rows[line], col + a)
     best = np.full(rows.size, -np.inf, dtype=np.float32)
     np.maximum.at(best, line, exact)
@@ -140,7 +146,8 @@ def _small_labels(p: Problem) -> np.ndarray:
     return (width > 0) & (n_queries[label.reshape(-1)] * width <= _POSITIVE_CELLS)
 
 
-def _stacked_best(p: Problem, budget: Budget, rows: np.ndarray, n_pos: np.ndarray, top_tie: np.ndarray) -> tuple:
+def _stacked_best(p: Problem, budget: Budget, rows: np.ndarray, n_pos: np.ndarray, top_tie: np.ndarray,
+                  crowded: np.ndarray) -> tuple:
     """:func:`find_positives` with ``first_only`` for the queries ``rows`` of small labels (:func:`_small_labels`),
     all at once: a part for :func:`~recallk.score.ranking.schedule.rows_to_csr`, as :func:`_best_positives` gives
     for one run; sets ``n_pos[rows]`` and ``top_tie[rows]``.
@@ -189,6 +196,8 @@ def _stacked_best(p: Problem, budget: Budget, rows: np.ndarray, n_pos: np.ndarra
             near_rows.append(q_row[b, i])
             near_cols.append(g_col[b, j])
         line, col = np.concatenate(near_rows), np.concatenate(near_cols)
+        if line.size > HAND_OVER:  # only then can a query have more (each label's queries are one thread's)
+            line, col = _uncrowded(line, col, np.arange(n), crowded)
         return line, col, exact_pairs(p.q, p.gp, line, col)
 
     shares = [stacks[k::workers] for k in range(min(workers, len(stacks)))]
@@ -204,10 +213,22 @@ def _stacked_best(p: Problem, budget: Budget, rows: np.ndarray, n_pos: np.ndarra
     first, last = np.full(n, m, dtype=np.int64), np.full(n, -1, dtype=np.int64)
     np.minimum.at(first, line, col)  # within a label, sorted columns are in gallery-index order
     np.maximum.at(last, line, col)
+    first[crowded], last[crowded] = p.lo[crowded], p.lo[crowded]  # placeholders, in range (no re-scored cells)
     top_tie[rows] = np.maximum(ties - 1, 0)
     n_entries = np.where(n_pos[rows] > 0, 1 + (ties > 1), 0)
     used = np.arange(2)[None, :] < n_entries[:, None]
     return rows, n_entries, np.repeat(best[rows], n_entries), np.stack([first[rows], last[rows]], axis=1)[used]
+
+
+def _uncrowded(line: np.ndarray, col: np.ndarray, rows: np.ndarray, crowded: np.ndarray) -> tuple:
+    """The near-best cells (``line`` indexes ``rows``) less those of rows with more than
+    :data:`~recallk.score.ranking.counting.HAND_OVER` of them, which are marked in ``crowded`` instead."""
+    many = np.bincount(line, minlength=rows.size) > HAND_OVER
+    if not many.any():
+        return line, col
+    crowded[rows[many]] = True
+    keep = ~many[line]
+    return line[keep], col[keep]
 
 
 def _gather(rows: np.ndarray | UnitRows, which: np.ndarray, scratch: Buffers, name: str) -> np.ndarray:

@@ -37,7 +37,7 @@ TASKS_PER_SLOT = 2
 
 def count_share(p: Problem, gallery: np.ndarray, positives: tuple[np.ndarray, np.ndarray, np.ndarray],
                 tiles: Budget, ranks: Pass, share: int, shares: int,
-                n_threads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+                n_threads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
     """One task: jobs ``share``, ``share + shares``, ... of the pass, on ``n_threads`` threads.
 
     Parameters
@@ -51,8 +51,9 @@ def count_share(p: Problem, gallery: np.ndarray, positives: tuple[np.ndarray, np
 
     Returns
     -------
-    (gt, eq_lt, eq_gt, jobs, tiles)
-        This share's counts per threshold (int64), and the jobs and tiles it did.
+    (gt, eq_lt, eq_gt, handed, jobs, tiles)
+        This share's counts per threshold (int64), the queries it handed to the exact pass (bool, see
+        :attr:`~recallk.score.ranking.counting.RankCounter.handed`), and the jobs and tiles it did.
     """
     p = replace(p, gp=gallery)
     counter = RankCounter(p, *positives)
@@ -62,7 +63,7 @@ def count_share(p: Problem, gallery: np.ndarray, positives: tuple[np.ndarray, np
 
     with threads(n_threads):
         jobs, n_tiles = count_tiles_here(p, counter, tiles, ranks, select)
-    return counter.gt, counter.eq_lt, counter.eq_gt, jobs, n_tiles
+    return counter.gt, counter.eq_lt, counter.eq_gt, counter.handed, jobs, n_tiles
 
 
 _REMOTE: dict[int, Any] = {}  # CPUs per task -> count_share as a Ray task (Ray exports it once per job)
@@ -110,10 +111,11 @@ class RayTiles:
         with Progress(shares, "score on Ray", "task", log) as bar:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
-                gt, eq_lt, eq_gt, share_jobs, share_tiles = ray.get(done[0])
+                gt, eq_lt, eq_gt, handed, share_jobs, share_tiles = ray.get(done[0])
                 counter.gt += gt
                 counter.eq_lt += eq_lt
                 counter.eq_gt += eq_gt
+                counter.handed |= handed  # handed over by any share: its counts are partial, the exact pass ranks it
                 jobs, n_tiles = jobs + share_jobs, n_tiles + share_tiles
                 bar.update(1)
         self.passes, self.jobs = self.passes + 1, self.jobs + jobs
