@@ -54,6 +54,11 @@ Run from the project root (``--quick``: A, B and C 20x smaller, a smoke run):
 
     python bench/score_bench.py [--quick] [--seed 0] [--repeat 1] [--scenarios S,A,B,C,D]
     python bench/score_bench.py --table [--repeat 3]
+    python bench/score_bench.py --collapsed [--repeat 3]
+
+``--collapsed``: every pass (recall only, the top-L pass, every metric) and FAISS on collapsed embeddings (one
+direction plus 1e-6 noise per row: every cosine within float32's error, as after a fine-tune collapses) beside
+clustered data, at 2,000 x 10,000 and leave-one-out 6,000: what ties cost the exact engine (FAISS does not care).
 """
 
 from __future__ import annotations
@@ -79,6 +84,8 @@ import small_batch  # noqa: E402
 from blas_report import blas_libraries, blas_lines, blas_summary, child_env, numpy_kernel, ran_blas  # noqa: E402
 from full_matrix import full_matrix_estimate_bytes  # noqa: E402
 from score_methods import (  # noqa: E402
+    COLLAPSED_KINDS,
+    COLLAPSED_SIZES,
     DIM,
     KS,
     MAX_MEMORY_MB,
@@ -340,6 +347,28 @@ def table_report(quick: bool, seed: int, repeat: int) -> None:
     print(f"\nmachine state: {state}")
 
 
+def collapsed_report(quick: bool, seed: int, repeat: int) -> None:
+    """``--collapsed``: each pass on collapsed embeddings beside clustered data, at the benchmark sizes, and FAISS
+    on both (its time does not depend on ties): collapsed / clustered per contender."""
+    methods = ("engine", "engine top", "engine suite", "faiss")
+    print(f"\nCollapsed embeddings (every row one direction + 1e-6 noise) against clustered data, ks={KS}, "
+          f"{_load()} at the start")
+    for size in COLLAPSED_SIZES:
+        label = table_label(size, quick)
+        res = {(m, kind): run_child(m, table_scenario(size, kind), quick, seed, repeat)
+               for kind in COLLAPSED_KINDS for m in methods}
+        for m in methods:
+            a, b = res[m, "clustered"], res[m, "collapsed"]
+            if "seconds" not in a or "seconds" not in b:
+                print(f"  {label}, {m}: {a.get('error') or b.get('error')}")
+                continue
+            vs_faiss = b["seconds"] / res["faiss", "collapsed"].get("seconds", float("nan"))
+            print(f"  {label}, {m:12s}: clustered {a['seconds']:6.2f} s, collapsed {b['seconds']:6.2f} s "
+                  f"({b['seconds'] / a['seconds']:5.2f}x; {vs_faiss:5.2f}x FAISS on it), "
+                  f"recall@1 collapsed {b['info'].get('recall@1', float('nan')):.4f}")
+    print(f"  {_load()} at the end")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="sizes 20x smaller (smoke run)")
@@ -348,6 +377,8 @@ def main() -> None:
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="which to run, e.g. S or A,B (default: all)")
     ap.add_argument("--table", action="store_true", help="the README's performance table (engine vs FAISS on "
                     "clustered and random data at the issue's sizes, and the training-loop call) as markdown rows")
+    ap.add_argument("--collapsed", action="store_true", help="each pass on collapsed embeddings (every cosine "
+                    "within float32's error) beside clustered data, at 2,000 x 10,000 and leave-one-out 6,000")
     ap.add_argument("--method", choices=METHODS + small_batch.METHODS, help=argparse.SUPPRESS)
     ap.add_argument("--scenario", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -368,6 +399,10 @@ def main() -> None:
           else "FAISS and pml children: OPENBLAS_CORETYPE not set (numpy's BLAS reports no OpenBLAS kernel)")
     print("each method runs in a fresh subprocess on the same seeded data; wall s = the method call only; "
           "peak extra = ru_maxrss - RSS after data generation")
+    if args.collapsed:
+        collapsed_report(args.quick, args.seed, max(1, args.repeat))
+        print(f"\ntotal {time.perf_counter() - t0:.1f} s")
+        return
     if args.table:
         table_report(args.quick, args.seed, max(1, args.repeat))
         print(f"\ntotal {time.perf_counter() - t0:.1f} s")

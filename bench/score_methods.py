@@ -47,6 +47,10 @@ TABLE_SIZES = {
     "qg2k": ("recall@K, {q} × {g} × 512 ({c} classes)", 2_000, 10_000, 200),
 }
 TABLE_KINDS = ("clustered", "random")
+#: ``score_bench.py --collapsed``: the benchmark sizes people run, on clustered data and on collapsed embeddings
+#: (every row one direction plus 1e-6 noise: the cosines lie closer than float32's error, as after a fine-tune
+#: collapses), per pass (recall only, the top-L pass's metrics, every metric) and FAISS.
+COLLAPSED_SIZES, COLLAPSED_KINDS = ("qg2k", "loo6k"), ("clustered", "collapsed")
 
 
 def table_label(size: str, quick: bool) -> str:
@@ -69,7 +73,8 @@ def _table_data(scenario: str, quick: bool, seed: int) -> dict:
     f = 20 if quick else 1
     n_query, classes = n_query // f, max(2, classes // f)
     loo = n_gallery is None
-    rng = np.random.default_rng([seed, ord("T"), list(TABLE_SIZES).index(size), TABLE_KINDS.index(kind)])
+    kinds = TABLE_KINDS + ("collapsed",)
+    rng = np.random.default_rng([seed, ord("T"), list(TABLE_SIZES).index(size), kinds.index(kind)])
     ql = _labels(rng, n_query, classes)
     gl = ql if loo else _labels(rng, n_gallery // f, classes)
     rows = [ql] if loo else [ql, gl]
@@ -78,6 +83,9 @@ def _table_data(scenario: str, quick: bool, seed: int) -> dict:
         sets = [centres[lab] for lab in rows]
         for x in sets:
             x += CLUSTER_NOISE * rng.standard_normal(x.shape, dtype=np.float32)
+    elif kind == "collapsed":  # one direction for every row, 1e-6 apart: every cosine within float32's error
+        base = rng.standard_normal(DIM, dtype=np.float32)
+        sets = [base + np.float32(1e-6) * rng.standard_normal((lab.size, DIM), dtype=np.float32) for lab in rows]
     else:
         sets = [rng.standard_normal((lab.size, DIM), dtype=np.float32) for lab in rows]
     q, g = sets[0], sets[-1]
