@@ -22,7 +22,9 @@ opposite tie rule, with the float32 product of the fast path:
   too. Ranked by order keys (:func:`~recallk.score.ranking.direct.value_keys`: value,
   then gallery index), the first L candidates are the query's first L items, exactly.
 * **What falls back.** A row whose candidates cannot fit its share of the budget (e.g. an
-  all-zero query, whose every cell ties) is marked; :mod:`~recallk.score.ranking.engine`
+  all-zero query, whose every cell ties), or that holds more than
+  :data:`~recallk.score.ranking.counting.HAND_OVER` candidates beyond its L (collapsed embeddings: they
+  would be re-scored one pair at a time), is marked; :mod:`~recallk.score.ranking.engine`
   ranks those queries with the complete ranking, like queries whose L is too deep for this
   pass (:meth:`~recallk.score.ranking.budget.Budget.top_depth`), and takes the first
   positive of queries with none in their first L from the fast path.
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from recallk.score.ranking.budget import Budget
+from recallk.score.ranking.counting import HAND_OVER
 from recallk.score.ranking.direct import BELOW, value_keys
 from recallk.score.ranking.fast import READ_BLOCKS
 from recallk.score.ranking.problem import Problem, UnitRows
@@ -261,6 +264,16 @@ class _Run:
         self.fill[lines] = kept
         # rows left holding many cells (ties within 2 tol of their L-th) wait until they double
         self.prune_at[lines] = np.maximum(self.prune_at[lines], 2 * kept)
+        crowded = kept > self.depth[lines] + HAND_OVER  # that many ties would be re-scored one pair at a time
+        if crowded.any():  # (collapsed embeddings): the complete ranking's exact tiles rank them instead
+            self._leave(lines[crowded])
+
+    def _leave(self, lines: np.ndarray) -> None:
+        """Rows ``lines`` overflow: they take nothing more, and the engine ranks them with the complete ranking."""
+        self.overflow[lines] = True
+        self.theta[lines] = np.inf  # no cell reaches it
+        self.vals[lines] = -np.inf
+        self.fill[lines] = 0
 
     def _grow(self, need: int, full: np.ndarray) -> None:
         """More room for every row when the budget allows it; else rows ``full`` overflow (they leave)."""
@@ -272,10 +285,7 @@ class _Run:
             cols[:, :self.room] = self.cols
             self.vals, self.cols, self.room = grown, cols, room
             return
-        self.overflow[full] = True
-        self.theta[full] = np.inf  # no cell reaches it: the row takes nothing more
-        self.vals[full] = -np.inf
-        self.fill[full] = 0
+        self._leave(full)
 
     def finish(self, p: Problem, vectors: np.ndarray) -> tuple:
         """Each row's exact first L: ``(rows, ranks per row, ranks, first, opposite, found, overflow)``."""
