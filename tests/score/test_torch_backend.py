@@ -154,3 +154,30 @@ def test_gpu_score_check_runs_on_the_cpu(capsys):
     assert script.main(["--tiny"]) == 0
     out = capsys.readouterr().out
     assert "no CUDA GPU checked" in out and out.count("identical") == 8
+
+
+@pytest.mark.parametrize("leave_one_out", [False, True])
+def test_collapsed_rows_are_handed_to_the_numpy_engine(leave_one_out, caplog):
+    """Collapsed embeddings (half the rows one direction, 1e-6 apart): their candidate buffers would grow to the
+    gallery and every candidate be re-scored; rows overflowing with more than HAND_OVER slots beyond L go to the
+    numpy engine instead, at every layout and pass, and from device tensors (stand-ins) too: the same bytes."""
+    rng = np.random.default_rng(5)
+    m, d = 700, 16
+    g = rng.normal(size=(m, d))
+    g[:500] = g[0] + 1e-6 * rng.normal(size=(500, d))
+    gl = rng.integers(0, 3, m)
+    ids = list(range(m)) if leave_one_out else None
+    q, ql = (g, gl) if leave_one_out else (np.vstack([g[:60], g[600:]]), rng.integers(0, 3, 160))
+    case = dict(query_emb=q, gallery_emb=g, query_labels=ql, gallery_labels=gl, query_ids=ids, gallery_ids=ids)
+    layouts = [(None, None, 1), (7, 64, 2)]
+    with caplog.at_level("DEBUG", logger="recallk.score.ranking.torch_backend"):
+        assert differences(case, layouts=layouts) == []
+    assert any("handed to the numpy engine" in r.getMessage() for r in caplog.records)
+    tq, tg = torch.from_numpy(q), torch.from_numpy(g)
+    stand = RetrievalData(stand_in(tq), stand_in(tg), ql, gl, query_ids=ids, gallery_ids=ids,
+                          same_set=leave_one_out or None)
+    for ranks in (Pass.top(10), Pass.first(), Pass.first(5)):
+        got = rank_data_torch(stand, ranks, 512, TorchOptions(block_rows=32), tensors=(tq, tg))
+        want = rank_data_torch(RetrievalData(**case), ranks, 512, TorchOptions())  # host rows: as numpy's above
+        for field in ("n_positives", "offsets", "ranks", "first_rank", "first_rank_opposite"):
+            assert getattr(got, field).tobytes() == getattr(want, field).tobytes(), (ranks, field)

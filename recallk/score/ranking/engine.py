@@ -232,6 +232,16 @@ def rank_data(data: RetrievalData, ranks: Pass, max_memory_mb: float,
     return result
 
 
+def rank_problem(p: Problem, budget: Budget, ranks: Pass) -> Ranking:
+    """The tile passes of :func:`rank_data` for a built problem ``p`` (say, the queries a backend hands back):
+    the top-L pass for ``Pass.top``, the first positive's for ``Pass.first``, else every positive's."""
+    if ranks.ranks is Ranks.TOP:
+        return _top_ranking(p, budget, ranks)[0]
+    part = _rank_part(p, p.q.nbytes, budget, ranks) if ranks.first_only else _complete(p, budget)
+    return Ranking(part.n_pos, p.gp.shape[0] - p.n_excluded(), part.offsets, part.ranks, part.opposite,
+                   not ranks.first_only, ranks.cap)
+
+
 def _complete(p: Problem, budget: Budget, count_tiles: CountTiles | None = None) -> Part:
     """Every positive's rank, in chunks of queries whose positive lists fit the budget
     (:func:`~recallk.score.ranking.schedule.query_chunks`); the part's ``chunks`` says how many."""

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -42,11 +42,12 @@ from recallk.score.data import RetrievalData
 from recallk.score.passes import Pass, Ranks
 from recallk.score.ranking import torch_tiles as tt
 from recallk.score.ranking.budget import Budget
+from recallk.score.ranking.counting import HAND_OVER
 from recallk.score.ranking.direct import BELOW, value_keys
-from recallk.score.ranking.engine import Ranking, rank_data
+from recallk.score.ranking.engine import Ranking, rank_data, rank_problem
 from recallk.score.ranking.positives import positive_counts
 from recallk.score.ranking.problem import Problem
-from recallk.score.ranking.schedule import rows_to_csr
+from recallk.score.ranking.schedule import rows_to_csr, spans
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ log = logging.getLogger(__name__)
 FIRST_DEPTH = 64
 #: Gallery columns per tile, and most query rows per block, unless given.
 TILE_COLS, BLOCK_ROWS = 4096, 4096
+#: :meth:`_Runner._block` of rows all handed over: (rows, ranks per row, ranks, first, opposite, found), empty.
+_NONE = (*(np.empty(0, dtype=np.int64) for _ in range(5)), np.empty(0, dtype=bool))
 
 
 def import_torch():
@@ -155,6 +158,16 @@ def rank_data_torch(data: RetrievalData, ranks: Pass, max_memory_mb: float, opti
                 break
             todo = missed  # deeper, until found (at most every retrievable item: always found)
             depth[todo] = np.minimum(4 * depth[todo], n_ret[todo])
+    if run.handed:  # rows whose cells mostly tie (collapsed embeddings): the numpy engine's exact tiles
+        handed = np.unique(np.concatenate(run.handed))
+        exact = rank_problem(_host_problem(torch, p, q, g, handed, tensors is not None), budget, ranks)
+        first[handed], opposite[handed] = exact.first_rank, exact.first_rank_opposite
+        if ranks.ranks is Ranks.TOP:  # those whose first-round ranks the device did not give
+            new = ~np.isin(handed, pieces[0][0]) if pieces else np.ones(handed.size, dtype=bool)
+            sizes = np.diff(exact.offsets)
+            pieces.append((handed[new], sizes[new], exact.ranks[spans(exact.offsets[:-1][new], sizes[new])]))
+        log.debug("torch backend: %d queries handed to the numpy engine (more than %d candidates tied beyond L)",
+                  handed.size, HAND_OVER)
     has = n_pos > 0
     if cap is not None:
         first[has], opposite[has] = np.minimum(first[has], cap), np.minimum(opposite[has], cap)
@@ -168,6 +181,15 @@ def rank_data_torch(data: RetrievalData, ranks: Pass, max_memory_mb: float, opti
         flat = outs[0] if outs else np.empty(0, dtype=np.int64)
         return Ranking(n_pos, n_ret, offsets, flat, opposite, True, cap, limit, first)
     return Ranking(n_pos, n_ret, np.r_[0, np.cumsum(has)], first[has], opposite, False, cap)
+
+
+def _host_problem(torch, p: Problem, q, g, rows: np.ndarray, from_tensors: bool) -> Problem:
+    """The problem of queries ``rows`` alone for the numpy engine: with the device's unit rows copied to the host
+    when the caller's tensors were normalised there (``p`` then holds stand-ins)."""
+    sub = p.queries(rows)
+    if not from_tensors:
+        return sub
+    return replace(sub, q=q[torch.as_tensor(rows, device=q.device)].cpu().numpy(), gp=g.cpu().numpy())
 
 
 class _Runner:
@@ -185,6 +207,8 @@ class _Runner:
         self.shards = [(int(a), int(b), torch.device("cuda", s % gpus) if gpus > 1 else q.device)
                        for s, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
         self.blocks, self.ray = 0, None
+        #: Row arrays handed to the numpy engine: their candidates overflowed with more than HAND_OVER slots beyond L.
+        self.handed: list[np.ndarray] = []
         if options.ray is not None:  # the shards on Ray tasks: held in the object store, not here
             from recallk.score.ranking.torch_ray import RayShards
 
@@ -238,12 +262,17 @@ class _Runner:
         kept = vals.shape[1]
         over = ((vals[:, -1] >= theta).cpu().numpy() & (self.n_ret[rows] > kept))
         if over.any():  # some candidates may have been dropped: those rows again with more slots
-            ok = np.flatnonzero(~over)
-            again = self._block(rows[over], depth[over], min(4 * k, self.m))
-            if not ok.size:
-                return again
-            mine = self._finish(rows[ok], depth[ok], vals[ok], cols[ok], theta[ok])
-            return tuple(np.concatenate([a, b]) for a, b in zip(mine, again))
+            crowded = over & (kept >= depth + HAND_OVER)  # that many ties would be re-scored one pair at a time
+            if crowded.any():
+                self.handed.append(rows[crowded])
+                over &= ~crowded
+            ok = np.flatnonzero(~over & ~crowded)
+            done = [self._finish(rows[ok], depth[ok], vals[ok], cols[ok], theta[ok])] if ok.size else []
+            if over.any():
+                done.append(self._block(rows[over], depth[over], min(4 * k, self.m)))
+            if not done:
+                return _NONE
+            return done[0] if len(done) == 1 else tuple(np.concatenate([a, b]) for a, b in zip(*done))
         return self._finish(rows, depth, vals, cols, theta)
 
     def _finish(self, rows: np.ndarray, depth: np.ndarray, vals, cols, theta) -> tuple:
