@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from recallk.atomic import Folder, write_all
+from recallk.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -28,23 +32,35 @@ def digit_images() -> tuple[np.ndarray, np.ndarray]:
 
 
 def write_digits(root: str | Path) -> int:
-    """Write every digit to ``root/<label>/<index>.png``; return the number written."""
+    """Write every digit to ``root/<label>/<index>.png``, all or nothing (:func:`recallk.atomic.write_all`: each
+    label's folder is filled in a temp folder beside it, and the ten are renamed into place together, over
+    any old ones); return the number written."""
     root = Path(root)
     pixels, labels = digit_images()
+
+    def png(img: np.ndarray):
+        return lambda path: Image.fromarray(img, mode="L").save(path, format="PNG", optimize=False)
+
+    folders: dict[int, dict[str, object]] = {}
     for index, (img, label) in enumerate(zip(pixels, labels)):
-        folder = root / str(label)
-        folder.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(img, mode="L").save(folder / f"{index:04d}.png", optimize=False)
+        folders.setdefault(int(label), {})[f"{index:04d}.png"] = png(img)
+    write_all([(root / str(label), Folder(files)) for label, files in sorted(folders.items())])
     return len(labels)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", nargs="?", default="data/digits")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    log.info("wrote %d digit images under %s", write_digits(args.root), args.root)
+    try:
+        n = write_digits(args.root)
+    except InputError as exc:  # e.g. a full disk: one line, no traceback, nothing half-written
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    log.info("wrote %d digit images under %s", n, args.root)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
