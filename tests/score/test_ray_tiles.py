@@ -110,3 +110,32 @@ def test_ray_tasks_hand_collapsed_queries_to_the_exact_pass(ray_cluster, leave_o
     got = rank_positives(q, g, q_lab, g_lab, **options, count_tiles=tiles)
     assert_same_ranking(got, want)
     assert tiles.passes >= 2  # the first-positive pass, then the exact pass for the handed queries
+
+
+def test_a_task_skips_the_queries_the_driver_already_handed_over():
+    """count_share, called here as a task would run it: the queries whose positives crowd their best (marked by
+    the driver's find_positives) hold placeholder thresholds, so the task must not count them at all."""
+    from dataclasses import replace
+
+    from recallk.score.ranking.budget import Budget
+    from recallk.score.ranking.positives import find_positives
+    from recallk.score.ranking.problem import Problem
+    from recallk.score.ranking.ray_tiles import count_share
+
+    rng = np.random.default_rng(4)
+    g = rng.normal(size=(900, 8)).astype(np.float32)
+    g[:600] = g[0]  # label 0's 600 items and the first 100 queries are one vector: 600 positives tie the best
+    g_lab = np.r_[np.zeros(600, dtype=int), rng.integers(1, 4, 300)]
+    q = np.vstack([g[:100], rng.normal(size=(100, 8)).astype(np.float32)])
+    q_lab = np.r_[np.zeros(100, dtype=int), rng.integers(1, 4, 100)]
+    p = Problem.build(RetrievalData(q, g, q_lab, g_lab), unit_bytes=Budget(512.0).unit_bytes())
+    budget = Budget(0.2)
+    crowded = np.zeros(200, dtype=bool)
+    off, val, col, _, _ = find_positives(p, budget, first_only=True, crowded=crowded)
+    assert crowded[:100].all() and not crowded[100:].any()
+    rest = replace(p, gp=np.empty((0, p.gp.shape[1]), dtype=p.gp.dtype))
+    gt, eq_lt, eq_gt, handed, jobs, _ = count_share(rest, p.gp, (off, val, col, crowded), budget.tiles(0, val.size),
+                                                    Pass.first(), 0, 1, 1)
+    assert jobs > 1 and handed[:100].all()
+    assert not gt[off[:100]].any() and not eq_lt[off[:100]].any()  # never counted against a placeholder
+    assert gt[off[100:200]].any()  # the others were

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 TASKS_PER_SLOT = 2
 
 
-def count_share(p: Problem, gallery: np.ndarray, positives: tuple[np.ndarray, np.ndarray, np.ndarray],
+def count_share(p: Problem, gallery: np.ndarray, positives: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
                 tiles: Budget, ranks: Pass, share: int, shares: int,
                 n_threads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
     """One task: jobs ``share``, ``share + shares``, ... of the pass, on ``n_threads`` threads.
@@ -44,8 +44,9 @@ def count_share(p: Problem, gallery: np.ndarray, positives: tuple[np.ndarray, np
     ----------
     p : Problem
         The problem without its gallery (``gallery``: the sorted unit gallery, from the object store).
-    positives : (offsets, values, columns)
-        The pass's positive lists (thresholds), as the driver made them.
+    positives : (offsets, values, columns, handed)
+        The pass's positive lists (thresholds), as the driver made them, and the queries it has already handed to
+        the exact pass (their positives crowd their best: placeholders, not to be counted).
     tiles, ranks
         The pass's tile budget and the pass (``Pass.every()`` or ``Pass.first(cap)``), as locally.
 
@@ -56,7 +57,9 @@ def count_share(p: Problem, gallery: np.ndarray, positives: tuple[np.ndarray, np
         :attr:`~recallk.score.ranking.counting.RankCounter.handed`), and the jobs and tiles it did.
     """
     p = replace(p, gp=gallery)
-    counter = RankCounter(p, *positives)
+    *lists, handed = positives
+    counter = RankCounter(p, *lists)
+    counter.handed |= handed
 
     def select(jobs: list) -> list:
         return jobs[share::shares]
@@ -103,7 +106,7 @@ class RayTiles:
             self._gallery = (p.gp, ray.put(p.gp))
         shares = self.shares or max(1, TASKS_PER_SLOT * int(ray.cluster_resources().get("CPU", 1) // self.num_cpus))
         rest = ray.put(replace(p, gp=np.empty((0, p.gp.shape[1]), dtype=p.gp.dtype)))
-        positives = ray.put((counter.off, counter.val, counter.col))
+        positives = ray.put((counter.off, counter.val, counter.col, counter.handed.copy()))
         task = _remote(ray, self.num_cpus)
         pending = [task.remote(rest, self._gallery[1], positives, tiles, ranks, share, shares, self.num_cpus)
                    for share in range(shares)]
