@@ -143,8 +143,8 @@ def ray_source(backbone: Backbone, name: str, options: dict[str, Any] | None, ra
                 yield [str(s) for s in batch["sha256"]], emb.astype(np.float32)
         except ray.exceptions.RayError as exc:
             if any(isinstance(e, _deaths()) or "ActorDiedError" in str(e) for e in chain(exc)):
-                raise InputError(f"a Ray encoder worker died ({_first_line(exc)}); the batches encoded before "
-                                 "are in the embedding cache: re-run to encode the rest (a worker killed for "
+                raise InputError(f"a Ray encoder worker died ({_first_line(exc)}); the batches that came back "
+                                 "before are in the embedding cache: re-run to encode the rest (a worker killed for "
                                  "memory: lower `encode.ray.batch_size` or `encode.ray.concurrency`).") from None
             raise
     return source

@@ -70,15 +70,17 @@ def test_ray_embeddings_byte_identical_to_local_and_cached(ray_cluster, tmp_path
 def test_ray_resumes_from_cache_after_a_killed_worker(ray_cluster, tmp_path):
     cat = image_catalog(tmp_path, range(20))
     (ray_cluster / "encoded").write_text("")
-    (ray_cluster / "crash_after").write_text("8")  # the actor kills its own process after 8 images
+    (ray_cluster / "crash_after").write_text("8")  # the actor kills its own process after 8 images,
+    (ray_cluster / "wait_for").write_text(f"4 {tmp_path / 'c.sqlite'}")  # once the first batch is in the cache
     name = "callable:ray_backbones:crashing"
     fp = get_backbone(name).fingerprint
     with EmbeddingCache(tmp_path / "c.sqlite", fp) as cache:
         with pytest.raises(InputError, match="a Ray encoder worker died .*re-run to encode the rest"):
             ray_encode(cat, name, None, cache, concurrency=1)
         kept = len(cache.get_many(cat["sha256"]))
-        assert 0 < kept < 20 and kept % 4 == 0  # whole batches only, committed as they came back
+        assert 4 <= kept < 20 and kept % 4 == 0  # whole batches only, committed as they came back
         (ray_cluster / "crash_after").unlink()
+        (ray_cluster / "wait_for").unlink()
         got, n_encoded, n_cached = ray_encode(cat, name, None, cache, concurrency=1)
     assert (n_encoded, n_cached) == (20 - kept, kept)
     local, *_ = encode_catalog(cat, get_backbone("pixels", {"resolution": 4}), batch_size=4, num_workers=1)
