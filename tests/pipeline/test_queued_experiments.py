@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import copy_pipeline, dvc, git_init
+from helpers import copy_pipeline, dvc, git_init, run_queue
 
 pytestmark = pytest.mark.pipeline
 
@@ -24,7 +24,7 @@ def test_the_second_queued_experiment_encodes_nothing(tmp_path: Path, monkeypatc
     git_init(repo, "pipeline and data subset")  # nothing ran in the workspace: both experiments encode
     for name, change in (("first", "encode.batch_size=32"), ("second", "score.ks=[1,2]")):
         dvc("exp", "run", "--queue", "--name", name, "-S", change, cwd=repo)
-    dvc("exp", "run", "--run-all", "--jobs", "1", cwd=repo)  # one worker: one experiment after the other
+    run_queue(repo)  # one worker: one experiment after the other (started again if DVC's worker dies)
     counts = {}
     for name in ("first", "second"):
         log = dvc("queue", "logs", name, cwd=repo).stdout

@@ -135,7 +135,7 @@ def test_bad_device_input_is_one_clear_error(monkeypatch, make, fields, match):
 
 
 @pytest.mark.ray
-def test_shards_on_ray_tasks_match_numpy():
+def test_shards_on_ray_tasks_match_numpy(ray_cluster):
     # score.engine: ray with the torch backend: each of 3 shards searched by a task of the real local cluster
     case = adversarial_case("exclude_same")
     data = RetrievalData(**case)
