@@ -70,7 +70,8 @@ ADVERSARIAL = ["duplicates", "quantised_8bit", "all_equal", "ulp_ties", "leave_o
                "k_above_gallery"]
 
 
-def differences(case: dict, layouts=LAYOUTS, passes=PASSES, device: str = "cpu") -> list[str]:
+def differences(case: dict, layouts=LAYOUTS, passes=PASSES, device: str = "cpu",
+                precision: str = "float32") -> list[str]:
     """Where the torch backend's per-query metric values (their bytes) or first ranks (both tie rules, capped as
     the pass caps them) differ from the numpy engine's, one line each; empty when identical."""
     data = RetrievalData(**case)
@@ -83,7 +84,7 @@ def differences(case: dict, layouts=LAYOUTS, passes=PASSES, device: str = "cpu")
         cap = ranks.cap or np.iinfo(np.int64).max
         for rows, cols, shards in layouts:
             got = rank_data_torch(data, ranks, 512, TorchOptions(device=device, shards=shards, block_rows=rows,
-                                                                 tile_cols=cols))
+                                                                 tile_cols=cols, precision=precision))
             values = per_query(got, settings)
             for key, value in expected.items():
                 if value.tobytes() != values[key].tobytes():

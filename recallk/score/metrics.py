@@ -40,9 +40,9 @@ from recallk.errors import InputError
 from recallk.score.data import RetrievalData
 from recallk.score.passes import Pass
 from recallk.score.ranking import Ranking, rank_data
-from recallk.score.ranking.torch_device import DEVICES
 from recallk.score.registry import METRIC_NAMES, check_metrics, metric_keys, serving_pass
 from recallk.score.values import mean, per_query, summarize
+from recallk.settings.base import setting_rule
 from recallk.settings.score import ScoreSettings
 
 __all__ = ["METRICS", "Scorer", "first_positive_ranks", "mean", "metric_keys", "per_query", "rank", "recall_at_k",
@@ -80,11 +80,6 @@ def rank(data: RetrievalData, settings: ScoreSettings, ranks: Pass | None = None
     problem = engine_problem(settings)
     if problem:
         raise InputError(problem)
-    count_tiles = None
-    if settings.engine == "ray":
-        from recallk.score.ranking.ray_tiles import RayTiles
-
-        count_tiles = RayTiles(address=settings.ray.address, num_cpus=settings.ray.num_cpus)
     if settings.backend == "faiss":
         from recallk.score.ranking.faiss_backend import rank_data_faiss
 
@@ -93,6 +88,11 @@ def rank(data: RetrievalData, settings: ScoreSettings, ranks: Pass | None = None
         from recallk.score.ranking.torch_api import rank_torch
 
         return rank_torch(data, settings, ranks, tensors)
+    count_tiles = None
+    if settings.engine == "ray":
+        from recallk.score.ranking.ray_tiles import RayTiles
+
+        count_tiles = RayTiles(address=settings.ray.address, num_cpus=settings.ray.num_cpus)
     return rank_data(data, ranks, settings.max_memory_mb, count_tiles)
 
 
@@ -142,10 +142,14 @@ class Scorer:
         problem = choice_problem(base.engine, ENGINES)
         if problem:
             raise InputError(f"`engine` {problem}")
-        problem = choice_problem(base.device, DEVICES)
-        if problem:
-            raise InputError(f"`device` {problem}")
+        for name in ("device", "matmul", "shards"):  # the fields' own rules, as the params schema runs them
+            problem = setting_rule(ScoreSettings, name)(getattr(base, name))
+            if problem:
+                raise InputError(f"`{name}` {problem}")
         self.settings = replace(base, **checked)
+        problem = self.settings.problem()
+        if problem:
+            raise InputError(f"ScoreSettings {problem}")
         problem = engine_problem(self.settings)
         if problem:
             raise InputError(problem)

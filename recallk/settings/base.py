@@ -34,6 +34,12 @@ def setting(default: Any, rule: Rule | None = None, doc: str = "") -> Any:
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def setting_rule(cls: type, name: str) -> Rule:
+    """The rule of ``cls``'s field ``name`` (one that passes everything when the field has none)."""
+    rule = next(f for f in dataclasses.fields(cls) if f.name == name).metadata.get("rule")
+    return rule if rule is not None else (lambda value: None)
+
+
 def ray_address(doc: str) -> Any:
     """The ``address`` field of a ``ray`` sub-section (``encode.ray``, ``score.ray``): a cluster address or null
     (``$RAY_ADDRESS``, else a local cluster), by the one rule :func:`recallk.checks.ray_address_problem`."""

@@ -149,6 +149,21 @@ class ScoreSettings:
     failures: FailureSettings = setting(FailureSettings)
     near_duplicates: EmbeddingCopySettings = setting(EmbeddingCopySettings)
 
+    def problem(self) -> str | None:
+        """The torch backend's own params (``shards``, ``matmul``, ``device: cuda``) with another backend: they
+        would be ignored, so the run would not be what was asked."""
+        if self.backend == "torch":
+            return None
+        asked = [f"`{name}: {value}`" for name, value, default in
+                 (("shards", self.shards, 1), ("matmul", self.matmul, "float32"), ("device", self.device, "cuda"))
+                 if (value != default if name != "device" else value == default)]
+        if not asked:
+            return None
+        return (f"sets {' and '.join(asked)} with `backend: {self.backend}`, but only `backend: torch` reads "
+                f"{'them' if len(asked) > 1 else 'it'} (the numpy engine bounds its memory with `max_memory_mb` and "
+                "spreads over machines with `engine: ray`); set `backend: torch` or remove "
+                f"{'them' if len(asked) > 1 else 'it'}.")
+
     @property
     def depth(self) -> int:
         """The deepest K asked for, ``max(ks)``: named once here."""

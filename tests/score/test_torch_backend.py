@@ -20,8 +20,11 @@ from recallk.errors import InputError
 from recallk.score.data import RetrievalData
 from recallk.score.metrics import Scorer, rank, retrieval_metrics
 from recallk.score.passes import Pass
+from recallk.score.ranking import torch_tiles as tt
+from recallk.score.ranking.problem import Problem
 from recallk.score.ranking.torch_api import stand_in
 from recallk.score.ranking.torch_backend import TorchOptions, rank_data_torch
+from recallk.score.ranking.torch_device import resolve
 from recallk.score.ranking.torch_tiles import matmul_bound, near_ties
 from recallk.score.similarity import float32_dot_error_bound
 from recallk.score.values import per_query
@@ -45,6 +48,61 @@ def test_integer_problems_match_numpy(case, layout, which):
     # integer embeddings in [-2, 2]: exact ties and zero rows everywhere, ids and exclusions drawn
     assume(set(case["query_labels"]) & set(case["gallery_labels"]))  # else an error (tests/score/test_properties.py)
     assert differences(case, layouts=[layout], passes=[PASSES[which]]) == []
+
+
+@pytest.mark.parametrize("kind", ["duplicates", "ulp_ties", "leave_one_out", "k_above_gallery"])
+def test_bfloat16_candidates_give_the_same_bytes(kind):
+    # `score.matmul: bfloat16` (CPU torch has it): its wider window keeps more candidates, the re-score is the same
+    assert differences(adversarial_case(kind), layouts=[(7, 7, 1), (4096, 4096, 2)], precision="bfloat16") == []
+
+
+def test_large_k_over_many_tiles_has_no_cap():
+    # K far beyond FAISS's GPU 2,048 and PML's 1,023, over a gallery wider than the default tile: every K exact
+    rng = np.random.default_rng(3)
+    q, g = rng.normal(size=(40, 8)), rng.normal(size=(6000, 8))
+    ql, gl = rng.integers(0, 3, 40), rng.integers(0, 3, 6000)
+    g[1000:1400] = g[0]  # 400 exact duplicates: ties across the tile borders
+    settings = ScoreSettings(ks=(1, 1024, 2049, 4500), metrics=("recall", "precision", "map@r", "mrr"))
+    want = Scorer(settings)(q, g, ql, gl)
+    for options in ({}, {"shards": 3}):
+        assert Scorer(replace(settings, backend="torch", device="cpu", **options))(q, g, ql, gl) == want
+
+
+def test_float32_candidates_ignore_a_callers_reduced_matmul_precision():
+    # torch.set_float32_matmul_precision("medium") lets oneDNN multiply float32 in bfloat16 on a CPU, outside the
+    # float32 bound: the backend holds its products to IEEE float32 meanwhile and restores the caller's setting
+    rng = np.random.default_rng(1)
+    data = RetrievalData(rng.normal(size=(300, 512)), rng.normal(size=(900, 512)), rng.integers(0, 5, 300),
+                         rng.integers(0, 5, 900))
+    p = Problem.build(data)
+    q, g = torch.from_numpy(p.q), torch.from_numpy(p.gp)
+    rows = np.arange(300)
+
+    def top():
+        with tt.matmul_mode(torch, q.device, "float32"):
+            inside = torch.backends.mkldnn.matmul.fp32_precision
+            vals, cols = tt.candidates(torch, p, q, g, rows, 0, 900, 50, 900, "float32")
+        return inside, vals.numpy().tobytes(), cols.numpy().tobytes()
+
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        plain = top()
+        torch.set_float32_matmul_precision("medium")
+        reduced = top()
+        assert torch.backends.mkldnn.matmul.fp32_precision == "bf16"  # the caller's, restored
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert plain[0] == reduced[0] == "ieee"
+    assert reduced == plain  # the same bits
+
+
+def test_a_gpu_without_bfloat16_is_one_clear_error(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Tesla T4")
+    with pytest.raises(InputError, match=r"`score.matmul: bfloat16` needs a GPU with bfloat16; Tesla T4 has none"):
+        resolve(torch, "cuda", "bfloat16")
 
 
 def test_tensors_are_ranked_where_they_are():
@@ -134,6 +192,19 @@ def test_bad_device_input_is_one_clear_error(monkeypatch, make, fields, match):
         Scorer(_settings(**fields))(q, g, [0, 1], [0, 1, 2])
 
 
+@pytest.mark.parametrize("fields, match", [
+    ({"backend": "torch", "matmul": "fp8"}, r"`matmul` must be one of float32, tf32, bfloat16. Got 'fp8'"),
+    ({"backend": "torch", "shards": 0}, r"`shards` must be an integer between 1 and 4096. Got 0"),
+    # the torch backend's settings with the numpy engine would be ignored
+    ({"shards": 3}, r"ScoreSettings sets `shards: 3` with `backend: numpy`, but only `backend: torch` reads it"),
+    ({"backend": "faiss", "matmul": "tf32", "device": "cuda"},
+     r"sets `matmul: tf32` and `device: cuda` with `backend: faiss`.*reads them"),
+])
+def test_scorer_checks_the_torch_settings(fields, match):
+    with pytest.raises(InputError, match=match):
+        Scorer(ScoreSettings(**fields))
+
+
 @pytest.mark.ray
 def test_shards_on_ray_tasks_match_numpy(ray_cluster):
     # score.engine: ray with the torch backend: each of 3 shards searched by a task of the real local cluster
@@ -144,6 +215,27 @@ def test_shards_on_ray_tasks_match_numpy(ray_cluster):
     want = per_query(rank(data, replace(settings, backend="numpy", engine="local")), settings)
     got = per_query(rank(data, settings), settings)
     assert all(got[key].tobytes() == value.tobytes() for key, value in want.items())
+
+
+@pytest.mark.ray
+def test_full_map_with_engine_ray_runs_the_numpy_tiles_on_ray(ray_cluster, monkeypatch):
+    # every rank is the numpy engine's pass: with score.engine: ray its tiles go to Ray tasks, not one node
+    from recallk.score.ranking import ray_tiles
+
+    made = []
+
+    class Recorded(ray_tiles.RayTiles):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(ray_tiles, "RayTiles", Recorded)
+    case = adversarial_case("leave_one_out")
+    settings = ScoreSettings(ks=(1, 5), metrics=("recall", "map", "map@r"), backend="torch", engine="ray",
+                             device="cpu")
+    want = Scorer(replace(settings, backend="numpy", engine="local"))(**case)
+    assert Scorer(settings)(**case) == want
+    assert len(made) == 1 and made[0].passes >= 1 and made[0].jobs >= 1
 
 
 def test_gpu_score_check_runs_on_the_cpu(capsys):

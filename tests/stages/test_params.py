@@ -84,6 +84,10 @@ def test_missing_keys_take_defaults():
     ("split.protocol", "loo", "split", r"`split.protocol` must be one of query_gallery, leave_one_out"),
     ("split.fractions.val", 1.5, "split", r"`split.fractions.val` must be a number between 0 and 1"),
     ("split.fractions.train", 0.6, "split", r"train \+ val \+ gallery must sum to 1. Got 1.1 instead."),
+    # the torch backend's params with another backend: ignored, so refused
+    ("score.shards", 4, "score", r"`score` sets `shards: 4` with `backend: numpy`, but only `backend: torch` reads it"),
+    ("score.matmul", "bfloat16", "score", r"`score` sets `matmul: bfloat16` with.*set `backend: torch`"),
+    ("score.device", "cuda", "score", r"`score` sets `device: cuda` with `backend: numpy`"),
     ("split.data_root", "", "split", r"`split.data_root` must be a non-empty path string"),
     ("encode.batch_size", 0, "encode", r"`encode.batch_size` must be an integer between 1 and 65536"),
     ("encode.pixels.resolution", "16", "encode", r"`encode.pixels.resolution` must be an integer"),

@@ -4,7 +4,7 @@ The same :class:`~recallk.score.ranking.engine.Ranking` as the numpy engine, and
 for byte, by the same two steps as its top-L pass (:mod:`~recallk.score.ranking.top`), on the device:
 
 1. **Candidates.** Each block of queries is multiplied with the gallery tile by tile in float32 (TF32 or
-   bfloat16 only with ``score.precision``), the cells a query may not retrieve set to ``-inf`` by the
+   bfloat16 only with ``score.matmul``), the cells a query may not retrieve set to ``-inf`` by the
    engine's one exclusion rule (:meth:`~recallk.score.ranking.problem.Problem.excluded`: its own image,
    ``exclude_same`` and every rule added there), and a running ``torch.topk`` keeps ``K >= L + margin``
    cells per row (``L``: the ranks the pass needs). A candidate score is within ``tol`` of the exact
@@ -106,7 +106,7 @@ def rank_data_torch(data: RetrievalData, ranks: Pass, max_memory_mb: float, opti
         The problem. Its embeddings are read unless ``tensors`` is given.
     ranks : Pass
         ``Pass.first(cap)`` or ``Pass.top(depth, cap)`` run on the device; ``Pass.every()`` (full map) is the
-        numpy engine's.
+        numpy engine's (its tiles on Ray tasks with ``options.ray``; the gallery is not sharded then).
     max_memory_mb : float
         The bound on the blocks' buffers (and the numpy engine's, for ``Pass.every()``).
     options : TorchOptions
@@ -125,8 +125,13 @@ def rank_data_torch(data: RetrievalData, ranks: Pass, max_memory_mb: float, opti
             data = RetrievalData(tensors[0].detach().cpu().numpy(), tensors[1].detach().cpu().numpy(),
                                  data.query_labels, data.gallery_labels, query_ids=data.query_ids,
                                  gallery_ids=data.gallery_ids, exclude=data.exclude, same_set=data.same_set)
-        log.debug("torch backend: every rank (full map) from the numpy engine")
-        return rank_data(data, ranks, max_memory_mb)
+        count_tiles = None
+        if options.ray is not None:  # score.engine: ray: the numpy engine's tiles on Ray tasks, as with backend numpy
+            from recallk.score.ranking.ray_tiles import RayTiles
+
+            count_tiles = RayTiles(address=options.ray[0], num_cpus=options.ray[1])
+        log.debug("torch backend: every rank (full map) from the numpy engine%s", " on Ray" if count_tiles else "")
+        return rank_data(data, ranks, max_memory_mb, count_tiles)
     started = time.perf_counter()
     budget = Budget(float(max_memory_mb))
     device = torch.device(options.device)

@@ -36,7 +36,8 @@ def shard_candidates(p: Problem, shard: np.ndarray, q: np.ndarray, rows: np.ndar
     with warnings.catch_warnings():  # the object store's arrays are read-only; candidates never writes them
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         left, right = torch.from_numpy(q), torch.from_numpy(shard)
-    vals, cols = tt.candidates(torch, p, left, right, rows, c0, c0 + shard.shape[0], k, width, precision)
+    with tt.matmul_mode(torch, left.device, precision):  # a reused worker may hold another process-wide setting
+        vals, cols = tt.candidates(torch, p, left, right, rows, c0, c0 + shard.shape[0], k, width, precision)
     return vals.numpy(), cols.numpy(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, start
 
 

@@ -8,7 +8,7 @@ Everything here runs on one torch device (``cpu`` or ``cuda:N``) and holds no nu
   ``|fl(q.g) - q.g| <= gamma_d sum|q_i g_i|``, ``gamma_d = d u / (1 - d u)``, ``u = 2**-24`` (N. J. Higham,
   *Accuracy and Stability of Numerical Algorithms*, 2nd ed., 2002, section 3.1, eq. 3.5), with
   ``sum|q_i g_i| <= |q| |g| <= 1 + 2u``; plus ``2u`` for the exact value's own rounding to float32 and its
-  float64 accumulation. TF32 / bfloat16 (``score.precision``) first round every input to ``t`` mantissa
+  float64 accumulation. TF32 / bfloat16 (``score.matmul``) first round every input to ``t`` mantissa
   bits (unit roundoff ``v = 2**-11`` / ``2**-8``): ``|q~.g~ - q.g| <= (2v + v**2) sum|q_i g_i|``, then the
   float32 accumulation as above, and (bfloat16 returns bfloat16) one more rounding of the result (``v``).
 * :func:`candidates`: a block of queries against the gallery columns ``[c0, c1)``, tile by tile: the
@@ -30,7 +30,7 @@ import numpy as np
 
 from recallk.score.ranking.problem import Problem
 
-#: ``score.precision`` values: the inputs' mantissa unit roundoff of the candidate product.
+#: ``score.matmul`` values: the inputs' mantissa unit roundoff of the candidate product.
 PRECISIONS = {"float32": 2.0**-24, "tf32": 2.0**-11, "bfloat16": 2.0**-8}
 #: float64 elements of one re-score chunk (its products: 8 bytes each).
 _EXACT_ELEMENTS = 2**22
@@ -53,20 +53,33 @@ def matmul_bound(d: int, precision: str = "float32") -> float:
 
 @contextlib.contextmanager
 def matmul_mode(torch, device, precision: str) -> Iterator[None]:
-    """torch's global matmul switches for ``precision`` on ``device``, restored afterwards: float32 turns
-    TF32 off even where the caller turned it on (``torch.set_float32_matmul_precision``), so the bound
-    holds; ``tf32`` turns it on; ``bfloat16`` turns off reduced-precision (bfloat16) split-K reductions."""
-    if device.type != "cuda":
+    """torch's global matmul switches for ``precision`` on ``device``, restored afterwards, so the bound holds
+    whatever the caller set (``torch.set_float32_matmul_precision("medium")`` lets float32 products run in
+    TF32 on CUDA and in bfloat16 through oneDNN on a CPU).
+
+    CUDA: float32 turns TF32 off, ``tf32`` turns it on, and reduced-precision (bfloat16) split-K reductions are
+    off. CPU: oneDNN's float32 matmuls are held to IEEE float32 (``torch.backends.mkldnn.matmul.fp32_precision
+    = "ieee"``); bfloat16 candidates are bfloat16 tensors, whatever that switch says."""
+    if device.type == "cuda":
+        cuda = torch.backends.cuda.matmul
+        saved = (cuda.allow_tf32, cuda.allow_bf16_reduced_precision_reduction)
+        try:
+            cuda.allow_tf32 = precision == "tf32"
+            cuda.allow_bf16_reduced_precision_reduction = False
+            yield
+        finally:
+            cuda.allow_tf32, cuda.allow_bf16_reduced_precision_reduction = saved
+        return
+    onednn = getattr(getattr(torch.backends, "mkldnn", None), "matmul", None)
+    if device.type != "cpu" or onednn is None:
         yield
         return
-    cuda = torch.backends.cuda.matmul
-    saved = (cuda.allow_tf32, cuda.allow_bf16_reduced_precision_reduction)
+    before = onednn.fp32_precision
     try:
-        cuda.allow_tf32 = precision == "tf32"
-        cuda.allow_bf16_reduced_precision_reduction = False
+        onednn.fp32_precision = "ieee"
         yield
     finally:
-        cuda.allow_tf32, cuda.allow_bf16_reduced_precision_reduction = saved
+        onednn.fp32_precision = before
 
 
 def unit_rows(torch, x, device, order: np.ndarray | None = None):

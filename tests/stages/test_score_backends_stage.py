@@ -1,0 +1,55 @@
+"""The score stage with `score.backend: torch` (on CPU torch, the GPU code path) and `faiss`: every output that does
+not name the backend is byte-identical to the numpy engine's, for the device's own passes (the top-L metrics,
+MRR) and, through the numpy engine, full `map`."""
+
+from __future__ import annotations
+
+import pytest
+
+from extras import extra
+from helpers import RANKING_OUTPUTS, read_bytes, set_params
+from recallk.atomic import remove_outputs
+
+pytestmark = pytest.mark.stage
+
+#: Without full `map` the torch backend ranks on the device (full map is the numpy engine's pass).
+DEVICE_METRICS = ["recall", "precision", "r_precision", "map@r", "mrr"]
+
+
+def _score(project, monkeypatch, params: dict) -> dict[str, bytes]:
+    from stages import score
+
+    set_params(project, params)
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("RECALLK_NO_REPORT", "1")
+    remove_outputs([project / rel for rel in RANKING_OUTPUTS])
+    score.main([])
+    return read_bytes(project, RANKING_OUTPUTS)
+
+
+@pytest.mark.parametrize("backend, extra_params", [
+    ("torch", {"score.device": "cpu"}),                          # one shard, the default tiles
+    ("torch", {"score.device": "cpu", "score.shards": 3}),       # the gallery in 3 shards, merged per query
+    ("torch", {"score.device": "cpu", "score.matmul": "bfloat16"}),  # a wider window, the same re-score
+])
+@pytest.mark.parametrize("metrics", [DEVICE_METRICS, None])  # None: the committed metrics (full map among them)
+def test_torch_backend_writes_the_numpy_bytes(scored_project, monkeypatch, caplog, backend, extra_params, metrics):
+    extra("torch", "torch")
+    chosen = {} if metrics is None else {"score.metrics": metrics}
+    want = _score(scored_project, monkeypatch, chosen)
+    with caplog.at_level("DEBUG", logger="recallk.score.ranking.torch_backend"):
+        got = _score(scored_project, monkeypatch, {**chosen, "score.backend": backend, **extra_params})
+    assert got == want
+    said = " ".join(r.getMessage() for r in caplog.records if r.name == "recallk.score.ranking.torch_backend")
+    if metrics is None:
+        assert "every rank (full map) from the numpy engine" in said
+    else:  # ranked on the device, as asked
+        shards = extra_params.get("score.shards", 1)
+        matmul = extra_params.get("score.matmul", "float32")
+        assert f"torch backend on cpu ({matmul}, {shards} shard(s))" in said, said
+
+
+def test_faiss_backend_writes_the_numpy_bytes(scored_project, monkeypatch):
+    extra("faiss", "faiss")
+    want = _score(scored_project, monkeypatch, {})
+    assert _score(scored_project, monkeypatch, {"score.backend": "faiss"}) == want
