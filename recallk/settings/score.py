@@ -154,9 +154,8 @@ class ScoreSettings:
         would be ignored, so the run would not be what was asked."""
         if self.backend == "torch":
             return None
-        asked = [f"`{name}: {value}`" for name, value, default in
-                 (("shards", self.shards, 1), ("matmul", self.matmul, "float32"), ("device", self.device, "cuda"))
-                 if (value != default if name != "device" else value == default)]
+        ignored = {"shards": self.shards != 1, "matmul": self.matmul != "float32", "device": self.device == "cuda"}
+        asked = [f"`{name}: {getattr(self, name)}`" for name, set_ in ignored.items() if set_]
         if not asked:
             return None
         return (f"sets {' and '.join(asked)} with `backend: {self.backend}`, but only `backend: torch` reads "
