@@ -19,6 +19,7 @@ import logging
 import os
 import resource
 import sys
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,6 +32,56 @@ from recallk.score.data import RetrievalData  # noqa: E402
 from recallk.score.passes import Pass  # noqa: E402
 from recallk.score.ranking.torch_backend import TorchOptions, rank_data_torch  # noqa: E402
 from torch_timing import clustered, identical, timed, warm_up  # noqa: E402
+
+
+class Workers(threading.Thread):
+    """Samples every local Ray worker's memory (``/proc/PID/status``) every ``every`` seconds while it runs: per
+    worker its private (anonymous) memory at the first sample and at its peak, the most object-store memory it
+    had mapped (``RssShmem``: the shards and query blocks, shared pages the store holds once) and its peak
+    resident memory. Private memory is what the worker itself allocated: a copy of its shard, or buffers beyond
+    the budget, would show there."""
+
+    def __init__(self, every: float = 0.02) -> None:
+        super().__init__(daemon=True)
+        self.every, self.done = every, threading.Event()
+        self.first: dict[int, int] = {}
+        self.anon: dict[int, int] = {}
+        self.shmem: dict[int, int] = {}
+        self.rss: dict[int, int] = {}
+
+    def sample(self) -> None:
+        for pid in workers():
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    kb = {k: int(v.split()[0]) * 1024 for k, v in (line.split(":", 1) for line in f)
+                          if k in ("RssAnon", "RssShmem", "VmRSS")}
+            except (OSError, ValueError):
+                continue  # the worker exited between the listing and the read
+            self.first.setdefault(pid, kb.get("RssAnon", 0))
+            for peak, key in ((self.anon, "RssAnon"), (self.shmem, "RssShmem"), (self.rss, "VmRSS")):
+                peak[pid] = max(peak.get(pid, 0), kb.get(key, 0))
+
+    def run(self) -> None:
+        while not self.done.wait(self.every):
+            self.sample()
+
+    def growth(self) -> int:
+        """The most any worker's private memory grew above its first sample, bytes."""
+        return max((self.anon[pid] - self.first[pid] for pid in self.anon), default=0)
+
+
+def workers() -> list[int]:
+    """The pids of this machine's Ray workers (their process title starts with ``ray::``)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if f.read(5) == b"ray::":
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
 
 
 class Lines(logging.Handler):
@@ -67,15 +118,32 @@ def main(argv: list[str] | None = None) -> int:
     logger = logging.getLogger("recallk.score.ranking.torch_backend")
     logger.addHandler(lines)
     logger.setLevel(logging.DEBUG)
-    shard_s, sharded = timed(lambda: rank_data_torch(data, ranks, args.max_memory_mb, TorchOptions(
-        device="cpu", shards=args.shards, ray=(None, args.num_cpus))))
-    peak = next((line.rsplit("worker peak ", 1)[1] for line in lines.lines if "worker peak" in line), "?")
-    bound = m / args.shards * d * 4 / 2**20 + args.max_memory_mb
+    sharded_options = TorchOptions(device="cpu", shards=args.shards, ray=(None, args.num_cpus))
+    tiny = RetrievalData(g[:8], g[:64], gl[:8], gl[:64], same_set=False)
+    rank_data_torch(tiny, ranks, args.max_memory_mb, sharded_options)  # the workers start and import torch
+    watch = Workers()
+    watch.sample()  # each worker's private memory idle, before the timed call
+    watch.start()
+    shard_s, sharded = timed(lambda: rank_data_torch(data, ranks, args.max_memory_mb, sharded_options))
+    watch.done.set()
+    watch.join()
+    line = next((line for line in reversed(lines.lines) if "worker peak" in line), "")
+    peak = line.rsplit("worker peak ", 1)[1] if line else "?"
+    shard_mib, budget = m / args.shards * d * 4 / 2**20, args.max_memory_mb
+    bound = shard_mib + budget
+    private = watch.growth() / 2**20
     print(f"  {args.shards} shards on Ray      {shard_s:8.1f} s, worker peak {peak}; bound: shard + budget = "
           f"{bound:,.0f} MiB above the worker's own Python, Ray and torch")
+    print(f"  {len(watch.anon)} workers sampled every {watch.every * 1000:.0f} ms: private memory at most "
+          f"{private:,.0f} MiB above its idle state (bound: the budget, {budget:,.0f} MiB), object-store pages "
+          f"mapped at most {max(watch.shmem.values(), default=0) / 2**20:,.0f} MiB (a shard: {shard_mib:,.0f} MiB; "
+          f"shared, held once by the store), resident at most {max(watch.rss.values(), default=0) / 2**20:,.0f} MiB")
+    growth = float(peak.split(" MiB above", 1)[0].rsplit(",", 1)[-1]) if " MiB above" in peak else float("inf")
     same = identical(whole, sharded)
-    print(f"  rankings {'byte-identical' if same else 'DIFFER'}")
-    return 0 if same else 1
+    within = growth <= bound and private <= budget
+    print(f"  rankings {'byte-identical' if same else 'DIFFER'}; memory per worker "
+          f"{'within' if within else 'ABOVE'} shard + budget")
+    return 0 if same and within else 1
 
 
 if __name__ == "__main__":
