@@ -4,9 +4,11 @@ unsharded run, 2,000 queries x 10,000,000 gallery x 64-d synthetic by default.
 Prints both wall times, whether the rankings are byte-identical (first ranks under both tie rules, every rank
 within each query's first L, offsets), the driver's peak resident memory and the largest peak a Ray worker
 reported and its most above its resident memory at a task's start, beside the bound the issue sets: one shard
-(m / shards x d x 4 bytes) plus ``--max-memory-mb``. The full size took 8.4 GiB resident on the driver (the
-gallery, its sorted unit copy, the shards it writes to the object store) and 18 minutes on 2 shared cores
-(docs/gpu.md); ``--scale`` shrinks the gallery. From the project root:
+(m / shards x d x 4 bytes) plus ``--max-memory-mb``; and, sampled from ``/proc``, each worker's private memory
+above its idle state (bound: the budget) and the object-store pages it mapped. Exits 1 unless the rankings are
+identical and both bounds hold. The full size took 6 GiB resident on the driver (the gallery, its sorted unit
+copy, the shards it writes to the object store) and about 4 minutes on the idle 2-core machine, 18 on a busy
+one (docs/gpu.md); ``--scale`` shrinks the gallery. From the project root:
 
     python bench/shard_bench.py                  # 2,000 x 10,000,000 x 64, 4 shards
     python bench/shard_bench.py --scale 0.002    # 20,000 gallery items: a quick look

@@ -161,9 +161,9 @@ class Scorer:
 
     def rank(self, query_emb: Any, gallery_emb: Any, query_labels: Sequence[Any], gallery_labels: Sequence[Any], *,
              query_ids: Sequence[Any] | None = None, gallery_ids: Sequence[Any] | None = None,
-             exclude: Sequence[tuple[Any, Any]] = ()) -> tuple[RetrievalData, Ranking]:
-        """The checked data (:class:`~recallk.score.data.RetrievalData`) and its ranking by :attr:`ranks`
-        (``backend="torch"``: tensors on a GPU are ranked there,
+             exclude: Sequence[tuple[Any, Any]] = (), ranks: Pass | None = None) -> tuple[RetrievalData, Ranking]:
+        """The checked data (:class:`~recallk.score.data.RetrievalData`) and its ranking by :attr:`ranks`, or by
+        ``ranks`` when given (``backend="torch"``: tensors on a GPU are ranked there, with no copy to the host,
         :func:`~recallk.score.ranking.torch_api.torch_data`)."""
         tensors = None
         if self.settings.backend == "torch":
@@ -174,7 +174,7 @@ class Scorer:
         else:
             data = RetrievalData(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=query_ids,
                                  gallery_ids=gallery_ids, exclude=exclude)
-        return data, rank(data, self.settings, self.ranks, tensors)
+        return data, rank(data, self.settings, self.ranks if ranks is None else ranks, tensors)
 
     def __call__(self, query_emb: Any, gallery_emb: Any, query_labels: Sequence[Any],
                  gallery_labels: Sequence[Any], *, query_ids: Sequence[Any] | None = None,
@@ -321,7 +321,7 @@ def recall_at_k(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Se
                 gallery_labels: Sequence[Any], *, query_ids: Sequence[Any] | None = None,
                 gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
                 ks: Iterable[int] = (1, 5, 10), max_memory_mb: float = 512,
-                backend: str = "numpy") -> dict[str, float]:
+                backend: str = "numpy", device: str = "auto") -> dict[str, float]:
     """Recall@K (hit rate) of cosine retrieval.
 
     .. math::
@@ -342,8 +342,9 @@ def recall_at_k(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Se
     query_ids, gallery_ids : sequences, optional
         Both or neither: ids (compared as strings) that identify the same image in both sets
         (self-match exclusion).
-    exclude, ks, max_memory_mb, backend
-        As for :func:`retrieval_metrics`.
+    exclude, ks, max_memory_mb, backend, device
+        As for :func:`retrieval_metrics` (``backend="torch"``: torch tensors are taken as they are, on their
+        device).
 
     Returns
     -------
@@ -357,19 +358,23 @@ def recall_at_k(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Se
     """
     return retrieval_metrics(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=query_ids,
                              gallery_ids=gallery_ids, exclude=exclude, ks=ks, metrics=["recall"],
-                             max_memory_mb=max_memory_mb, backend=backend)
+                             max_memory_mb=max_memory_mb, backend=backend, device=device)
 
 
 def first_positive_ranks(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
                          gallery_labels: Sequence[Any], *, query_ids: Sequence[Any] | None = None,
                          gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
-                         max_memory_mb: float = 512, backend: str = "numpy") -> tuple[np.ndarray, np.ndarray]:
+                         max_memory_mb: float = 512, backend: str = "numpy",
+                         device: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     """Where each query's first positive ranks, and how many positives it has.
 
     Parameters
     ----------
-    query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude, max_memory_mb, backend
+    query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude
         As for :func:`retrieval_metrics`.
+    max_memory_mb, backend, device
+        As for :func:`retrieval_metrics` (``backend="torch"``: torch tensors are taken as they are, on their
+        device; the arrays come back on the host).
 
     Returns
     -------
@@ -380,8 +385,7 @@ def first_positive_ranks(query_emb: np.ndarray, gallery_emb: np.ndarray, query_l
         ``n_positives[i]``: its number of positives (its own image, by ``query_ids``/``gallery_ids``,
         never counts); 0 exactly where ``first_rank`` is -1.
     """
-    scorer = Scorer(ScoreSettings(metrics=("recall",), max_memory_mb=max_memory_mb, backend=backend))
-    data = RetrievalData(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=query_ids,
-                         gallery_ids=gallery_ids, exclude=exclude)
-    ranking = rank(data, scorer.settings, Pass.first())  # exact first ranks: no cap
+    scorer = Scorer(ScoreSettings(metrics=("recall",), max_memory_mb=max_memory_mb, backend=backend), device=device)
+    _, ranking = scorer.rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=query_ids,
+                             gallery_ids=gallery_ids, exclude=exclude, ranks=Pass.first())  # exact first ranks: no cap
     return ranking.first_rank, ranking.n_positives

@@ -18,7 +18,7 @@ from ranking_cases import PROPERTY
 from ranking_strategies import integer_problems
 from recallk.errors import InputError
 from recallk.score.data import RetrievalData
-from recallk.score.metrics import Scorer, rank, retrieval_metrics
+from recallk.score.metrics import Scorer, first_positive_ranks, rank, recall_at_k, retrieval_metrics
 from recallk.score.passes import Pass
 from recallk.score.ranking import torch_tiles as tt
 from recallk.score.ranking.problem import Problem
@@ -137,6 +137,25 @@ def test_full_map_and_the_api_match_numpy():
     case = adversarial_case("duplicates")
     want = retrieval_metrics(**case, ks=(1, 5))
     assert retrieval_metrics(**case, ks=(1, 5), backend="torch", device="cpu") == want
+
+
+@pytest.mark.parametrize("kind", ["duplicates", "leave_one_out", "k_above_gallery"])
+def test_recall_at_k_and_first_positive_ranks_take_backend_and_device(kind):
+    # the two narrow public functions take the same backend and device as retrieval_metrics, with the same result
+    case = adversarial_case(kind)
+    assert recall_at_k(**case, ks=(1, 3), backend="torch", device="cpu") == recall_at_k(**case, ks=(1, 3))
+    first, n_pos = first_positive_ranks(**case, backend="torch", device="cpu")
+    want_first, want_n_pos = first_positive_ranks(**case)
+    assert first.tobytes() == want_first.tobytes() and n_pos.tobytes() == want_n_pos.tobytes()
+
+
+@pytest.mark.parametrize("function", [recall_at_k, first_positive_ranks])
+def test_narrow_functions_keep_off_cpu_tensors_where_they_are(function):
+    # tensors off the CPU are checked on their device, never copied to numpy: the meta device's missing float64
+    # is the error (a copy to the host would fail on the meta tensor's missing data instead)
+    q, g = torch.empty(2, 3, device="meta"), torch.empty(3, 3, device="meta")
+    with pytest.raises(InputError, match=r"lacks float64"):
+        function(q, g, [0, 1], [0, 1, 2], backend="torch")
 
 
 @pytest.mark.parametrize("d, matmul, at_least", [
