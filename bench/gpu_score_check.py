@@ -3,7 +3,9 @@
 1. **Rank-exact.** Every problem of the adversarial suite (``tests/torch_cases.py``: exact duplicates, 8-bit
    embeddings, all-equal rows, 1-ulp ties, leave-one-out, ``exclude_same``, K above the gallery) ranked on the
    device at block/tile sizes 1, 7, 64 and 4,096 and with 1, 2 and 7 shards: every per-query metric value
-   (its bytes) and first rank must equal the numpy engine's. Prints ``identical`` or each difference.
+   (its bytes) and first rank must equal the numpy engine's; then, at two layouts, with the embeddings as
+   tensors on the device and with TF32 and bfloat16 candidates where the device has them. Prints
+   ``identical`` or each difference.
 2. **Speed.** ``--queries`` x ``--gallery`` x ``--dim`` clustered unit vectors (default 100,000 x 1,000,000 x
    512 on CUDA), recall@1/5/10 with its capped pass, candidates in float32 and (where the GPU has it) TF32:
    wall time, the product's rate (2 n m d flops / s) against the GPU's peak (a table of known parts), and
@@ -52,15 +54,29 @@ def peak(name: str) -> tuple[float, float] | None:
 
 
 def check_suite(device: str, full: bool) -> bool:
-    """Part 1; returns whether every case was identical."""
+    """Part 1; returns whether every case was identical. Host arrays in float32 at every layout; then, at two
+    layouts, the embeddings as tensors on the device (checked and normalised there) and each narrower candidate
+    format the device has (TF32 on compute capability 8.0+, bfloat16), whose wider windows must give the same
+    bytes."""
     ok = True
-    layouts = LAYOUTS if full else [(64, 64, 2)]
-    for kind in ADVERSARIAL:
-        started = time.perf_counter()
-        found = differences(adversarial_case(kind), layouts=layouts, device=device)
-        ok &= not found
-        print(f"  {kind:16s} {'identical' if not found else 'DIFFERS: ' + '; '.join(found[:5])} "
-              f"({len(layouts)} layout(s), {time.perf_counter() - started:.1f} s)")
+    cuda = device.startswith("cuda")
+    runs = [("float32, arrays", "float32", False, LAYOUTS if full else [(64, 64, 2)])]
+    few = [(7, 7, 1), (4096, 4096, 2)] if full else [(7, 7, 2)]
+    if cuda:
+        runs.append(("float32, tensors", "float32", True, few))
+        if torch.cuda.get_device_capability()[0] >= 8:
+            runs.append(("tf32, tensors", "tf32", True, few))
+    if not cuda or torch.cuda.is_bf16_supported():
+        runs.append(("bfloat16, " + ("tensors" if cuda else "arrays"), "bfloat16", cuda, few))
+    for label, precision, as_tensors, layouts in runs:
+        print(f"  candidates {label}:")
+        for kind in ADVERSARIAL:
+            started = time.perf_counter()
+            found = differences(adversarial_case(kind), layouts=layouts, device=device, precision=precision,
+                                as_tensors=as_tensors)
+            ok &= not found
+            print(f"    {kind:16s} {'identical' if not found else 'DIFFERS: ' + '; '.join(found[:5])} "
+                  f"({len(layouts)} layout(s), {time.perf_counter() - started:.1f} s)")
     return ok
 
 

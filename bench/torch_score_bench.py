@@ -6,8 +6,8 @@ pass's wall time (the fastest of ``--repeat`` runs taken in turn, bench/torch_ti
 numpy; the rankings are compared too (every field a metric reads, byte for byte). Timings taken while other jobs
 share the cores are noisy: quote an idle run, or the ratio of one run with its load average. On a busy machine
 torch's intra-op threads wait for each other at every call (one descheduled thread stalls the rest), which the
-numpy engine's per-core tiles do not: ``--torch-threads 1`` shows how much of a ratio that is. From the project
-root:
+numpy engine's per-core tiles do not: ``--torch-threads 1`` shows how much of a ratio that is. Exits 1 when a
+ranking differs or the worst ratio is above 1.3x. From the project root:
 
     python bench/torch_score_bench.py                      # 10k x 50k x 512 (minutes on an idle machine)
     python bench/torch_score_bench.py --scale 0.05         # a quick look
@@ -55,19 +55,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{n:,} queries x {m:,} gallery x {args.dim}-d, clustered; {os.cpu_count()} cores, torch "
           f"{torch.__version__} ({torch.get_num_threads()} threads), load average {os.getloadavg()[0]:.1f}")
     warm_up()
-    worst = 0.0
+    worst, differ = 0.0, []
     for name, ranks in PASSES.items():
         best = best_of({"numpy": lambda ranks=ranks: rank_data(data, ranks, args.max_memory_mb),
                         "torch": lambda ranks=ranks: rank_data_torch(data, ranks, args.max_memory_mb,
                                                                      TorchOptions(device="cpu"))}, args.repeat)
         (numpy_s, want), (torch_s, got) = best["numpy"], best["torch"]
         same = identical(want, got)
+        differ += [] if same else [name]
         worst = max(worst, torch_s / numpy_s)
         print(f"  {name:13s} numpy {numpy_s:7.2f} s  torch cpu {torch_s:7.2f} s  ratio {torch_s / numpy_s:5.2f}x  "
               f"rankings {'byte-identical' if same else 'DIFFER'}")
     print(f"worst ratio {worst:.2f}x (target <= 1.3x), fastest of {args.repeat}; load average now "
           f"{os.getloadavg()[0]:.1f}")
-    return 0
+    if differ:
+        print(f"rankings DIFFER for {', '.join(differ)}")
+    return 1 if differ or worst > 1.3 else 0  # a wrong ranking, or the target missed: a non-zero exit
 
 
 if __name__ == "__main__":

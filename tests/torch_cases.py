@@ -71,10 +71,20 @@ ADVERSARIAL = ["duplicates", "quantised_8bit", "all_equal", "ulp_ties", "leave_o
 
 
 def differences(case: dict, layouts=LAYOUTS, passes=PASSES, device: str = "cpu",
-                precision: str = "float32") -> list[str]:
+                precision: str = "float32", as_tensors: bool = False) -> list[str]:
     """Where the torch backend's per-query metric values (their bytes) or first ranks (both tie rules, capped as
-    the pass caps them) differ from the numpy engine's, one line each; empty when identical."""
-    data = RetrievalData(**case)
+    the pass caps them) differ from the numpy engine's, one line each; empty when identical. ``as_tensors``: the
+    embeddings handed over as tensors on ``device`` (on a GPU the data then holds stand-ins, the tensors are
+    checked and normalised there: :func:`~recallk.score.ranking.torch_api.torch_data`)."""
+    data, tensors = RetrievalData(**case), None
+    if as_tensors:
+        import torch
+
+        from recallk.score.ranking.torch_api import torch_data
+
+        moved = [torch.from_numpy(np.asarray(case[name])).to(device) for name in ("query_emb", "gallery_emb")]
+        rest = {key: value for key, value in case.items() if key not in ("query_emb", "gallery_emb", "same_set")}
+        given, tensors = torch_data(*moved, **rest)
     out = []
     for ranks, metrics in passes:
         settings = ScoreSettings(ks=KS if ranks.cap is None or ranks.cap >= max(KS) else (1, ranks.cap),
@@ -83,8 +93,8 @@ def differences(case: dict, layouts=LAYOUTS, passes=PASSES, device: str = "cpu",
         expected = per_query(want, settings)
         cap = ranks.cap or np.iinfo(np.int64).max
         for rows, cols, shards in layouts:
-            got = rank_data_torch(data, ranks, 512, TorchOptions(device=device, shards=shards, block_rows=rows,
-                                                                 tile_cols=cols, precision=precision))
+            options = TorchOptions(device=device, shards=shards, block_rows=rows, tile_cols=cols, precision=precision)
+            got = rank_data_torch(given if as_tensors else data, ranks, 512, options, tensors)
             values = per_query(got, settings)
             for key, value in expected.items():
                 if value.tobytes() != values[key].tobytes():

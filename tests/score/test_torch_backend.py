@@ -56,6 +56,12 @@ def test_bfloat16_candidates_give_the_same_bytes(kind):
     assert differences(adversarial_case(kind), layouts=[(7, 7, 1), (4096, 4096, 2)], precision="bfloat16") == []
 
 
+@pytest.mark.parametrize("kind", ["leave_one_out", "exclude_same"])
+def test_embeddings_given_as_tensors_give_the_same_bytes(kind):
+    # the embeddings handed over as torch tensors (bench/gpu_score_check.py's on-device runs; here on the CPU)
+    assert differences(adversarial_case(kind), layouts=[(7, 7, 2)], as_tensors=True) == []
+
+
 def test_large_k_over_many_tiles_has_no_cap():
     # K far beyond FAISS's GPU 2,048 and PML's 1,023, over a gallery wider than the default tile: every K exact
     rng = np.random.default_rng(3)
@@ -211,6 +217,30 @@ def test_bad_device_input_is_one_clear_error(monkeypatch, make, fields, match):
         Scorer(_settings(**fields))(q, g, [0, 1], [0, 1, 2])
 
 
+@pytest.mark.parametrize("capability, bf16, matmul, match", [
+    ((7, 5), True, "tf32",
+     r"`score.matmul: tf32` needs a CUDA GPU with TF32 \(compute capability 8.0 or more\); Tesla T4 has none"),
+    ((8, 0), False, "bfloat16", r"`score.matmul: bfloat16` needs a GPU with bfloat16; Tesla T4 has none"),
+])
+def test_a_gpu_without_the_format_is_refused(monkeypatch, capability, bf16, matmul, match):
+    # a GPU torch sees, but older than the format asked for (TF32 needs compute capability 8.0, as on an A100)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: bf16)
+    with pytest.raises(InputError, match=match):
+        resolve(torch, "cuda", matmul)
+    assert resolve(torch, "cuda", "float32") == "cuda"  # float32 needs nothing more
+
+
+def test_tensors_on_another_device_than_asked_are_refused():
+    # the caller's tensors live elsewhere than `score.device` says: moved by the caller, or `auto` ranks there
+    q, g = torch.empty(2, 3, device="meta"), torch.empty(3, 3, device="meta")
+    with pytest.raises(InputError, match=r"the embeddings are tensors on meta but `score.device` is cpu: move them "
+                                         r"\(`.to\('cpu'\)`\) or set `score.device: auto`"):
+        resolve(torch, "cpu", "float32", q, g)
+
+
 @pytest.mark.parametrize("fields, match", [
     ({"backend": "torch", "matmul": "fp8"}, r"`matmul` must be one of float32, tf32, bfloat16. Got 'fp8'"),
     ({"backend": "torch", "shards": 0}, r"`shards` must be an integer between 1 and 4096. Got 0"),
@@ -218,6 +248,11 @@ def test_bad_device_input_is_one_clear_error(monkeypatch, make, fields, match):
     ({"shards": 3}, r"ScoreSettings sets `shards: 3` with `backend: numpy`, but only `backend: torch` reads it"),
     ({"backend": "faiss", "matmul": "tf32", "device": "cuda"},
      r"sets `matmul: tf32` and `device: cuda` with `backend: faiss`.*reads them"),
+    # engine: ray searches the shards on CPU torch in its tasks: a GPU or TF32 asked for would not run
+    ({"backend": "torch", "engine": "ray", "device": "cuda"},
+     r"sets `device: cuda` with `engine: ray`, but the Ray tasks search .* on CPU torch.*`engine: local`"),
+    ({"backend": "torch", "engine": "ray", "matmul": "tf32", "device": "cuda"},
+     r"sets `device: cuda` and `matmul: tf32` with `engine: ray`.*remove them"),
 ])
 def test_scorer_checks_the_torch_settings(fields, match):
     with pytest.raises(InputError, match=match):
@@ -264,7 +299,9 @@ def test_gpu_score_check_runs_on_the_cpu(capsys):
     spec.loader.exec_module(script)
     assert script.main(["--tiny"]) == 0
     out = capsys.readouterr().out
-    assert "no CUDA GPU checked" in out and out.count("identical") == 8
+    # 7 cases in float32 and in bfloat16 (the CPU has it; TF32 and device tensors are the GPU's runs), one for speed
+    assert "no CUDA GPU checked" in out and out.count("identical") == 15 and "DIFFERS" not in out
+    assert "candidates float32, arrays:" in out and "candidates bfloat16, arrays:" in out
 
 
 @pytest.mark.parametrize("leave_one_out", [False, True])

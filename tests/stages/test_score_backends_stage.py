@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from extras import extra
-from helpers import RANKING_OUTPUTS, read_bytes, set_params
+from helpers import RANKING_OUTPUTS, SCORE_OUTPUTS, assert_no_outputs, read_bytes, run_fails, set_params
 from recallk.atomic import remove_outputs
 
 pytestmark = pytest.mark.stage
@@ -53,3 +53,21 @@ def test_faiss_backend_writes_the_numpy_bytes(scored_project, monkeypatch):
     extra("faiss", "faiss")
     want = _score(scored_project, monkeypatch, {})
     assert _score(scored_project, monkeypatch, {"score.backend": "faiss"}) == want
+
+
+@pytest.mark.parametrize("params, fragments", [
+    # no GPU (CUDA hidden where there is one): the param and the fix named
+    ({"score.device": "cuda"}, ["`score.device: cuda` needs a CUDA GPU", "set `score.device: cpu` or `auto`"]),
+    # TF32 is a GPU format: the CPU lacks it, and a silent float32 is not what was asked
+    ({"score.device": "cpu", "score.matmul": "tf32"}, ["`score.matmul: tf32` needs a CUDA GPU with TF32",
+                                                       "Set `score.matmul: float32`"]),
+    # engine: ray searches the shards on CPU torch: the GPU asked for would not run
+    ({"score.engine": "ray", "score.device": "cuda"}, ["sets `device: cuda` with `engine: ray`", "`engine: local`"]),
+])
+def test_bad_device_params_stop_the_stage_with_one_message(scored_project, monkeypatch, params, fragments):
+    # through the real stage: exit 2, one message, no traceback, and none of the stage's outputs left behind
+    extra("torch", "torch")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    set_params(scored_project, {"score.backend": "torch", **params})
+    run_fails(scored_project, "score", *fragments)
+    assert_no_outputs(scored_project, SCORE_OUTPUTS)

@@ -44,9 +44,13 @@ def matmul_bound(d: int, precision: str = "float32") -> float:
     gamma = d * u / (1 - d * u)
     if precision == "float32":
         return gamma * (1 + 2 * u) + 2 * u
-    v = PRECISIONS[precision]
-    rounded = (2 * v + v * v) * (1 + 2 * u)  # the inputs rounded to the narrow format
-    accumulated = gamma * (1 + v) ** 2 * (1 + 2 * u)  # float32 accumulation of the rounded products
+    # Tensor cores may truncate instead of rounding to nearest, both the inputs' conversion and the float32
+    # accumulation (Fasi, Higham, Mikaitis and Pranesh, "Numerical behavior of NVIDIA tensor cores", PeerJ
+    # Computer Science 7:e330, 2021): an error of up to one unit in the last place, twice round-to-nearest's.
+    v, w = 2 * PRECISIONS[precision], 2 * u
+    gamma = d * w / (1 - d * w)
+    rounded = (2 * v + v * v) * (1 + 2 * u)  # the inputs converted to the narrow format
+    accumulated = gamma * (1 + v) ** 2 * (1 + 2 * u)  # float32 accumulation of the converted products
     out = v * (1 + rounded + accumulated) if precision == "bfloat16" else 0.0  # bfloat16 result rounding
     return rounded + accumulated + out + 2 * u
 
