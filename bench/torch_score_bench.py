@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                      TorchOptions(device="cpu"))}, args.repeat)
         (numpy_s, want), (torch_s, got) = best["numpy"], best["torch"]
         same = identical(want, got)
-        differ += [] if same else [name]
+        if not same:
+            differ.append(name)
         worst = max(worst, torch_s / numpy_s)
         print(f"  {name:13s} numpy {numpy_s:7.2f} s  torch cpu {torch_s:7.2f} s  ratio {torch_s / numpy_s:5.2f}x  "
               f"rankings {'byte-identical' if same else 'DIFFER'}")

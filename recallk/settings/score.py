@@ -153,28 +153,22 @@ class ScoreSettings:
         """The torch backend's own params (``shards``, ``matmul``, ``device: cuda``) with another backend, or
         ``device: cuda`` / ``matmul: tf32`` with ``engine: ray`` (whose tasks search the shards on CPU torch):
         they would be ignored, so the run would not be what was asked."""
-        if self.backend == "torch":
-            return self._ray_problem()
-        ignored = {"shards": self.shards != 1, "matmul": self.matmul != "float32", "device": self.device == "cuda"}
+        if self.backend != "torch":
+            ignored = {"shards": self.shards != 1, "matmul": self.matmul != "float32", "device": self.device == "cuda"}
+            why = ("with `backend: {backend}`, but only `backend: torch` reads {it} (the numpy engine bounds its "
+                   "memory with `max_memory_mb` and spreads over machines with `engine: ray`); set `backend: torch` "
+                   "or remove {it}.")
+        elif self.engine == "ray":
+            ignored = {"device": self.device == "cuda", "matmul": self.matmul == "tf32"}
+            why = ("with `engine: ray`, but the Ray tasks search the torch backend's shards on CPU torch, so the GPU "
+                   "would not run the candidate product; set `engine: local` to rank on the GPU (its shards then go "
+                   "to the machine's GPUs), or remove {it}.")
+        else:
+            return None
         asked = [f"`{name}: {getattr(self, name)}`" for name, set_ in ignored.items() if set_]
         if not asked:
             return None
-        return (f"sets {' and '.join(asked)} with `backend: {self.backend}`, but only `backend: torch` reads "
-                f"{'them' if len(asked) > 1 else 'it'} (the numpy engine bounds its memory with `max_memory_mb` and "
-                "spreads over machines with `engine: ray`); set `backend: torch` or remove "
-                f"{'them' if len(asked) > 1 else 'it'}.")
-
-    def _ray_problem(self) -> str | None:
-        """``device: cuda`` or ``matmul: tf32`` with ``engine: ray`` and the torch backend, or None."""
-        if self.engine != "ray":
-            return None
-        asked = [f"`{name}: {getattr(self, name)}`" for name, set_ in
-                 {"device": self.device == "cuda", "matmul": self.matmul == "tf32"}.items() if set_]
-        if not asked:
-            return None
-        return (f"sets {' and '.join(asked)} with `engine: ray`, but the Ray tasks search the torch backend's shards "
-                "on CPU torch, so the GPU would not run the candidate product; set `engine: local` to rank on the "
-                f"GPU (its shards then go to the machine's GPUs), or remove {'them' if len(asked) > 1 else 'it'}.")
+        return f"sets {' and '.join(asked)} " + why.format(backend=self.backend, it="them" if len(asked) > 1 else "it")
 
     @property
     def depth(self) -> int:

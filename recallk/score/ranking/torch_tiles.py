@@ -41,9 +41,8 @@ _MASK_CELLS = 2**22
 def matmul_bound(d: int, precision: str = "float32") -> float:
     """Bound on ``|candidate score - exact similarity|`` for unit rows of dimension ``d`` (see the module)."""
     u = 2.0**-24
-    gamma = d * u / (1 - d * u)
     if precision == "float32":
-        return gamma * (1 + 2 * u) + 2 * u
+        return d * u / (1 - d * u) * (1 + 2 * u) + 2 * u
     # Tensor cores may truncate instead of rounding to nearest, both the inputs' conversion and the float32
     # accumulation (Fasi, Higham, Mikaitis and Pranesh, "Numerical behavior of NVIDIA tensor cores", PeerJ
     # Computer Science 7:e330, 2021): an error of up to one unit in the last place, twice round-to-nearest's.
