@@ -1,6 +1,6 @@
 """Calibration and speed of ``recallk compare``: Type I error, interval coverage, power, MDE, time.
 
-Simulated comparisons of known truth (:mod:`recallk.compare.calibration`: per-query correlation of
+Simulated comparisons of known truth (:mod:`calibration`: per-query correlation of
 A and B, label clusters, and alternatives of known size), analysed as ``compare`` does:
 
 * Type I error of the sign-flip test at alpha 0.05, by query, by label and two-level (whose test flips
@@ -35,7 +35,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from recallk.compare import calibration, paired  # noqa: E402
+import calibration  # noqa: E402  (bench/calibration.py, beside this script)
+from recallk.compare import paired  # noqa: E402
 
 TYPE1 = (0.04, 0.06)
 COVERAGE = (0.94, 0.96)

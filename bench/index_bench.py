@@ -25,10 +25,10 @@ import numpy as np
 
 from recallk.index.exact import exact_run, problem_of
 from recallk.index.report import pareto_png, plotted_metrics
+from recallk.index.settings import IndexSettings, SweepSettings
 from recallk.index.sweep import cheapest, score_index
 from recallk.score.data import RetrievalData
-from recallk.settings.index import IndexSettings, SweepSettings
-from recallk.settings.score import ScoreSettings
+from recallk.score.settings import ScoreSettings
 
 
 def clustered(n: int, m: int, d: int, clusters: int, seed: int, spread: float = 0.5) -> RetrievalData:

@@ -43,8 +43,8 @@ from PIL import Image, ImageEnhance, ImageOps  # noqa: E402
 from sklearn.datasets import load_sample_images  # noqa: E402
 
 from recallk.data import phash  # noqa: E402
+from recallk.data.settings import NearDuplicateSettings  # noqa: E402
 from recallk.images import decode  # noqa: E402
-from recallk.settings.split import NearDuplicateSettings  # noqa: E402
 
 DEFAULT = NearDuplicateSettings().max_distance
 DISTANCES = (4, 6, 8, 10, 12, 14)

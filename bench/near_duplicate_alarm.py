@@ -43,8 +43,8 @@ from PIL import Image, ImageDraw, ImageFont  # noqa: E402
 
 from leakage_bench import copies, digit_bases, photo_bases  # noqa: E402
 from recallk.data import nearcopy, phash  # noqa: E402
+from recallk.data.settings import NearDuplicateSettings  # noqa: E402
 from recallk.images import decode  # noqa: E402
-from recallk.settings.split import NearDuplicateSettings  # noqa: E402
 
 DEFAULT = NearDuplicateSettings().max_distance
 CLASSES = ("rescale", "jpeg", "crop", "colour")

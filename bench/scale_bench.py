@@ -16,7 +16,7 @@ From the local first-positive time it derives ns per cell per core, and extrapol
 exact first-positive pass (and the complete ranking) to 1M x 1M and 10M x 10M on N nodes of C
 cores (at the measured Ray efficiency) and to GPUs at their published peak FLOP rates (a
 bound: 2 * d FLOPs per cell, the product alone). ``--markdown`` prints the table for
-docs/scale.md.
+docs/internals/scale.md.
 
 Run from the project root (``--quick``: 10x smaller, a smoke run):
 
@@ -42,7 +42,7 @@ import numpy as np  # noqa: E402
 from recallk.score.data import RetrievalData  # noqa: E402
 from recallk.score.metrics import rank  # noqa: E402
 from recallk.score.passes import Pass  # noqa: E402
-from recallk.settings.score import ScoreSettings  # noqa: E402
+from recallk.score.settings import ScoreSettings  # noqa: E402
 
 DIM = 512
 N_CLASSES = 1000

@@ -8,7 +8,7 @@ reported and its most above its resident memory at a task's start, beside the bo
 above its idle state (bound: the budget) and the object-store pages it mapped. Exits 1 unless the rankings are
 identical and both bounds hold. The full size took 6 GiB resident on the driver (the gallery, its sorted unit
 copy, the shards it writes to the object store) and about 4 minutes on the idle 2-core machine, 18 on a busy
-one (docs/gpu.md); ``--scale`` shrinks the gallery. From the project root:
+one (docs/internals/gpu.md); ``--scale`` shrinks the gallery. From the project root:
 
     python bench/shard_bench.py                  # 2,000 x 10,000,000 x 64, 4 shards
     python bench/shard_bench.py --scale 0.002    # 20,000 gallery items: a quick look

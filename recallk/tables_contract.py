@@ -113,7 +113,7 @@ def headline_key(column: str) -> str | None:
 
 
 class PerQueryTable(pa.DataFrameModel):
-    """One row per query, as :func:`recallk.report.tables.per_query` writes it (the compact copy keeps the task
+    """One row per query, as :func:`recallk.score.tables.per_query` writes it (the compact copy keeps the task
     and metric columns): ``image_id`` (unique), ``label``, ``num_positives`` and ``num_retrievable`` (whole
     numbers, 0 or more), the first positive's 1-based rank under both tie rules (empty without a positive),
     ``top1_id`` and ``top1_label``, and one column per metric (:data:`METRIC_COLUMN`: a value from 0 to 1,

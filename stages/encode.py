@@ -1,6 +1,6 @@
 """Stage ``encode``: embed every catalog image once with the chosen backbone.
 
-argv -> the ``encode`` section of params.yaml (:class:`~recallk.settings.encode.EncodeSettings`)
+argv -> the ``encode`` section of params.yaml (:class:`~recallk.encode.settings.EncodeSettings`)
 -> :func:`recallk.encode.embed.embed`
 -> one folder (``data/embeddings``, one DVC out): float32 embeddings (``embeddings.npy``, one row per catalog
 row, in catalog order), the aligned image ids (``ids.npy``, strings) and what made them (``provenance.json``:
@@ -18,7 +18,7 @@ import numpy as np
 from recallk.atomic import Folder, write_all
 from recallk.encode.batches import EncodeInterrupted
 from recallk.encode.embed import embed
-from recallk.settings.encode import EncodeSettings
+from recallk.encode.settings import EncodeSettings
 from stages.params import load_settings
 from stages.runner import (
     EMBEDDING_FILES,

@@ -17,14 +17,14 @@ from typing import Any, Sequence
 import pandas as pd
 
 from recallk.atomic import Folder, write_all
-from recallk.compare.stats import fsum_mean
 from recallk.errors import InputError
 from recallk.index import report
 from recallk.index.exact import exact_from_tables, problem_from_split
+from recallk.index.settings import IndexSettings
 from recallk.index.sweep import TIMING_KEYS, cheapest, score_index, split_timings, summary_rows
 from recallk.score.registry import metric_keys
-from recallk.settings.index import IndexSettings
-from recallk.settings.score import ScoreSettings
+from recallk.score.settings import ScoreSettings
+from recallk.stats.inference import fsum_mean
 from recallk.tables_contract import csv_file, per_query_column
 from stages.params import load_settings
 from stages.runner import (

@@ -1,6 +1,6 @@
 """Loading and checking ``params.yaml``: each stage's section as its settings object.
 
-Each stage calls :func:`load_settings` with its own settings class (``recallk/settings/<section>.py``,
+Each stage calls :func:`load_settings` with its own settings class (``recallk/<wing>/settings.py``,
 where each field carries its default, its rule and its doc). Every problem it can see (unknown
 sections and keys anywhere in the file, each with a "did you mean", wrong types or values in its own
 section) is reported at once, in one :class:`~recallk.errors.InputError`, before any work starts.
@@ -9,7 +9,7 @@ The file is read as DVC reads it, and refused where a YAML 1.1 reader would read
 
 A stage imports its own settings module, whose rules and defaults it runs: that module is one of
 its DVC deps (dvc.yaml). The other sections' modules are imported by name
-(:func:`recallk.settings.base.section_class`) for their key names only, so that a typo anywhere in
+(:func:`section_class`) for their key names only, so that a typo anywhere in
 the file is caught by whichever stage runs first; their rules never run and their values never
 reach the stage, so they are no deps of it, just as their params sections are not (``params:
 [<own section>]``): an encode-only rule change re-runs encode alone.
@@ -18,15 +18,27 @@ reach the stage, so they are no deps of it, just as their params sections are no
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
 
 from recallk.errors import InputError, clip, did_you_mean
-from recallk.settings import SECTIONS
-from recallk.settings.base import checked, from_mapping, section_class, section_of, unknown_key
+from recallk.settings.base import checked, from_mapping, section_of, unknown_key
 from stages.params_yaml import MAX_PROBLEMS, read_params
+
+#: The sections of ``params.yaml``, in file order: each one's settings class, ``module:class`` in its stage's
+#: wing (imported by name when asked for, :func:`section_class`: a stage imports only its own section's module).
+SECTIONS = {"split": "recallk.data.settings:SplitSettings", "encode": "recallk.encode.settings:EncodeSettings",
+            "score": "recallk.score.settings:ScoreSettings", "index": "recallk.index.settings:IndexSettings"}
+
+
+def section_class(section: str) -> type:
+    """The settings class of the params section ``section`` (one of :data:`SECTIONS`), its module imported by
+    name: importing this module never imports every section's."""
+    module, name = SECTIONS[section].split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def unknown_section(top: Any) -> str:
@@ -146,5 +158,5 @@ def load_section(section: str, path: str | Path = "params.yaml") -> dict[str, An
 def load_settings(cls: type, path: str | Path = "params.yaml") -> Any:
     """The section of ``path`` that ``cls`` (one of :data:`SECTIONS`' classes) stands for, checked, as a
     ``cls`` object."""
-    section = {class_name: name for name, class_name in SECTIONS.items()}[cls.__name__]
+    section = {spec.split(":")[1]: name for name, spec in SECTIONS.items()}[cls.__name__]
     return from_mapping(cls, load_section(section, path))

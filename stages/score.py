@@ -1,6 +1,6 @@
 """Stage ``score``: the metric suite of the val queries against the gallery.
 
-argv -> the ``score`` section of params.yaml -> :func:`recallk.report.suite.score_split`
+argv -> the ``score`` section of params.yaml -> :func:`recallk.score.suite.score_split`
 -> the metrics JSON (the means; the counts and the intervals beside it), the per-class table, the
 recall@K curve, the per-query table and its compact copy kept in git for ``recallk compare`` (all or
 none), then the report block on stdout. ``--show`` prints the report of an existing metrics file.
@@ -18,14 +18,14 @@ from PIL import Image
 from recallk.atomic import Folder, write_all
 from recallk.data.contract import has_files
 from recallk.errors import InputError
-from recallk.report import html
+from recallk.report import failure_sheet, html
 from recallk.report.block import PAIR_COUNTS, format_report, split_metrics
 from recallk.report.provenance import provenance
-from recallk.report.suite import score_split
-from recallk.report.tables import compact_per_query
 from recallk.score.registry import metric_keys
+from recallk.score.settings import ScoreSettings
+from recallk.score.suite import score_split
+from recallk.score.tables import compact_per_query
 from recallk.settings.base import as_params
-from recallk.settings.score import ScoreSettings
 from recallk.tables_contract import csv_file
 from stages.params import load_settings
 from stages.runner import (
@@ -102,13 +102,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     # an embeddings-only catalog has no image to draw: the failure gallery stays a placeholder; each drawn
     # image is checked against the catalog's sha256
     load = verified_loader(inputs.catalog) if has_files(inputs.catalog) else None
-    metrics, tables = score_split(inputs.sets, inputs.catalog, settings, load=load)
+    metrics, tables = score_split(inputs.sets, inputs.catalog, settings)
     pair_counts = (split_provenance or {}).get("near_duplicates") or {}  # the split stage's pHash pairs
     metrics.update({k: pair_counts[k] for k in PAIR_COUNTS if k in pair_counts})
     if Path(args.skipped).is_file():  # written by split; absent only when scoring by hand
         metrics["num_skipped_images"] = len(read_input_csv(args.skipped, required=["path", "reason"]))
     tables["compact"] = compact_per_query(tables["per_query"])  # every metric per query, kept in git
-    sheet = tables.get("failures")
+    sheet = failure_sheet.draw(tables["failures"], load) if tables["failures"] and load is not None else None
     page = html.page(metrics, metric_keys(settings.metrics, settings.ks), evaluated, tables["curve_band"],
                      tables["per_class"], sheet)
     headline, counts, detail = split_metrics(metrics)

@@ -18,7 +18,7 @@ from PIL import Image
 
 from recallk import images
 from recallk.errors import InputError, quote
-from recallk.report.suite import SplitSets
+from recallk.score.suite import SplitSets
 from stages.runner import read_catalog, read_split
 
 REENCODE = "re-run encode (`dvc repro -f encode`)"
@@ -33,7 +33,7 @@ SCORE_RESULTS = {"scores": "data/scores", "evaluated": "metrics/evaluated.json"}
 
 @dataclass(frozen=True)
 class ScoreInputs:
-    """What :func:`recallk.report.suite.score_split` needs, aligned by image_id."""
+    """What :func:`recallk.score.suite.score_split` needs, aligned by image_id."""
 
     sets: SplitSets          # image_ids by role (split order) and their embeddings, as stored
     catalog: pd.DataFrame    # indexed by image_id: label and extra columns

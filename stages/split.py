@@ -1,6 +1,6 @@
 """Stage ``split``: the image catalog and the split assignment, checked by the data contracts.
 
-argv -> the ``split`` section of params.yaml (:class:`~recallk.settings.split.SplitSettings`)
+argv -> the ``split`` section of params.yaml (:class:`~recallk.data.settings.SplitSettings`)
 -> :func:`recallk.data.prepare.prepare_all`
 -> the catalog, the split, the skipped-images and the near-duplicate CSVs, and what they describe
 (``provenance.json``: data root, strategy, protocol, counts, the near-duplicate counts), all or none.
@@ -16,8 +16,8 @@ import pandas as pd
 from recallk.atomic import write_all
 from recallk.data.phash import PAIR_COLUMNS
 from recallk.data.prepare import prepare_all
+from recallk.data.settings import SplitSettings
 from recallk.data.splitting import SPLITS
-from recallk.settings.split import SplitSettings
 from stages.params import load_settings
 from stages.runner import json_file, output_paths, parse_stage_args, remove_outputs, run_stage
 

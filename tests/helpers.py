@@ -410,8 +410,8 @@ SPLIT_FRACTIONS = {"train": 0.5, "val": 0.25, "gallery": 0.25}
 def build(data_root: str = "data", csv: str | None = None, **overrides: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``recallk.data.prepare.prepare`` with per_class defaults (paths relative to the cwd): (catalog, split)."""
     from recallk.data import prepare
+    from recallk.data.settings import SplitSettings
     from recallk.settings.base import from_mapping
-    from recallk.settings.split import SplitSettings
 
     params = dict(data_root=data_root, csv=csv, on_bad_image="error", strategy="per_class",
                   protocol="query_gallery", seed=0, fractions=SPLIT_FRACTIONS, images="files") | overrides

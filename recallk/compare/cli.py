@@ -24,8 +24,9 @@ import math
 import sys
 from typing import Any, Sequence
 
-from recallk.compare import outputs, paired, sources, stats
+from recallk.compare import outputs, paired, sources
 from recallk.errors import InputError
+from recallk.stats import inference as stats
 
 #: Flipped queries listed per K and direction in the text output (all of them go to --json).
 SHOWN_FLIPS = 10

@@ -13,7 +13,7 @@
 - :func:`adjust`: Holm's step-down (family-wise error) or Benjamini-Hochberg's step-up (false
   discovery rate) adjustment of a family of p-values.
 
-The bootstrap and the sign flips of many columns at once are :mod:`recallk.compare.stats`'
+The bootstrap and the sign flips of many columns at once are :mod:`recallk.stats.inference`'
 (``bootstrap_deltas``, ``sign_flip_pvalues``), shared with ``recallk compare``.
 """
 
@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from recallk.compare import stats
+from recallk.stats import inference as stats
 
 #: Permuted positions drawn per chunk (their indices and one metric's float32 values gathered at them: about
 #: 24 MB of scratch per thread).

@@ -21,11 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from recallk.compare import family, stats
+from recallk.compare import family
 from recallk.compare.systems import Panel
 from recallk.errors import InputError
 from recallk.progress import Progress
-from recallk.score.resample import percentile_interval, unit_sums
+from recallk.stats import inference as stats
+from recallk.stats.resample import percentile_interval, unit_sums
 
 log = logging.getLogger(__name__)
 #: Seconds before a terminal progress bar appears (none for a board that ends sooner).

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from recallk.compare import board_cli, leaderboard, sources, systems, track_plot
 from recallk.errors import InputError
-from recallk.report.html import STYLE
+from recallk.report.page import STYLE
 
 #: Labels listed in the per-label table (those with the widest spread of Δ first); the rest are counted.
 SHOWN_LABELS = 100

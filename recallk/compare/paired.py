@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from recallk.compare import stats
 from recallk.errors import InputError
 from recallk.progress import Progress
+from recallk.stats import inference as stats
 from recallk.tables_contract import TASK_COLUMNS, headline_key
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class CompareSettings:
         The resampling unit of the bootstrap and of the sign flips: single queries, or every
         label's queries together (clustered; use it under leave-one-out), or ``two-level``: the
         bootstrap draws labels, then queries within each drawn label (from variance-matched values,
-        :func:`recallk.compare.stats.two_level_values`, so the within-label spread counts once), and the
+        :func:`recallk.stats.inference.two_level_values`, so the within-label spread counts once), and the
         sign flips flip whole labels (a second level of flips would only re-draw each query's sign: the
         query-level test).
     intersect : bool
@@ -48,7 +48,7 @@ class CompareSettings:
     resamples, permutations : int
         Bootstrap resamples (the same resample indices for every metric) and random sign-flip
         patterns (every pattern is enumerated when there are at most that many), each capped so that
-        units x draws stays within ``max_draws`` (:func:`recallk.compare.stats.capped`; the result
+        units x draws stays within ``max_draws`` (:func:`recallk.stats.inference.capped`; the result
         reports the numbers drawn).
     confidence : float
         Level of the bootstrap interval of the mean difference.
@@ -139,7 +139,7 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, settings: CompareSettings | None =
         ``p_holm`` (Holm over the metrics), ``p_mcnemar`` with ``discordant`` [A only hits,
         B only hits] for recall@K, ``dz`` (Cohen's d_z), ``wins``/``ties``/``losses``, ``se``
         (the bootstrap standard error of Δ), ``mde`` (the minimum detectable |Δ| at ``power``,
-        :func:`recallk.compare.stats.detectable`) and, with ``delta``, ``queries_needed``; ``draws``:
+        :func:`recallk.stats.inference.detectable`) and, with ``delta``, ``queries_needed``; ``draws``:
         the resamples and sign patterns drawn (after the cap) and asked; ``power``: alpha, power, delta;
         ``flips``: per K the queries whose hit changed; ``per_label``: per label and metric.
     """

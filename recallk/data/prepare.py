@@ -28,9 +28,9 @@ import numpy as np
 import pandas as pd
 
 from recallk.data import catalog, contract, nearcopy, phash, splitting
+from recallk.data.settings import NearDuplicateSettings, SplitSettings
 from recallk.errors import InputError, quote
 from recallk.settings.base import as_params
-from recallk.settings.split import NearDuplicateSettings, SplitSettings
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def prepare_all(settings: SplitSettings) -> Prepared:
     ----------
     settings : SplitSettings
         The ``split`` section: ``data_root``, ``csv``, ``images``, ``on_bad_image``, ``strategy``,
-        ``protocol``, ``seed``, ``fractions`` and ``near_duplicates`` (:mod:`recallk.settings.split`).
+        ``protocol``, ``seed``, ``fractions`` and ``near_duplicates`` (:mod:`recallk.data.settings`).
 
     Returns
     -------

@@ -15,8 +15,8 @@ from recallk.encode.batches import encode_catalog
 from recallk.encode.cache import EmbeddingCache, default_path
 from recallk.encode.device import Request
 from recallk.encode.registry import get_backbone, options_key
+from recallk.encode.settings import EncodeSettings
 from recallk.errors import InputError, clip
-from recallk.settings.encode import EncodeSettings
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def embed(catalog: pd.DataFrame, settings: EncodeSettings) -> tuple[np.ndarray, 
     catalog : DataFrame
         ``image_id, path, sha256`` per image (the catalog file).
     settings : EncodeSettings
-        The ``encode`` section (:mod:`recallk.settings.encode`): ``backbone`` (a registered backbone,
+        The ``encode`` section (:mod:`recallk.encode.settings`): ``backbone`` (a registered backbone,
         ``precomputed`` or ``callable:package.module:function``) and its options
         (``settings.<backbone>``; a family's, ``timm`` for ``timm:<model>``, go to each of its models);
         ``batch_size`` and ``num_workers`` (images per backbone call; threads decoding ahead of it);

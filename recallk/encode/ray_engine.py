@@ -27,8 +27,8 @@ from recallk.cluster import connect
 from recallk.encode.base import Backbone
 from recallk.encode.batches import BatchSource, read_checked, run_backbone
 from recallk.encode.registry import get_backbone
+from recallk.encode.settings import EncodeRaySettings
 from recallk.errors import InputError
-from recallk.settings.encode import EncodeRaySettings
 
 log = logging.getLogger(__name__)
 

@@ -117,8 +117,8 @@ def open_clip_model(model: str, runtime: Any = None, **options: Any) -> Backbone
 def torchvision_model(model: str, runtime: Any = None, **options: Any) -> Backbone:
     """A torchvision classification model's pooled features (``torchvision:<model>``; the torch extra)."""
     from recallk.encode.backbones import torchvision as torchvision_backbone
+    from recallk.encode.settings import TorchvisionSettings
     from recallk.settings.base import from_mapping
-    from recallk.settings.encode import TorchvisionSettings
 
     return torchvision_backbone.build(model, from_mapping(TorchvisionSettings, options), runtime=runtime)
 

@@ -13,17 +13,17 @@ import pandas as pd
 from recallk.checks import check_exclude_columns
 from recallk.errors import InputError
 from recallk.index.sweep import Exact, Problem
-from recallk.report.suite import SplitSets
 from recallk.score.data import RetrievalData
 from recallk.score.exclusion import exclusion_pairs
 from recallk.score.metrics import rank
 from recallk.score.ranking.neighbors import top_k
 from recallk.score.ranking.problem import code_columns, own_rows
 from recallk.score.registry import metric_keys
+from recallk.score.settings import ScoreSettings
 from recallk.score.similarity import l2_normalize
+from recallk.score.suite import SplitSets
 from recallk.score.values import per_query
 from recallk.score.whitening import pca_whitening
-from recallk.settings.score import ScoreSettings
 from recallk.tables_contract import per_query_column
 
 

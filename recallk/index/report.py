@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from PIL import Image, ImageDraw, ImageFont
 
-from recallk.report.html import STYLE, png_data_uri
+from recallk.report.page import STYLE, png_data_uri
 
 #: One colour per kind, in ``index.kinds`` order (tab10).
 PALETTE = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),

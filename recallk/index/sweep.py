@@ -6,7 +6,7 @@ ranking is read, never computed twice) and the settings; it returns one entry pe
 point's per-query table. Per point: build seconds, index bytes, queries/s on every thread and on one, the k-NN
 recall under both definitions (:mod:`recallk.index.knn`), each label metric from the index's own lists
 (:mod:`recallk.index.lists`), its paired Δ against exact with the bootstrap interval, McNemar for recall@K
-(:mod:`recallk.compare.stats`) and the non-inferiority verdict against ``index.margin``.
+(:mod:`recallk.stats.inference`) and the non-inferiority verdict against ``index.margin``.
 """
 
 from __future__ import annotations
@@ -19,18 +19,18 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from recallk.compare import stats
 from recallk.errors import InputError
 from recallk.index import kinds as kinds_mod
 from recallk.index.knn import ann_benchmarks_recall, big_ann_benchmarks_recall
 from recallk.index.lists import exclusion_bound, label_values, ranked_lists, short_lists
+from recallk.index.settings import IndexSettings
 from recallk.progress import Progress
 from recallk.score.ranking.scan import exact_pairs
 from recallk.score.registry import metric_keys
-from recallk.score.resample import percentile_interval
+from recallk.score.settings import ScoreSettings
 from recallk.score.similarity import float32_dot_error_bound
-from recallk.settings.index import IndexSettings
-from recallk.settings.score import ScoreSettings
+from recallk.stats import inference as stats
+from recallk.stats.resample import percentile_interval
 from recallk.tables_contract import TASK_COLUMNS, per_query_column
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ def paired(index_values: dict[str, np.ndarray], exact: Exact, score: ScoreSettin
     and unit), McNemar for recall@K, and the verdict: non-inferior when every interval's low end is above
     ``-margin``, the ``unjudged`` metrics (cut short by the depth, :func:`truncated`) left out.
     ``exact_values`` (:func:`exact_columns`) and ``counts_cache`` (the bootstrap's counts,
-    :func:`recallk.compare.stats.bootstrap_deltas`) serve every point of a sweep."""
+    :func:`recallk.stats.inference.bootstrap_deltas`) serve every point of a sweep."""
     boot = score.bootstrap
     table = exact.table
     labels = table["label"].astype(str).to_numpy()

@@ -1,2 +1,3 @@
-"""Rendering the score stage's outputs: the tables, the report block and provenance, the HTML page and
-the failure contact sheet, and :func:`~recallk.report.suite.score_split`, which computes them all."""
+"""Rendering only: the report block (:mod:`~recallk.report.block`), provenance, the score stage's HTML page,
+the failure contact sheet and what every page shares (:mod:`~recallk.report.page`). Nothing here computes a
+metric: :func:`recallk.score.suite.score_split` does, and the stage hands its results to these modules."""

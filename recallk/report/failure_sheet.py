@@ -13,8 +13,6 @@ from __future__ import annotations
 import unicodedata
 from typing import Callable, Sequence
 
-import numpy as np
-import pandas as pd
 from PIL import Image, ImageDraw, ImageFont, ImageOps
 
 THUMB = 72          # thumbnail side, pixels
@@ -28,16 +26,6 @@ LEGEND_LINES = ("each row: a query (blue: q <id>, its label), its top retrieved 
 LEGEND = len(LEGEND_LINES) * LINE + 4  # the legend band above the rows
 GAP = 6             # space between tiles
 COLOURS = {"query": (31, 119, 180), "hit": (44, 160, 44), "miss": (214, 39, 40), "first": (127, 127, 127)}
-
-
-def worst_queries(per_query: pd.DataFrame, n: int) -> pd.DataFrame:
-    """The ``n`` worst queries with a positive: lowest ``ap@r`` (when scored), then the largest
-    first-positive rank, ties by image_id."""
-    rows = per_query[per_query["first_positive_rank"].notna()].copy()
-    rows["_ap"] = rows["ap@r"] if "ap@r" in rows else 0.0
-    rows["_rank"] = -rows["first_positive_rank"].astype(np.int64)
-    rows = rows.sort_values(["_ap", "_rank", "image_id"], kind="stable")
-    return rows.head(n).drop(columns=["_ap", "_rank"])
 
 
 def printable(text: object) -> str:

@@ -7,9 +7,7 @@ the per-class table and the failure gallery as an embedded PNG. Same inputs, sam
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import math
 from typing import Any
 
@@ -17,15 +15,10 @@ import pandas as pd
 from PIL import Image
 
 from recallk.report.block import PAIR_COUNTS, WITHOUT_SUFFIX
+from recallk.report.page import STYLE, png_data_uri
 
 #: Counts shown besides the four of every run: the split stage's pairs and the embedding check's queries.
 NEAR_DUPLICATE_KEYS = (*PAIR_COUNTS, "num_near_duplicate_queries")
-
-STYLE = ("body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;"
-         "margin:1em 0}td,th{padding:2px 10px;text-align:right;border-bottom:1px solid #ddd}td:first-child,"
-         "th:first-child{text-align:left}h1{font-size:20px}h2{font-size:16px;margin-top:2em}"
-         "dt{font-weight:600;float:left;width:11em}dd{margin-left:12em}")
-
 
 def _number(x: Any) -> str:
     if x is None or isinstance(x, float) and math.isnan(x):
@@ -64,12 +57,6 @@ def curve_svg(curve: pd.DataFrame, width: int = 560, height: int = 300) -> str:
             f'<polygon points="{band}" fill="#1f77b4" fill-opacity="0.2"/>'
             f'<polyline points="{line}" fill="none" stroke="#1f77b4" stroke-width="2"/>'
             f'<text x="{(left + width - right) / 2:.0f}" y="{height - 4}" text-anchor="middle">K</text></svg>')
-
-
-def png_data_uri(image: Image.Image) -> str:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def page(metrics: dict[str, Any], keys: list[str], provenance: dict[str, Any], curve: pd.DataFrame,

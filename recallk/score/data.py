@@ -1,7 +1,7 @@
 """One retrieval problem's data, checked once: :class:`RetrievalData`.
 
 Every scoring path takes one (the public functions and :class:`~recallk.score.metrics.Scorer` build
-it from their arguments, :func:`recallk.report.suite.score_split` from the split), and the engine's
+it from their arguments, :func:`recallk.score.suite.score_split` from the split), and the engine's
 :class:`~recallk.score.ranking.problem.Problem` is built from it.
 """
 

@@ -33,7 +33,7 @@ from recallk.score.labels import exclusion_by_value
 if TYPE_CHECKING:
     import pandas as pd
 
-    from recallk.settings.score import ScoreSettings
+    from recallk.score.settings import ScoreSettings
 
 log = logging.getLogger(__name__)
 

@@ -41,9 +41,9 @@ from recallk.score.data import RetrievalData
 from recallk.score.passes import Pass
 from recallk.score.ranking import Ranking, rank_data
 from recallk.score.registry import METRIC_NAMES, check_metrics, metric_keys, serving_pass
+from recallk.score.settings import ScoreSettings
 from recallk.score.values import mean, per_query, summarize
 from recallk.settings.base import setting_rule
-from recallk.settings.score import ScoreSettings
 
 __all__ = ["METRICS", "Scorer", "first_positive_ranks", "mean", "metric_keys", "per_query", "rank", "recall_at_k",
            "retrieval_metrics", "retrieval_summary", "summarize"]

@@ -19,7 +19,7 @@ from recallk.score.data import user_stacklevel
 from recallk.score.passes import Ranks
 from recallk.score.ranking import Ranking, consecutive_runs
 from recallk.score.registry import Metric, Span, metric_keys, rows
-from recallk.settings.score import ScoreSettings
+from recallk.score.settings import ScoreSettings
 
 #: Positives whose per-positive temporaries (about 40 B each) :func:`per_query` holds at a time.
 SPAN_PAIRS = 2**20

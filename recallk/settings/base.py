@@ -10,12 +10,10 @@ rule across its fields (``split.fractions`` must sum to 1), run once every field
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from typing import Any, Callable, Iterator
 
 from recallk.checks import ray_address_problem
 from recallk.errors import clip, did_you_mean, quote
-from recallk.settings import SECTIONS
 
 #: A rule: the value -> what is wrong with it (a sentence the caller prefixes with the param's name), or None.
 Rule = Callable[[Any], "str | None"]
@@ -44,12 +42,6 @@ def ray_address(doc: str) -> Any:
     """The ``address`` field of a ``ray`` sub-section (``encode.ray``, ``score.ray``): a cluster address or null
     (``$RAY_ADDRESS``, else a local cluster), by the one rule :func:`recallk.checks.ray_address_problem`."""
     return setting(None, ray_address_problem, doc)
-
-
-def section_class(section: str) -> type:
-    """The settings class of the params section ``section`` (one of :data:`recallk.settings.SECTIONS`),
-    its module imported by name: importing this module never imports every section's."""
-    return getattr(importlib.import_module(f"recallk.settings.{section}"), SECTIONS[section])
 
 
 def section_of(f: dataclasses.Field) -> type | None:

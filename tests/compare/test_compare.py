@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from recallk.compare import cli, paired, sources, stats
+from recallk.compare import cli, paired, sources
 from recallk.errors import InputError
+from recallk.stats import inference as stats
 
 
 def table(hits: list[int], aps: list[float] | None = None, labels: list[str] | None = None,

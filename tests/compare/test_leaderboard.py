@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from recallk.compare import board_cli, leaderboard, paired, stats, systems
+from recallk.compare import board_cli, leaderboard, paired, systems
 from recallk.errors import InputError
+from recallk.stats import inference as stats
 
 FAST = leaderboard.BoardSettings(resamples=400, permutations=2000)
 

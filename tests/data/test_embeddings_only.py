@@ -14,9 +14,9 @@ from leakage_helpers import run_prepare, write_planted_images
 from recallk.data import catalog, contract
 from recallk.encode import precomputed
 from recallk.encode.embed import embed
+from recallk.encode.settings import EncodeSettings
 from recallk.errors import InputError
 from recallk.settings.base import from_mapping
-from recallk.settings.encode import EncodeSettings
 
 
 def ids_manifest(root: Path, n: int = 60, labels: int = 6, extra: str = "") -> Path:

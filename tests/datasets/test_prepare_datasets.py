@@ -17,12 +17,12 @@ import pytest
 from dataset_fixtures import WRITERS, write_cars_folders, write_cub, write_reid
 from helpers import ROOT
 from recallk.data.prepare import prepare_all
+from recallk.data.settings import SplitSettings
 from recallk.datasets import DATASETS, prepare
 from recallk.datasets.cli import main
 from recallk.errors import InputError
-from recallk.report.suite import SplitSets, score_split
-from recallk.settings.score import BootstrapSettings, ScoreSettings
-from recallk.settings.split import SplitSettings
+from recallk.score.settings import BootstrapSettings, ScoreSettings
+from recallk.score.suite import SplitSets, score_split
 from reference_evals import eval_market1501, pml_leave_one_out, similarity
 
 #: What each dataset's protocol selects (split.protocol, the score rules).

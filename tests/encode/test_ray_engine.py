@@ -19,8 +19,8 @@ from recallk.encode.batches import encode_catalog
 from recallk.encode.cache import EmbeddingCache
 from recallk.encode.ray_engine import ray_source
 from recallk.encode.registry import get_backbone
+from recallk.encode.settings import EncodeRaySettings
 from recallk.errors import InputError
-from recallk.settings.encode import EncodeRaySettings
 
 pytestmark = pytest.mark.ray
 

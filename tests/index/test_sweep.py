@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from extras import extra
-from recallk.compare import stats
 from recallk.errors import InputError
 from recallk.index.exact import exact_run, problem_of
+from recallk.index.settings import IndexSettings, SweepSettings
 from recallk.index.sweep import cheapest, score_index
 from recallk.score.data import RetrievalData
 from recallk.score.exclusion import junk_pair
-from recallk.settings.index import IndexSettings, SweepSettings
-from recallk.settings.score import BootstrapSettings, ScoreSettings
+from recallk.score.settings import BootstrapSettings, ScoreSettings
+from recallk.stats import inference as stats
 from recallk.tables_contract import check_per_query
 
 extra("faiss", "faiss")

@@ -11,6 +11,7 @@ from PIL import Image
 
 from helpers import run_module
 from recallk.report import failure_sheet
+from recallk.score import suite
 
 
 @pytest.mark.parametrize("rows, want", [
@@ -23,7 +24,7 @@ def test_worst_queries(rows, want):
     frame = pd.DataFrame({"image_id": list(rows), "label": "x",
                           "ap@r": [v[0] for v in rows.values()],
                           "first_positive_rank": pd.array([v[1] for v in rows.values()], dtype="Int64")})
-    assert failure_sheet.worst_queries(frame, 3)["image_id"].tolist() == want
+    assert suite.worst_queries(frame, 3)["image_id"].tolist() == want
 
 
 def _solid(colour):

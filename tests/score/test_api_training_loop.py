@@ -43,7 +43,7 @@ def test_every_query_excluded_gives_nan_and_a_warning(kwargs):
 def test_the_stage_still_refuses_every_query_excluded():
     from recallk.score.data import RetrievalData
     from recallk.score.metrics import rank, summarize
-    from recallk.settings.score import ScoreSettings
+    from recallk.score.settings import ScoreSettings
 
     settings = ScoreSettings(ks=(1,), metrics=("recall",))
     ranking = rank(RetrievalData(Q, G, ["a", "b"], ["a", "b", "c"], exclude=[(["a", "b"], ["a", "b", "c"])]),

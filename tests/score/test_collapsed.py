@@ -17,7 +17,7 @@ from recallk.score.data import RetrievalData
 from recallk.score.metrics import rank
 from recallk.score.passes import Pass
 from recallk.score.ranking import counting, positives
-from recallk.settings.score import ScoreSettings
+from recallk.score.settings import ScoreSettings
 
 #: Small enough a budget that every case takes the tiles (not the direct path), in several tiles.
 MB = 0.5

@@ -9,10 +9,10 @@ import pytest
 
 from recallk.report.block import format_report
 from recallk.report.provenance import provenance
-from recallk.report.suite import SplitSets, score_split
 from recallk.score import embedding_copies as copies
 from recallk.score.data import RetrievalData
-from recallk.settings.score import BootstrapSettings, EmbeddingCopySettings, FailureSettings, ScoreSettings
+from recallk.score.settings import BootstrapSettings, EmbeddingCopySettings, FailureSettings, ScoreSettings
+from recallk.score.suite import SplitSets, score_split
 
 
 def test_flagged_pairs_and_metrics_without_them():

@@ -22,7 +22,7 @@ import pytest
 from recallk.score.data import RetrievalData
 from recallk.score.metrics import METRICS, rank, retrieval_summary
 from recallk.score.passes import Pass
-from recallk.settings.score import ScoreSettings
+from recallk.score.settings import ScoreSettings
 
 _MATMUL = np.matmul
 

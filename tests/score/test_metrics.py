@@ -14,7 +14,7 @@ from ranking_cases import INF_ROWS, NAN_ROW2, TIES, TOY, call_kwargs, make_case,
 from recallk.score.metrics import mean, per_query, retrieval_metrics, retrieval_summary
 from recallk.score.passes import Pass
 from recallk.score.ranking import rank_positives
-from recallk.settings.score import ScoreSettings
+from recallk.score.settings import ScoreSettings
 
 
 @pytest.mark.parametrize("q, g, ql, gl, ks, extra, expected", TOY)

@@ -16,7 +16,7 @@ import pytest
 from recallk import recall_at_k, retrieval_summary
 from recallk.score.data import RetrievalData
 from recallk.score.metrics import first_positive_ranks, rank, retrieval_metrics
-from recallk.settings.score import ScoreSettings
+from recallk.score.settings import ScoreSettings
 
 # --------------------------------------------------------------------------- the wrappers
 

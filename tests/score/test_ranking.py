@@ -36,7 +36,7 @@ from recallk.score.ranking import counting as counting_module
 from recallk.score.ranking import engine as ranking
 from recallk.score.ranking import fast as fast_module
 from recallk.score.ranking import scan as scan_module
-from recallk.settings.score import ScoreSettings
+from recallk.score.settings import ScoreSettings
 
 # --------------------------------------------------------------------------- 1. oracle cross-check
 

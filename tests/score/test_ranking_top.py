@@ -36,7 +36,7 @@ from recallk.score.ranking import engine as ranking
 from recallk.score.ranking import top as top_module
 from recallk.score.ranking.problem import UnitRows
 from recallk.score.ranking.schedule import threads
-from recallk.settings.score import ScoreSettings
+from recallk.score.settings import ScoreSettings
 
 #: The metrics the top-L pass serves (everything but full map).
 TOP_METRICS = ["recall", "precision", "r_precision", "map@r", "mrr"]

@@ -12,7 +12,7 @@ from recallk.score.metrics import rank
 from recallk.score.passes import Pass
 from recallk.score.ranking import rank_positives
 from recallk.score.ranking.ray_tiles import RayTiles
-from recallk.settings.score import RaySettings, ScoreSettings
+from recallk.score.settings import RaySettings, ScoreSettings
 
 pytestmark = pytest.mark.ray
 

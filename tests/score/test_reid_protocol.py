@@ -185,7 +185,7 @@ def test_leave_one_out_agrees_with_pytorch_metric_learnings_own_accuracy_calcula
 def test_ray_engine_honours_the_reid_rules(ray_cluster):
     from recallk.score.data import RetrievalData
     from recallk.score.metrics import rank
-    from recallk.settings.score import RaySettings, ScoreSettings
+    from recallk.score.settings import RaySettings, ScoreSettings
 
     rng = np.random.default_rng(8)
     q, g, q_pid, g_pid, q_cam, g_cam = reid_problem(rng)

@@ -15,7 +15,7 @@ from recallk.errors import InputError
 from recallk.score import metrics as metrics_module
 from recallk.score.metrics import Scorer, retrieval_metrics, retrieval_summary
 from recallk.score.passes import Pass
-from recallk.settings.score import ScoreSettings
+from recallk.score.settings import ScoreSettings
 
 
 def _arrays(case):

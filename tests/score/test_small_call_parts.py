@@ -15,8 +15,8 @@ from recallk.score.metrics import summarize
 from recallk.score.passes import Pass
 from recallk.score.ranking import rank_positives
 from recallk.score.ranking.problem import code_columns, own_rows
+from recallk.score.settings import ScoreSettings
 from recallk.score.similarity import l2_normalize
-from recallk.settings.score import ScoreSettings
 
 
 def _text_codes(*columns):

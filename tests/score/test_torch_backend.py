@@ -26,9 +26,9 @@ from recallk.score.ranking.torch_api import stand_in
 from recallk.score.ranking.torch_backend import TorchOptions, rank_data_torch
 from recallk.score.ranking.torch_device import resolve
 from recallk.score.ranking.torch_tiles import matmul_bound, near_ties
+from recallk.score.settings import ScoreSettings
 from recallk.score.similarity import float32_dot_error_bound
 from recallk.score.values import per_query
-from recallk.settings.score import ScoreSettings
 from torch_cases import ADVERSARIAL, PASSES, adversarial_case, differences
 
 torch = extra("torch", "torch")

@@ -1,4 +1,4 @@
-"""recallk.score.whitening through recallk.report.suite (in process): ``score.whiten: pca`` is fitted on the
+"""recallk.score.whitening through recallk.score.suite (in process): ``score.whiten: pca`` is fitted on the
 train images only and applied to the queries and gallery."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import pytest
 
 from helpers import CATALOG, EMBEDDINGS, IDS, SPLIT
 from recallk.errors import InputError
-from recallk.report import suite
-from recallk.report.suite import score_split
+from recallk.score import suite
+from recallk.score.settings import ScoreSettings
 from recallk.score.similarity import l2_normalize
+from recallk.score.suite import score_split
 from recallk.settings.base import from_mapping
-from recallk.settings.score import ScoreSettings
 from score_oracle import KS, METRIC_KEYS, approx, eval_sets, fmean, oracle
 from stages.params import load_section
 from stages.score_inputs import load_inputs

@@ -21,9 +21,9 @@ from PIL import Image
 from helpers import ROOT, run_module, save_image, set_dotted
 from recallk import images
 from recallk.data import catalog, contract, prepare
+from recallk.data.settings import SplitSettings
 from recallk.errors import InputError, quote
 from recallk.settings.base import from_mapping
-from recallk.settings.split import SplitSettings
 from stages.params import load_section
 
 #: prepare() params of these tests: every image is in val/gallery and, under leave_one_out, a query.

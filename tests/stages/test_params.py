@@ -48,8 +48,8 @@ def test_every_setting_has_a_rule_and_a_doc(section):
 
 
 def test_load_settings_gives_the_settings_object(tmp_path):
-    from recallk.settings.score import ScoreSettings
-    from recallk.settings.split import SplitSettings
+    from recallk.data.settings import SplitSettings
+    from recallk.score.settings import ScoreSettings
 
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(with_change("score.ks", [3, 7])), encoding="utf-8")
@@ -129,11 +129,11 @@ def test_missing_params_file(tmp_path):
 
 def test_docs_params_tables_are_the_generated_ones():
     """docs/params.md's tables come from the settings classes (default and doc of each field): a stale row,
-    a missing param or an edited default shows here. Fix: `python -m recallk.settings.markdown`."""
-    from recallk.settings.markdown import render, table
+    a missing param or an edited default shows here. Fix: `python -m stages.params_doc`."""
+    from stages.params_doc import render, table
 
     text = (ROOT / "docs" / "params.md").read_text(encoding="utf-8")
-    assert render(text) == text, "docs/params.md's tables are stale: run `python -m recallk.settings.markdown`"
+    assert render(text) == text, "docs/params.md's tables are stale: run `python -m stages.params_doc`"
     for section in SECTIONS:
         assert table(section_class(section)) in text
     stale = text.replace("| `seed` | `0` |", "| `seed` | `1` |", 1)
@@ -141,8 +141,8 @@ def test_docs_params_tables_are_the_generated_ones():
 
 
 def test_docs_tables_show_each_default_as_params_yaml_writes_it():
-    from recallk.settings.markdown import table
-    from recallk.settings.score import ScoreSettings
+    from recallk.score.settings import ScoreSettings
+    from stages.params_doc import table
 
     rows = table(ScoreSettings).splitlines()
     assert "| `ks` | `[1, 5, 10]` |" in rows[2] and any(r.startswith("| `near_duplicates.min_cosine` | `null` |")

@@ -41,7 +41,7 @@ def test_missing_ray_names_the_extra(monkeypatch):
 def test_ray_engine_refuses_the_faiss_backend():
     from recallk.score.data import RetrievalData
     from recallk.score.metrics import rank
-    from recallk.settings.score import ScoreSettings
+    from recallk.score.settings import ScoreSettings
 
     emb = np.eye(4, dtype=np.float32)
     with pytest.raises(InputError, match=r"`score.engine: ray` runs the numpy engine's tiles on Ray; set "
@@ -55,10 +55,10 @@ def test_resources_the_cluster_lacks_are_named(ray_cluster, tmp_path):
     from recallk.encode.batches import encode_catalog
     from recallk.encode.ray_engine import ray_source
     from recallk.encode.registry import get_backbone
+    from recallk.encode.settings import EncodeRaySettings
     from recallk.score.data import RetrievalData
     from recallk.score.metrics import rank
-    from recallk.settings.encode import EncodeRaySettings
-    from recallk.settings.score import RaySettings, ScoreSettings
+    from recallk.score.settings import RaySettings, ScoreSettings
 
     cat, backbone = image_catalog(tmp_path, range(2)), get_backbone("pixels", {"resolution": 2})
     source = ray_source(backbone, "pixels", {"resolution": 2},

@@ -39,7 +39,7 @@ except ImportError as exc:  # only these imports: any other ImportError is a bug
 from recallk.encode.backbones import state_dicts, torch_common
 from recallk.encode.base import Backbone, ModelSpec, is_no_file
 from recallk.encode.device import Request
-from recallk.settings.encode import POOLINGS
+from recallk.encode.settings import POOLINGS
 
 PREFIX = "hf:"
 #: Bump whenever a code change could change the embeddings.

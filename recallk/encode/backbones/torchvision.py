@@ -31,8 +31,8 @@ except ImportError as exc:  # only these imports: any other ImportError is a bug
 from recallk.encode.backbones import state_dicts, torch_common
 from recallk.encode.base import Backbone, ModelSpec, is_no_file
 from recallk.encode.device import Request
-from recallk.settings.encode import INTERPOLATIONS as INTERPOLATION_NAMES
-from recallk.settings.encode import TorchvisionSettings
+from recallk.encode.settings import INTERPOLATIONS as INTERPOLATION_NAMES
+from recallk.encode.settings import TorchvisionSettings
 
 PREFIX = "torchvision:"
 #: Bump whenever a code change could change the embeddings.

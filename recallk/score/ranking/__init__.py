@@ -2,7 +2,7 @@
 
 ``rank_data`` (numpy, blocked under ``max_memory_mb``; ``rank_positives`` is its public wrapper
 over arrays) and ``rank_data_faiss`` (``faiss.IndexFlatIP``, a cross-check) return the same
-:class:`Ranking` for a :class:`~recallk.score.data.RetrievalData`. How the engine works: ``docs/engine.md``.
+:class:`Ranking` for a :class:`~recallk.score.data.RetrievalData`. How the engine works: ``docs/internals/engine.md``.
 """
 
 from recallk.score.ranking.budget import Budget

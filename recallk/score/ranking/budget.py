@@ -67,7 +67,7 @@ class Budget:
     #: Direct path: most query x gallery cells of a problem ranked from one exact product, without tiles or
     #: threads (:mod:`~recallk.score.ranking.direct`); larger problems take the tiles. Measured on 2 cores
     #: (d = 64 to 512, BLAS on one thread): the direct path costs 0.7 to 1.1 times the tiles at 2**17 cells,
-    #: up to 1.6 times at 2**18 and 1.1 to 2.1 times at 2**19 (docs/engine.md).
+    #: up to 1.6 times at 2**18 and 1.1 to 2.1 times at 2**19 (docs/internals/engine.md).
     DIRECT_CELLS: ClassVar[int] = 2**17
     #: Direct path, per cell: the float64 product and its float32 rounding, then the int64 order keys, their
     #: opposite-rule copy and the boolean masks.

@@ -1,4 +1,4 @@
-"""recallk.report.suite: ``score.exclude_same`` (same-camera gallery items hidden), through the score stage
+"""recallk.score.suite: ``score.exclude_same`` (same-camera gallery items hidden), through the score stage
 and the API, against the brute-force oracle (``helpers.oracle``)."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The params tables of ``docs/params.md``, generated from the settings classes.
 
 Each table lies between two markers (:data:`BEGIN`, :data:`END`) that name its section; the prose around
-them is kept as written. ``python -m recallk.settings.markdown`` rewrites the tables of the repository's
+them is kept as written. ``python -m stages.params_doc`` rewrites the tables of the repository's
 ``docs/params.md`` in place, and a test fails while the committed tables differ from :func:`render`'s.
 No stage imports this module.
 """
@@ -12,11 +12,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from recallk.settings import SECTIONS
-from recallk.settings.base import default_of, fields, section_class
+from recallk.settings.base import default_of, fields
+from stages.params import SECTIONS, section_class
 
-BEGIN = ("<!-- the {section} table: generated from recallk/settings/{section}.py "
-         "(python -m recallk.settings.markdown) -->")
+BEGIN = ("<!-- the {section} table: generated from {module} "
+         "(python -m stages.params_doc) -->")
 END = "<!-- end of the {section} table -->"
 
 
@@ -42,7 +42,8 @@ def table(cls: type) -> str:
 def render(text: str) -> str:
     """``text`` (docs/params.md) with each section's table, between its markers, generated anew."""
     for section in SECTIONS:
-        begin, end = BEGIN.format(section=section), END.format(section=section)
+        module = SECTIONS[section].split(":")[0].replace(".", "/") + ".py"
+        begin, end = BEGIN.format(section=section, module=module), END.format(section=section)
         pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), re.DOTALL)
         if not pattern.search(text):
             raise ValueError(f"docs/params.md has no {begin!r} ... {end!r} block for the {section} table")
@@ -52,7 +53,7 @@ def render(text: str) -> str:
 
 
 #: The repository's params page (the tables' home).
-PARAMS_MD = Path(__file__).resolve().parents[2] / "docs" / "params.md"
+PARAMS_MD = Path(__file__).resolve().parents[1] / "docs" / "params.md"
 
 if __name__ == "__main__":
     PARAMS_MD.write_text(render(PARAMS_MD.read_text(encoding="utf-8")), encoding="utf-8")

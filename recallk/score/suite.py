@@ -10,26 +10,24 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
-from PIL import Image
 
 from recallk.checks import check_exclude_columns, is_missing
 from recallk.errors import InputError
-from recallk.report import failure_sheet, tables
-from recallk.score import embedding_copies
+from recallk.score import embedding_copies, tables
 from recallk.score.data import RetrievalData
 from recallk.score.exclusion import exclusion_pairs
 from recallk.score.metrics import rank
 from recallk.score.ranking.neighbors import top_k
 from recallk.score.registry import metric_keys
-from recallk.score.resample import content_order
+from recallk.score.settings import FailureSettings, ScoreSettings
 from recallk.score.similarity import cosine_block, l2_normalize
 from recallk.score.values import summarize
 from recallk.score.whitening import pca_whitening
-from recallk.settings.score import FailureSettings, ScoreSettings
+from recallk.stats.resample import content_order
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +64,8 @@ class SplitSets:
         return self.emb[self.row[image_ids].to_numpy()]
 
 
-def score_split(sets: SplitSets, catalog: pd.DataFrame, settings: ScoreSettings,
-                load: Callable[[str], Image.Image] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def score_split(sets: SplitSets, catalog: pd.DataFrame,
+                settings: ScoreSettings) -> tuple[dict[str, Any], dict[str, Any]]:
     """Score ``sets.queries`` against ``sets.gallery``; return the flat metrics and the tables.
 
     Parameters
@@ -82,8 +80,6 @@ def score_split(sets: SplitSets, catalog: pd.DataFrame, settings: ScoreSettings,
         embeddings as stored, before any whitening) and adds every metric over the other queries
         (:mod:`recallk.score.embedding_copies`). ``engine: ray`` ranks on Ray tasks (``ray``), with the
         same result as ``local``; the neighbour tables and the bootstrap stay on this machine.
-    load : callable, optional
-        ``load(image_id) -> PIL image``; with ``failures.queries > 0`` the failure gallery is drawn.
 
     Returns
     -------
@@ -91,7 +87,9 @@ def score_split(sets: SplitSets, catalog: pd.DataFrame, settings: ScoreSettings,
         ``metrics``: each metric key's mean, ``<key>_class_mean``, ``<key>_ci_low`` /
         ``<key>_ci_high``, the counts and ``tie_sensitive@K``. ``tables``: ``per_class``,
         ``curve``, ``per_query``, ``neighbors`` (each query's top max(ks) items), ``confusions`` and
-        ``near_duplicates`` (the flagged pairs; empty when the check is off) frames.
+        ``near_duplicates`` (the flagged pairs; empty when the check is off) frames, and ``failures``: the
+        rows of the failure gallery (:func:`failure_rows`; empty when ``failures.queries`` is 0), which the
+        stage draws (:func:`recallk.report.failure_sheet.draw`).
     """
     check_exclude_columns(settings.exclude_same, list(catalog.columns), name="score.exclude_same")
     queries, gallery, depth, bootstrap = sets.queries, sets.gallery, settings.depth, asdict(settings.bootstrap)
@@ -146,8 +144,7 @@ def score_split(sets: SplitSets, catalog: pd.DataFrame, settings: ScoreSettings,
               "per_query": tables.per_query(queries, q_labels, ranking, values, neighbors),
               "neighbors": neighbors[neighbors["rank"] <= depth].reset_index(drop=True),
               "confusions": tables.confusions(neighbors), "near_duplicates": copies}
-    if failures.queries and load is not None:
-        frames["failures"] = _failure_sheet(data, frames["per_query"], neighbors, failures, load)
+    frames["failures"] = failure_rows(data, frames["per_query"], neighbors, failures) if failures.queries else []
     return out, frames
 
 
@@ -168,15 +165,27 @@ def _whitened(sets: SplitSets, whiten: str, q_emb: np.ndarray, g_emb: np.ndarray
     return q_emb, g_emb
 
 
-def _failure_sheet(data: RetrievalData, per_query: pd.DataFrame, neighbors: pd.DataFrame, failures: FailureSettings,
-                   load: Callable[[str], Image.Image]) -> Image.Image:
-    """The failure gallery (:mod:`recallk.report.failure_sheet`) of the ``failures.queries`` worst queries of
-    ``data`` (as scored: whitened or not)."""
+def worst_queries(per_query: pd.DataFrame, n: int) -> pd.DataFrame:
+    """The ``n`` worst queries with a positive: lowest ``ap@r`` (when scored), then the largest
+    first-positive rank, ties by image_id."""
+    rows = per_query[per_query["first_positive_rank"].notna()].copy()
+    rows["_ap"] = rows["ap@r"] if "ap@r" in rows else 0.0
+    rows["_rank"] = -rows["first_positive_rank"].astype(np.int64)
+    rows = rows.sort_values(["_ap", "_rank", "image_id"], kind="stable")
+    return rows.head(n).drop(columns=["_ap", "_rank"])
+
+
+def failure_rows(data: RetrievalData, per_query: pd.DataFrame, neighbors: pd.DataFrame,
+                 failures: FailureSettings) -> list[dict]:
+    """The rows of the failure gallery (:mod:`recallk.report.failure_sheet` draws them): the ``failures.queries``
+    worst queries of ``data`` (as scored: whitened or not), each with its top ``failures.k`` items and its first
+    positive (``{"query": (id, label), "retrieved": [(id, label, score, is_positive)], "first": (id, rank,
+    score)}``)."""
     queries, gallery = data.query_ids, data.gallery_ids
     row_of = {qid: i for i, qid in enumerate(queries)}
     g_unit, g_labels = l2_normalize(data.gallery_emb), np.asarray(data.gallery_labels, dtype=str)
     rows = []
-    for _, query in failure_sheet.worst_queries(per_query, failures.queries).iterrows():
+    for _, query in worst_queries(per_query, failures.queries).iterrows():
         qid, i = query["image_id"], row_of[query["image_id"]]
         mine = neighbors[neighbors["image_id"] == qid].head(failures.k)
         # the first positive, by the ranking's rule: exact cosine, ties by gallery index
@@ -192,4 +201,4 @@ def _failure_sheet(data: RetrievalData, per_query: pd.DataFrame, neighbors: pd.D
                      "retrieved": list(zip(mine["gallery_id"], mine["gallery_label"], mine["score"],
                                            mine["is_positive"])),
                      "first": (gallery[best], int(query["first_positive_rank"]), float(sims[best]))})
-    return failure_sheet.draw(rows, load)
+    return rows

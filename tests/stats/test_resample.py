@@ -1,12 +1,12 @@
-"""recallk.score.resample: the bootstrap behind the score stage's intervals and recallk compare."""
+"""recallk.stats.resample: the bootstrap behind the score stage's intervals and recallk compare."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from recallk.report import tables
-from recallk.score.resample import CELLS, bootstrap_means
+from recallk.score import tables
+from recallk.stats.resample import CELLS, bootstrap_means
 
 
 def test_query_resamples_are_the_seeded_draws_of_queries():
@@ -19,7 +19,7 @@ def test_query_resamples_are_the_seeded_draws_of_queries():
 def test_draws_in_chunks_equal_one_draw(monkeypatch):
     v = np.random.default_rng(1).random(40)
     whole = bootstrap_means({"a": v}, resamples=97, seed=2)["a"]
-    monkeypatch.setattr("recallk.score.resample.CELLS", 40 * 5)  # 5 resamples per chunk
+    monkeypatch.setattr("recallk.stats.resample.CELLS", 40 * 5)  # 5 resamples per chunk
     assert CELLS > 40 * 97
     np.testing.assert_array_equal(bootstrap_means({"a": v}, resamples=97, seed=2)["a"], whole)
 

@@ -22,13 +22,11 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy import stats
 
-from recallk.score.resample import percentile_interval
+from recallk.stats.resample import CELLS, percentile_interval
 
 #: Differences closer than this, relative to the sum of the |unit sums|, count as equal in the
 #: randomization test, so float rounding never turns |T*| = |T| into |T*| < |T|.
 TIE_TOL = 1e-10
-#: Unit draws per chunk (bounds the scratch to ~32 MB).
-CELLS = 4_000_000
 #: The most bootstrap counts (resamples x units, float64) :func:`bootstrap_deltas` keeps in a caller's cache
 #: (128 MiB).
 CACHE_CELLS = 2**24

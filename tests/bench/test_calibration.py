@@ -6,9 +6,13 @@ The full run (4,000 nulls per scenario, docs/runs/compare_calibration.txt) check
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
-from recallk.compare import calibration
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))  # the study lives beside its benchmark
+import calibration  # noqa: E402
 
 DESIGN = calibration.Design(labels=40, per_label=5, resamples=400, permutations=400)
 

@@ -68,7 +68,7 @@ TRACKED = ("A DVC dependency of encode, so replacing the file re-runs encode and
 
 @dataclass(frozen=True)
 class EncodeRaySettings:
-    """``encode.ray``: the Ray Data actors of ``encode.engine: ray`` (docs/scale.md)."""
+    """``encode.ray``: the Ray Data actors of ``encode.engine: ray`` (docs/internals/scale.md)."""
 
     address: str | None = ray_address("cluster address (`ray://head:10001`, `auto`); `null`: `RAY_ADDRESS`, else a "
                                       "local cluster")
@@ -164,13 +164,13 @@ class EncodeSettings:
     backbone: str = setting("pixels", name_problem,
                             "`pixels`, `efficientnet_lite0`, `timm:<model>`, `open_clip:<model>`, "
                             "`torchvision:<model>`, `hf:<dir>`, `precomputed` or `callable:package.module:function` "
-                            "([Backbones](../README.md#backbones))")
+                            "([Backbones](backbones.md))")
     batch_size: int = setting(64, integer(1, 65536), "images per call of the backbone")
     num_workers: int = setting(2, integer(1, 256),
                                "threads decoding images ahead of the backbone (at most 2 batches ahead)")
     engine: str = setting("local", choice("local", "ray"),
                           "`local`: this process; `ray`: encode the cache misses on Ray Data actors, the same bytes "
-                          "([docs/scale.md](scale.md))")
+                          "([docs/internals/scale.md](internals/scale.md))")
     ray: EncodeRaySettings = setting(EncodeRaySettings)
     pixels: PixelsSettings = setting(PixelsSettings)
     precomputed: PrecomputedSettings = setting(PrecomputedSettings)
@@ -181,7 +181,7 @@ class EncodeSettings:
     hf: HfSettings = setting(HfSettings)
     device: str = setting("auto", choice(*DEVICES),
                           "torch backbones: `auto` (cuda when torch sees a GPU, else cpu), `cpu` or `cuda` "
-                          "([docs/gpu.md](gpu.md))")
+                          "([docs/internals/gpu.md](internals/gpu.md))")
     dtype: str = setting("float32", choice(*DTYPES),
                          "torch backbones: `float32`, `bfloat16` or `float16` (GPU only)")
     reproducible: bool = setting(True, bool_problem,

@@ -1,4 +1,4 @@
-"""recallk.report.tables through the score stage: the per-query and per-class tables, the recall curve and
+"""recallk.score.tables through the score stage: the per-query and per-class tables, the recall curve and
 the bootstrap intervals.
 
 The stage runs as a subprocess (like ``dvc repro`` would run it) in copies of session projects that
@@ -26,7 +26,7 @@ from helpers import (
     run_ok,
     set_params,
 )
-from recallk.report import suite, tables
+from recallk.score import suite, tables
 from recallk.score.metrics import first_positive_ranks, mean
 from recallk.score.similarity import cosine_block, l2_normalize
 from score_oracle import KS, METRIC_KEYS, approx, eval_sets, fmean, oracle, read_per_query

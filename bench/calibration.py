@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from recallk.compare import stats
+from recallk.stats import inference as stats
 
 #: The resampling units checked, and the scenario where each is the valid analysis.
 VALID_UNDER = {"query": False, "label": True, "two-level": True}

@@ -112,14 +112,14 @@ class ScoreSettings:
                                        "`recall` and `mrr` alone take a cheaper pass")
     max_memory_mb: float = setting(512, positive_number_problem,
                                    "bound on the engine's extra memory at any N×M (what it covers: "
-                                   "[docs/engine.md](engine.md#max_memory_mb))")
+                                   "[docs/internals/engine.md](internals/engine.md#max_memory_mb))")
     backend: str = setting("numpy", choice(*BACKENDS),
                            "`numpy` (the engine), `faiss` (`faiss.IndexFlatIP`, the `faiss` extra: a slower "
                            "cross-check) or `torch` (the candidate product on `score.device`, the `torch` extra): "
                            "identical metrics")
     device: str = setting("auto", choice("auto", "cpu", "cuda"),
                           "`backend: torch` only: where it multiplies; `auto`: the tensors' device, else `cuda` when "
-                          "torch sees one, else `cpu` ([docs/gpu.md](gpu.md#the-torch-scoring-backend))")
+                          "torch sees one, else `cpu` ([GPUs](internals/gpu.md#the-torch-scoring-backend))")
     matmul: str = setting("float32", choice("float32", "tf32", "bfloat16"),
                           "`backend: torch` only: the candidate product's format; `tf32`/`bfloat16` are faster on "
                           "GPUs with a wider certified window; the metrics stay exact either way")
@@ -128,7 +128,7 @@ class ScoreSettings:
                           "(one per GPU when there are several) and merged per query; identical metrics")
     engine: str = setting("local", choice("local", "ray"),
                           "`local`: this machine's cores; `ray`: the exact engine's tile jobs on Ray tasks, "
-                          "byte-identical to `local` ([docs/scale.md](scale.md))")
+                          "byte-identical to `local` ([docs/internals/scale.md](internals/scale.md))")
     ray: RaySettings = setting(RaySettings)
     exclude_same: tuple[str, ...] = setting([], columns_problem,
                                             "catalog columns (e.g. `[camera]`): an item sharing the query's value is "

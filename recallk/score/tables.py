@@ -11,7 +11,7 @@ import pandas as pd
 
 from recallk.score.metrics import mean
 from recallk.score.ranking import Ranking
-from recallk.score.resample import bootstrap_means, percentile_interval
+from recallk.stats.resample import bootstrap_means, percentile_interval
 from recallk.tables_contract import TASK_COLUMNS, check_per_query, headline_key, per_query_column
 
 
@@ -24,9 +24,9 @@ def bootstrap_ci(values: dict[str, np.ndarray], resamples: int, confidence: floa
     ``unit``: ``query`` resamples queries with replacement; ``label`` resamples labels (each
     with all its queries, which ``labels`` gives), the honest choice when a label's queries are
     correlated (leave-one-out). Every metric uses the same resamples
-    (:func:`recallk.score.resample.bootstrap_means`). Returns ``{key}_ci_low`` and ``{key}_ci_high``.
+    (:func:`recallk.stats.resample.bootstrap_means`). Returns ``{key}_ci_low`` and ``{key}_ci_high``.
 
-    ``order`` (a permutation of the queries, :func:`recallk.score.resample.content_order`) is the order
+    ``order`` (a permutation of the queries, :func:`recallk.stats.resample.content_order`) is the order
     the resamples draw from; with it, labels (``unit: label``) are numbered by their first query in that
     order too, so renaming files or labels never moves the bounds.
     """

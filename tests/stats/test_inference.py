@@ -1,4 +1,4 @@
-"""recallk.compare.stats: the vectorised sign flips and bootstraps, the draws' cap and the power analysis."""
+"""recallk.stats.inference: the vectorised sign flips and bootstraps, the draws' cap and the power analysis."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from recallk.compare import stats
+from recallk.stats import inference as stats
 
 
 def test_every_column_gets_its_exact_randomization_p():
