@@ -12,9 +12,9 @@ from PIL import Image
 
 from helpers import SPLIT_FRACTIONS
 from recallk.data import prepare
+from recallk.data.settings import SplitSettings
 from recallk.images import decode
 from recallk.settings.base import from_mapping
-from recallk.settings.split import SplitSettings
 
 
 def smooth(seed: int, size: int = 64) -> Image.Image:

@@ -16,8 +16,8 @@ from recallk.score.data import RetrievalData
 from recallk.score.metrics import METRICS, metric_keys, rank, retrieval_summary
 from recallk.score.passes import Pass
 from recallk.score.registry import FIRST_ONLY
+from recallk.score.settings import ScoreSettings
 from recallk.score.similarity import cosine_block, l2_normalize
-from recallk.settings.score import ScoreSettings
 
 KS = (1, 2, 3, 5, 10, 40)
 #: The backends a property test draws from: faiss where its extra is installed (always under make test).

@@ -20,7 +20,7 @@ KEYS = ["recall@1", "recall@10", "precision@5", "r_precision", "map@r", "map", "
 
 
 def written() -> pd.DataFrame:
-    """A per-query table as recallk.report.tables.per_query builds it (typed; the second query has no positive)."""
+    """A per-query table as recallk.score.tables.per_query builds it (typed; the second query has no positive)."""
     return pd.DataFrame({
         "image_id": ["q0", "q1"], "label": ["a", "b"], "num_positives": np.array([2, 0], dtype=np.int32),
         "num_retrievable": [9, 9], "first_positive_rank": pd.array([1, pd.NA], dtype="Int64"),

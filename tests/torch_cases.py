@@ -9,8 +9,8 @@ from recallk.score.data import RetrievalData
 from recallk.score.passes import Pass
 from recallk.score.ranking import rank_data
 from recallk.score.ranking.torch_backend import TorchOptions, rank_data_torch
+from recallk.score.settings import ScoreSettings
 from recallk.score.values import per_query
-from recallk.settings.score import ScoreSettings
 
 #: (block rows, tile columns, shards): every block and tile size of the proof (1, 7, 64, 4096) and every shard
 #: count (1, 2, 7); the sizes of 1 are not paired (one row against one column at a time takes minutes).

@@ -1,4 +1,4 @@
-"""The many-systems workflow for real, as the README and docs/leaderboard.md show it, in a temp repo: three
+"""The many-systems workflow for real, as docs/leaderboard.md shows it, in a temp repo: three
 backbones queued with `dvc exp run --queue` and run with `dvc exp run --run-all`, then `recallk leaderboard` over
 every experiment; five precomputed checkpoints queued and run the same way, `recallk track` over them, and
 `recallk report` of the backbones and the series. Kept fast: 200 digits, numpy backbones (the built-in `pixels`

@@ -102,7 +102,7 @@ def test_replacing_the_ids_file_of_an_npy_reencodes(tmp_path):
 def test_the_placeholders_exist_and_match_the_library():
     from helpers import ROOT
     from recallk.encode import precomputed, registry
-    from recallk.settings.encode import EncodeSettings
+    from recallk.encode.settings import EncodeSettings
 
     defaults = EncodeSettings()
     assert defaults.precomputed.path == precomputed.PLACEHOLDER
