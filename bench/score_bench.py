@@ -44,11 +44,11 @@ Targets (the issue's): A engine <= 1.0x FAISS and <= 1.15x floor; B engine
 ``OPENBLAS_CORETYPE`` set to numpy's OpenBLAS kernel (faiss-cpu's older OpenBLAS may fall back to a generic
 one), and every child reports the BLAS library and kernel it ran (``bench/blas_report.py``).
 
-``--table``: the README's performance table, one command: recall@K (the engine's recall-only call against
-FAISS) at 10,000 x 50,000, leave-one-out 20,000 and 6,000, and 2,000 x 10,000 (512-d), each on clustered data and on
-random data (:data:`score_methods.TABLE_SIZES`), every contender in its own child ``--repeat`` times (best kept),
-and the training-loop call (scenario S's alternated pair); it prints the BLAS each contender ran, the load average
-before and after (the machine state), and the table's rows in markdown.
+``--table``: the performance table (docs/internals/benchmarks.md), one command: recall@K (the engine's recall-only
+call against FAISS) at 10,000 x 50,000, leave-one-out 20,000 and 6,000, and 2,000 x 10,000 (512-d), each on
+clustered data and on random data (:data:`score_methods.TABLE_SIZES`), every contender in its own child
+``--repeat`` times (best kept), and the training-loop call (scenario S's alternated pair); it prints the BLAS each
+contender ran, the load average before and after (the machine state), and the table's rows in markdown.
 
 Run from the project root (``--quick``: A, B and C 20x smaller, a smoke run):
 
@@ -375,7 +375,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=1, help="time each method this many times, keep the best")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="which to run, e.g. S or A,B (default: all)")
-    ap.add_argument("--table", action="store_true", help="the README's performance table (engine vs FAISS on "
+    ap.add_argument("--table", action="store_true", help="the performance table (engine vs FAISS on "
                     "clustered and random data at the issue's sizes, and the training-loop call) as markdown rows")
     ap.add_argument("--collapsed", action="store_true", help="each pass on collapsed embeddings (every cosine "
                     "within float32's error) beside clustered data, at 2,000 x 10,000 and leave-one-out 6,000")

@@ -38,8 +38,8 @@ def _labels(rng: np.random.Generator, n: int, classes: int) -> np.ndarray:
     return rng.permutation(np.arange(n, dtype=np.int64) % classes)
 
 
-#: The README's performance table (``score_bench.py --table``): the issue's sizes, each on clustered and on random
-#: data: (label, queries, gallery (None: leave-one-out, the queries are the gallery), classes).
+#: The performance table (``score_bench.py --table``; docs/internals/benchmarks.md): the issue's sizes, each on
+#: clustered and on random data: (label, queries, gallery (None: leave-one-out, the queries are the gallery), classes).
 TABLE_SIZES = {
     "qg": ("recall@K, {q} × {g} × 512", 10_000, 50_000, 1_000),
     "loo20k": ("recall@K, leave-one-out {q} × 512", 20_000, None, 1_000),

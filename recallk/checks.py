@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from recallk.errors import InputError, did_you_mean, quote
 #: Largest K: ranks are int64, and a K beyond every gallery means the whole gallery anyway.
 MAX_K = 2**62
 #: Ranking backends of ``backend=`` / ``score.backend``.
-BACKENDS = ("numpy", "faiss", "torch")
+BACKENDS = ("numpy", "torch")
 #: Catalog columns that cannot be exclusion columns: the label decides the positives and the
 #: query's own image (image_id) is always excluded.
 RESERVED_COLUMNS = ("label", "image_id")
@@ -36,6 +36,31 @@ def is_int(v: Any) -> bool:
 def _raise(name: str, problem: str | None) -> None:
     if problem:
         raise InputError(f"`{name}` {problem}")
+
+
+def as_list(value: Any) -> Any:
+    """An iterable argument (a tuple, an array, a generator) as the list its rule checks; a string or bytes as a
+    one-item list; anything else (a bare number, None) as it is, for the rule to name."""
+    if isinstance(value, (str, bytes)):
+        return [value]
+    try:
+        return list(value)
+    except TypeError:
+        return value
+
+
+def checker(name: str, problem: Callable[[Any], "str | None"], convert: Callable[[Any], Any] = lambda v: v,
+            prepare: Callable[[Any], Any] = lambda v: v) -> Callable[[Any], Any]:
+    """The ``check_<name>`` of a rule: ``prepare`` the value (e.g. :func:`as_list`), run ``problem`` on it (an
+    :class:`~recallk.errors.InputError` naming ``name``), and return it ``convert``-ed. Each rule is written once,
+    as its ``*_problem``; its check is derived here."""
+    def check(value: Any) -> Any:
+        value = prepare(value)
+        _raise(name, problem(value))
+        return convert(value)
+
+    check.__doc__ = f"``{name}``: :func:`{getattr(problem, '__name__', 'its rule')}`, raised as an InputError."
+    return check
 
 
 # ------------------------------------------------------------------------------------------ numbers, choices
@@ -54,6 +79,10 @@ def positive_number_problem(v: Any) -> str | None:
                 pass
         return f"must be a positive number. Got {quote(v)} instead.{hint}"
     return None
+
+
+#: ``max_memory_mb``: :func:`positive_number_problem`, the rule of ``score.max_memory_mb``; returns a float.
+check_memory = checker("max_memory_mb", positive_number_problem, float)
 
 
 def choice_problem(v: Any, options: Sequence[str]) -> str | None:
@@ -120,24 +149,20 @@ def integer(lo: int | None = None, hi: int | None = None) -> Callable[[Any], str
     return functools.partial(integer_problem, lo=lo, hi=hi)
 
 
+def backend_problem(v: Any) -> str | None:
+    """One of :data:`BACKENDS`; the removed ``faiss`` gets its own sentence naming what to use instead."""
+    if v == "faiss":
+        return ("no longer takes `faiss` (it gave the numpy engine's numbers, only slower): use `numpy` (or `torch` "
+                "on a GPU). FAISS's exact search is the index stage's `Flat` kind (`index.kinds`, docs/index.md).")
+    return choice_problem(v, BACKENDS)
+
+
 def ray_address_problem(v: Any) -> str | None:
     """A Ray cluster address (a non-blank string), or ``None``: ``$RAY_ADDRESS``, else a local cluster."""
     if v is None or (isinstance(v, str) and v.strip()):
         return None
     return (f"must be a Ray cluster address such as \"ray://head:10001\" or \"auto\", or null (RAY_ADDRESS, else a "
             f"local cluster). Got {quote(v)} instead.")
-
-
-def check_memory(max_memory_mb: Any) -> float:
-    """``max_memory_mb``: a finite number above 0, the rule of ``score.max_memory_mb``."""
-    _raise("max_memory_mb", positive_number_problem(max_memory_mb))
-    return float(max_memory_mb)
-
-
-def check_backend(backend: Any) -> str:
-    """``backend``: one of :data:`BACKENDS`, the rule of ``score.backend``."""
-    _raise("backend", choice_problem(backend, BACKENDS))
-    return backend
 
 
 # ---------------------------------------------------------------------- ks (the metric names: score.registry)
@@ -155,14 +180,8 @@ def ks_problem(v: Any) -> str | None:
     return None
 
 
-def check_ks(ks: Iterable[Any]) -> list[int]:
-    """``ks`` (any iterable): :func:`ks_problem`, the rule of ``score.ks``; returns a list of int."""
-    try:
-        given = list(ks) if not isinstance(ks, (str, bytes)) else [ks]
-    except TypeError:  # a bare number or None
-        given = ks
-    _raise("ks", ks_problem(given))
-    return [int(k) for k in given]
+#: ``ks`` (any iterable): :func:`ks_problem`, the rule of ``score.ks``; returns a list of int.
+check_ks = checker("ks", ks_problem, lambda ks: [int(k) for k in ks], as_list)
 
 
 # --------------------------------------------------------------------------------------- exclusion columns

@@ -59,12 +59,22 @@ def neutralise_formulas(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def csv_file(frame: pd.DataFrame, evaluated_id: str) -> Callable[[Path], None]:
+def exact_float(value: float) -> str:
+    """A float as the shortest text that reads back as the same float (``repr``), a whole number without its
+    ``.0`` (as ``%.10g`` writes it, so a 0/1 column reads back as integers either way)."""
+    text = repr(float(value))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def csv_file(frame: pd.DataFrame, evaluated_id: str, exact: bool = False) -> Callable[[Path], None]:
     """A report table's writer: text that a spreadsheet would run as a formula is quoted
     (:func:`neutralise_formulas`), and a last column ``evaluated`` holds the id
-    of what was evaluated (:func:`recallk.report.provenance.evaluation_id`, ``id`` in metrics/evaluated.json)."""
+    of what was evaluated (:func:`recallk.report.provenance.evaluation_id`, ``id`` in metrics/evaluated.json).
+    Floats are written to 10 significant digits, or with ``exact`` as the shortest text that reads back as the same
+    float (the full per-query table, whose means the index stage recomputes bit for bit)."""
     safe = neutralise_formulas(frame).assign(evaluated=evaluated_id)
-    return lambda tmp: safe.to_csv(tmp, index=False, float_format="%.10g", lineterminator="\n")
+    float_format = exact_float if exact else "%.10g"
+    return lambda tmp: safe.to_csv(tmp, index=False, float_format=float_format, lineterminator="\n")
 
 
 def restore_formulas(frame: pd.DataFrame) -> pd.DataFrame:

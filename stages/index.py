@@ -24,7 +24,7 @@ from recallk.index.settings import IndexSettings
 from recallk.index.sweep import TIMING_KEYS, cheapest, score_index, split_timings, summary_rows
 from recallk.score.registry import metric_keys
 from recallk.score.settings import ScoreSettings
-from recallk.stats.inference import fsum_mean
+from recallk.stats import mean
 from recallk.tables_contract import csv_file, per_query_column
 from stages.params import load_settings
 from stages.runner import (
@@ -98,7 +98,7 @@ def run(args: Any, settings: IndexSettings, score: ScoreSettings) -> tuple[dict[
                               inputs.sets.queries, inputs.sets.gallery, score.depth, per_query_csv)
     points, tables = score_index(problem, exact, settings, score)
     keys = metric_keys(score.metrics, score.ks)
-    exact_means = {k: fsum_mean(pd.to_numeric(exact.table[per_query_column(k)]).dropna().to_numpy()) for k in keys}
+    exact_means = {k: mean(pd.to_numeric(exact.table[per_query_column(k)]).to_numpy()) for k in keys}
     summary = {"num_queries": int(problem.queries.shape[0]), "num_gallery": int(problem.gallery.shape[0]),
                "margin": settings.margin, "exact": exact_means}
     return summary, points, tables, evaluated_id(per_query, per_query_csv)

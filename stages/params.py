@@ -51,16 +51,16 @@ def _key_text(node: yaml.Node) -> str:
     return node.value if isinstance(node, yaml.ScalarNode) else f"<a {node.id} as a key>"
 
 
-def _unknown_keys(cls: type, node: yaml.Node, prefix: str) -> Iterator[tuple[str, Any, list[str]]]:
-    """``(prefix, key, known keys)`` of every key of the mapping ``node`` that ``cls`` lacks, sub-sections
-    walked where they are mappings; values are never looked at."""
+def _unknown_keys(cls: type, node: yaml.Node, prefix: str) -> Iterator[tuple[str, Any, list[str], Any]]:
+    """``(prefix, key, known keys, the class's renamed keys)`` of every key of the mapping ``node`` that ``cls``
+    lacks, sub-sections walked where they are mappings; values are never looked at."""
     if not isinstance(node, yaml.MappingNode):
         return  # not a mapping: validate_section says so
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key_node, value_node in node.value:
         key = _key_text(key_node)
         if key not in fields:
-            yield prefix, key, list(fields)
+            yield prefix, key, list(fields), getattr(cls, "RENAMED", None)
         elif (sub := section_of(fields[key])) is not None:
             yield from _unknown_keys(sub, value_node, f"{prefix}.{key}")
 
@@ -76,11 +76,12 @@ def unknown_keys(document: yaml.Node) -> list[str]:
     unknown_nodes: set[int] = set()
     for key_node, value_node in document.value:
         top = _key_text(key_node)
-        found = [(None, top, None)] if top not in SECTIONS else _unknown_keys(section_class(top), value_node, top)
-        for prefix, key, known in found:
+        found = ([(None, top, None, None)] if top not in SECTIONS
+                 else _unknown_keys(section_class(top), value_node, top))
+        for prefix, key, known, renamed in found:
             count += 1
             if len(problems) < MAX_PROBLEMS:
-                problems.append(unknown_section(key) if prefix is None else unknown_key(prefix, key, known))
+                problems.append(unknown_section(key) if prefix is None else unknown_key(prefix, key, known, renamed))
         if top not in SECTIONS:
             unknown_nodes.add(id(key_node))
     _prune(document, unknown_nodes)

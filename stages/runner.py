@@ -27,7 +27,7 @@ from recallk.errors import InputError, os_advice, sqlite_advice
 #: them from ``--embeddings DIR``.
 EMBEDDING_FILES = {"embeddings": "embeddings.npy", "ids": "ids.npy", "provenance": "provenance.json"}
 #: The files of the score stage's folder output (``data/scores``, one DVC out), by role; index reads two of them.
-SCORE_FILES = {"per_query": "per_query.csv", "neighbors": "neighbors.csv", "near_duplicates": "near_duplicates.csv"}
+SCORE_FILES = {"per_query": "per_query.csv", "neighbors": "neighbors.csv", "embedding_copies": "embedding_copies.csv"}
 
 
 def inside(folder: str | os.PathLike, name: str) -> str:

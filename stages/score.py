@@ -116,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                (args.intervals, json_file(detail)),
                (args.evaluated, json_file(evaluated))]
               + [(getattr(args, name), csv_file(tables[name], evaluated["id"])) for name in TABLES]
-              + [(args.scores, Folder({file: csv_file(tables[name], evaluated["id"])
+              + [(args.scores, Folder({file: csv_file(tables[name], evaluated["id"], exact=name == "per_query")
                                        for name, file in SCORE_FILES.items()}))]
               + [(args.failures, lambda tmp: (sheet or off_sheet()).save(tmp, format="PNG")),
                  (args.report, lambda tmp: tmp.write_text(page, encoding="utf-8", newline="\n"))])

@@ -35,8 +35,6 @@ import pytest
 import yaml
 from PIL import Image
 
-from extras import extra
-
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "data" / "digits"
 
@@ -74,7 +72,7 @@ METRICS = out("score", "metrics/recall.json")
 COUNTS = out("score", "metrics/counts.json")
 PER_CLASS = out("score", "metrics/per_class.csv")
 CURVE = out("score", "metrics/recall_curve.csv")
-#: The score stage's folder output (per_query.csv, neighbors.csv, near_duplicates.csv) and its full per-query table.
+#: The score stage's folder output (per_query.csv, neighbors.csv, embedding_copies.csv) and its full per-query table.
 SCORES_DIR = out("score", "data/scores")
 PER_QUERY = f"{SCORES_DIR}/per_query.csv"
 #: Score outputs that name the settings they ran with (score.backend among them).
@@ -320,16 +318,6 @@ def assert_user_error(proc: subprocess.CompletedProcess, *fragments: str) -> Non
     assert len(re.findall(r"^error: ", proc.stderr, flags=re.M)) == 1, out
     for fragment in fragments:
         assert fragment in proc.stderr, f"{fragment!r} not in stderr:\n{proc.stderr}"
-
-
-def assert_faiss_keeps_the_outputs(project: Path) -> None:
-    """Re-scored with ``score.backend: faiss`` (skipped without the faiss extra), ``project`` keeps the bytes of
-    every score output that does not name the backend (``RANKING_OUTPUTS``)."""
-    extra("faiss", "faiss")
-    before = read_bytes(project, RANKING_OUTPUTS)
-    set_params(project, {"score.backend": "faiss"})
-    run_ok(project, "score")
-    assert read_bytes(project, RANKING_OUTPUTS) == before
 
 
 def run_fails(project: Path, stage: str, *fragments: str, args: Iterable[str] = ()) -> subprocess.CompletedProcess:

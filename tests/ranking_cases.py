@@ -13,14 +13,16 @@ from hypothesis import settings
 
 from extras import has_extra
 from recallk.score.data import RetrievalData
-from recallk.score.metrics import METRICS, metric_keys, rank, retrieval_summary
+from recallk.score.metrics import METRICS, metric_keys, rank, retrieval_summary, score_settings
 from recallk.score.passes import Pass
 from recallk.score.registry import FIRST_ONLY
 from recallk.score.settings import ScoreSettings
 from recallk.score.similarity import cosine_block, l2_normalize
+from recallk.score.values import summarize
 
 KS = (1, 2, 3, 5, 10, 40)
-#: The backends a property test draws from: faiss where its extra is installed (always under make test).
+#: The rankings a property test draws from: the engine, and the FAISS oracle (tests/faiss_oracle.py) where its
+#: extra is installed (always under make test).
 BACKENDS = ("numpy", "faiss") if has_extra("faiss") else ("numpy",)
 ALL_KEYS = metric_keys(METRICS, KS)
 PROPERTY = settings(max_examples=40, deadline=None, derandomize=True)
@@ -209,7 +211,12 @@ def case_oracle(case, ks=KS):
 
 def rank_case(case, metrics=METRICS, ranks=None, same_set=None, **settings_fields):
     """rank() of a case dict, with ``metrics`` and any other ScoreSettings field; ``ranks`` (a Pass) default:
-    the uncut ranking the metrics read (the first positive's for recall/mrr alone, else every rank)."""
+    the uncut ranking the metrics read (the first positive's for recall/mrr alone, else every rank).
+    ``backend="faiss"``: the FAISS oracle's complete ranking (tests/faiss_oracle.py)."""
+    if settings_fields.get("backend") == "faiss":
+        from faiss_oracle import rank_data_faiss
+
+        return rank_data_faiss(RetrievalData(**case, same_set=same_set), settings_fields.get("max_memory_mb", 512))
     if ranks is None:
         ranks = Pass.first() if set(metrics) <= FIRST_ONLY else Pass.every()
     return rank(RetrievalData(**case, same_set=same_set), ScoreSettings(metrics=tuple(metrics), **settings_fields),
@@ -217,6 +224,14 @@ def rank_case(case, metrics=METRICS, ranks=None, same_set=None, **settings_field
 
 
 def case_summary(case, ks=KS, metrics=None, **kw):
+    """retrieval_summary() of a case dict; ``backend="faiss"``: the same summary of the FAISS oracle's ranking."""
+    if kw.get("backend") == "faiss":
+        from faiss_oracle import rank_data_faiss
+
+        settings = score_settings(ks=ks, metrics=metrics, max_memory_mb=kw.get("max_memory_mb"))
+        data = RetrievalData(**case)
+        summary, _ = summarize(rank_data_faiss(data, settings.max_memory_mb), settings, all_excluded="nan")
+        return {**summary, "num_gallery": int(data.n_gallery), "embedding_dim": int(data.gallery_emb.shape[1])}
     return retrieval_summary(ks=ks, metrics=metrics, **case, **kw)
 
 

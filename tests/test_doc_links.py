@@ -1,5 +1,6 @@
-"""Every relative link of README.md and docs/*.md resolves: the file or folder exists, and a ``#fragment``
-into a markdown page names one of its headings (GitHub's anchors)."""
+"""Every relative link of README.md and of every markdown page under docs/ (the user guide, docs/internals/,
+docs/datasets/) resolves: the file or folder exists, and a ``#fragment`` into a markdown page names one of its
+headings (GitHub's anchors)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from helpers import ROOT
 
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^(```|~~~).*?^\1", flags=re.M | re.S)
 INLINE_CODE = re.compile(r"`[^`\n]*`")
 LINK = re.compile(r"\[[^\]\n]*\]\(([^)\s]+)\)")

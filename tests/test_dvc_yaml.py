@@ -204,3 +204,12 @@ def test_the_tests_check_every_output() -> None:
     scripts = [importlib.import_module(f"stages.{name}") for name in STAGES]
     assert sorted(ALL_OUTPUTS) == sorted(path for script in scripts for path in script.OUTPUTS.values())
     assert len(ALL_OUTPUTS) == len(set(ALL_OUTPUTS)) == 19
+
+
+def test_the_score_reports_rendering_is_no_dep_of_index() -> None:
+    """The failure sheet and the score page are rendering: editing them re-runs score (which draws them), never the
+    index stage's ANN sweep (whose code deps are its import closure, checked above)."""
+    deps = {name: set(stage["deps"]) for name, stage in
+            yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"].items()}
+    for rendering in ("recallk/report/failure_sheet.py", "recallk/report/html.py", "recallk/report/block.py"):
+        assert _covered(rendering, deps["score"]) and not _covered(rendering, deps["index"]), rendering

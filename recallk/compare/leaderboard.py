@@ -26,6 +26,7 @@ from recallk.compare.systems import Panel
 from recallk.errors import InputError
 from recallk.progress import Progress
 from recallk.stats import inference as stats
+from recallk.stats import mean
 from recallk.stats.resample import percentile_interval, unit_sums
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,7 @@ def _tukey_units(values: np.ndarray, groups: np.ndarray | None) -> np.ndarray:
 
 def _order(values: np.ndarray) -> tuple[list[float], list[int]]:
     """The systems' means and their ranking (best first; ties in command-line order)."""
-    means = [stats.fsum_mean(values[:, s]) for s in range(values.shape[1])]
+    means = [mean(values[:, s]) for s in range(values.shape[1])]
     return means, sorted(range(len(means)), key=lambda s: (-means[s], s))
 
 

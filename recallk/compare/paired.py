@@ -20,6 +20,7 @@ import pandas as pd
 from recallk.errors import InputError
 from recallk.progress import Progress
 from recallk.stats import inference as stats
+from recallk.stats import mean
 from recallk.tables_contract import TASK_COLUMNS, headline_key
 
 log = logging.getLogger(__name__)
@@ -170,7 +171,7 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, settings: CompareSettings | None =
         low, high = stats.percentile_interval(boot[:, j], settings.confidence)
         se = float(boot[:, j].std(ddof=1)) if boot.shape[0] > 1 else 0.0
         wins, ties, losses = stats.win_tie_loss(delta)
-        mean_a, mean_b = stats.fsum_mean(va[:, j]), stats.fsum_mean(vb[:, j])
+        mean_a, mean_b = mean(va[:, j]), mean(vb[:, j])
         entry = {"column": column, "mean_a": mean_a, "mean_b": mean_b, "delta": mean_b - mean_a, "ci_low": low,
                  "ci_high": high, "p": float(p_values[j]), "p_exact": exact, "dz": stats.cohens_dz(delta),
                  "wins": wins, "ties": ties, "losses": losses, "se": se,
@@ -234,7 +235,7 @@ def _per_label(labels: np.ndarray, values_a: pd.DataFrame, values_b: pd.DataFram
     for i, label in enumerate(names.tolist()):
         row: dict[str, Any] = {"label": label, "queries": int(parts[values_a.columns[0]][0][i].size)}
         for column, (side_a, side_b) in parts.items():
-            mean_a, mean_b = stats.fsum_mean(side_a[i]), stats.fsum_mean(side_b[i])
+            mean_a, mean_b = mean(side_a[i]), mean(side_b[i])
             row[headline_key(column)] = {"mean_a": mean_a, "mean_b": mean_b, "delta": mean_b - mean_a}
         rows.append(row)
     return rows

@@ -226,7 +226,7 @@ def _check_pairs(table: pd.DataFrame, query: dict, gallery: dict, near: NearDupl
             "data/prepared/near_duplicates.csv")
     if len(leaks):
         hint = ("under leave_one_out every eval image is a query, so no split keeps eval pairs apart; "
-                "remove the copies or check score.near_duplicates.min_cosine" if protocol == "leave_one_out"
+                "remove the copies or check score.embedding_copies.min_cosine" if protocol == "leave_one_out"
                 else "set split.near_duplicates.policy: group to keep them in one split")
         log.warning("%s (%s)", text, hint)
     else:

@@ -40,14 +40,14 @@ def problem_of(data: RetrievalData, train: np.ndarray | None = None) -> Problem:
 
 def exact_run(data: RetrievalData, score: ScoreSettings) -> Exact:
     """The exact run of ``data`` under ``score`` (its metrics at its ks), as the score stage's per-query table
-    (values rounded as its CSV holds them) and top ``max(ks)`` neighbours."""
+    (full values, as its CSV holds them) and top ``max(ks)`` neighbours."""
     ranking = rank(data, score)
     values = per_query(ranking, score)
     ids = data.query_ids if data.query_ids is not None else np.arange(data.n_queries)
     table = pd.DataFrame({"image_id": [str(i) for i in ids], "label": [str(v) for v in data.query_labels],
                           "num_positives": ranking.n_positives, "num_retrievable": ranking.n_retrievable})
     for key in metric_keys(score.metrics, score.ks):
-        table[per_query_column(key)] = [float(f"{v:.10g}") for v in values[key].tolist()]
+        table[per_query_column(key)] = values[key]
     rows, scores = top_k(data, score.depth, score.max_memory_mb)
     return Exact(table, rows, scores)
 

@@ -30,6 +30,7 @@ from recallk.score.registry import metric_keys
 from recallk.score.settings import ScoreSettings
 from recallk.score.similarity import float32_dot_error_bound
 from recallk.stats import inference as stats
+from recallk.stats import mean
 from recallk.stats.resample import percentile_interval
 from recallk.tables_contract import TASK_COLUMNS, per_query_column
 
@@ -106,13 +107,6 @@ def check_kinds(settings: IndexSettings, dim: int) -> list[tuple[kinds_mod.Kind,
     return [(kind, kinds_mod.points(kind, sweep)) for kind in kinds]
 
 
-def rounded(values: np.ndarray) -> np.ndarray:
-    """``values`` as the per-query CSV writes and reads them back (``%.10g``): Δ compares like with like
-    (each distinct value formatted once)."""
-    distinct, inverse = np.unique(np.asarray(values, dtype=np.float64), return_inverse=True)
-    return np.array([float(f"{v:.10g}") for v in distinct.tolist()], dtype=np.float64)[inverse.reshape(-1)]
-
-
 def exact_columns(exact: Exact, keys: Sequence[str]) -> dict[str, np.ndarray]:
     """Each metric's exact per-query values (float64, NaN for a query without a positive), read once."""
     return {key: pd.to_numeric(exact.table[per_query_column(key)], errors="coerce").to_numpy(dtype=np.float64)
@@ -136,7 +130,7 @@ def paired(index_values: dict[str, np.ndarray], exact: Exact, score: ScoreSettin
     pairs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for key, values in index_values.items():
         kept = ~np.isnan(exact_values[key])  # the queries with a positive: the same for every metric
-        pairs[key] = exact_values[key][kept], rounded(values)[kept]
+        pairs[key] = exact_values[key][kept], np.asarray(values, dtype=np.float64)[kept]  # full values both
         deltas[key] = pairs[key][1] - pairs[key][0]
     # recallk compare's paired bootstrap (stats.bootstrap_deltas), once for every metric: the same resamples
     # serve every column, so the intervals are those stats.paired_bootstrap_ci gives metric by metric
@@ -148,9 +142,9 @@ def paired(index_values: dict[str, np.ndarray], exact: Exact, score: ScoreSettin
         means = dict(zip(deltas, draws.T))
     verdict = True
     for key, (a, b) in pairs.items():
-        mean = stats.fsum_mean(b)
-        out[key] = mean
-        out[f"delta_{key}"] = mean - stats.fsum_mean(a)
+        value = mean(b)
+        out[key] = value
+        out[f"delta_{key}"] = value - mean(a)
         low, high = percentile_interval(means[key], boot.confidence) if means else (out[f"delta_{key}"],) * 2
         out[f"delta_{key}_ci_low"], out[f"delta_{key}_ci_high"] = low, high
         if key not in unjudged:
@@ -200,8 +194,8 @@ def knn_recalls(problem: Problem, exact: Exact, columns: np.ndarray, ks: Sequenc
     for k in (k for k in ks if k <= top):
         ann = ann_benchmarks_recall(exact.neighbor_scores, run_scores, k)
         big, tied = big_ann_benchmarks_recall(exact.neighbor_rows, exact.neighbor_scores, run, k)
-        out[f"knn_recall@{k}_ann_benchmarks"] = stats.fsum_mean(ann[~np.isnan(ann)])
-        out[f"knn_recall@{k}_big_ann_benchmarks"] = stats.fsum_mean(big)
+        out[f"knn_recall@{k}_ann_benchmarks"] = mean(ann[~np.isnan(ann)])
+        out[f"knn_recall@{k}_big_ann_benchmarks"] = mean(big)
         out[f"knn_tied_queries@{k}"] = tied
     return out
 

@@ -6,9 +6,9 @@ import math
 from typing import Any
 
 #: Keys that go to metrics/intervals.json: each metric's interval and class mean (and, with
-#: score.near_duplicates.min_cosine, its value without the flagged queries, ``WITHOUT_SUFFIX``).
+#: score.embedding_copies.min_cosine, its value without the flagged queries, ``WITHOUT_SUFFIX``).
 DETAIL_SUFFIXES = ("_ci_low", "_ci_high", "_class_mean")
-#: Each metric over the queries the embedding check did not flag (score.near_duplicates.min_cosine).
+#: Each metric over the queries the embedding check did not flag (score.embedding_copies.min_cosine).
 WITHOUT_SUFFIX = "_without_near_duplicates"
 #: The split stage's near-duplicate counts, copied into metrics/counts.json.
 PAIR_COUNTS = {"near_duplicates_train_eval": "train-eval pairs",        # one in train, one in val/gallery

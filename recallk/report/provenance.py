@@ -26,11 +26,11 @@ def provenance(split: dict[str, Any] | None, encode: dict[str, Any] | None, scor
             out["near-dups"] = (f"pHash within {nd['max_distance']} of 64 bits, policy {nd['policy']}: "
                                 f"{nd['pairs']} pair(s) (data/prepared/near_duplicates.csv)"
                                 + (f"; {small} of {split['num_images']} images too small to check" if small else ""))
-    min_cosine = (score.get("near_duplicates") or {}).get("min_cosine")
+    min_cosine = (score.get("embedding_copies") or {}).get("min_cosine")
     if min_cosine is not None:
         backbone = f"{encode['backbone']} embeddings" if encode else "the embeddings"
         out["near-copies"] = (f"queries with another image at cosine >= {min_cosine:g} in {backbone} "
-                              "(data/scores/near_duplicates.csv)")
+                              "(data/scores/embedding_copies.csv)")
     boot = score["bootstrap"]
     intervals = (f"{boot['resamples']} bootstrap resamples by {boot['unit']}, {boot['confidence']:.0%}"
                  if boot["resamples"] else "off")
@@ -43,7 +43,7 @@ def provenance(split: dict[str, Any] | None, encode: dict[str, Any] | None, scor
 
 #: Score params that decide what the tables measure (the others decide how it is computed, the
 #: intervals or the failure gallery, and never change a table's numbers): the score part of :func:`evaluation_id`.
-WHAT = ("ks", "metrics", "exclude_same", "whiten", "near_duplicates")
+WHAT = ("ks", "metrics", "exclude_same", "whiten", "embedding_copies")
 #: Score params that decide what is measured too, hashed only when set (so the ids of runs without them stay
 #: as they were): the joint exclusion and the junk column (:mod:`recallk.score.exclusion`).
 OPTIONAL_WHAT = ("exclude_same_all", "junk")

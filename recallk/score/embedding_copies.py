@@ -1,4 +1,4 @@
-"""The embedding check of ``score.near_duplicates.min_cosine``: queries with a near copy in the gallery.
+"""The embedding check of ``score.embedding_copies.min_cosine``: queries with a near copy in the gallery.
 
 After encode, a query whose retrievable gallery items include another image (another image_id)
 at cosine >= ``min_cosine`` is *flagged*: the backbone sees a near copy of it, whatever the pixels
@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from recallk.score.data import RetrievalData
-from recallk.score.values import mean
+from recallk.stats import mean
 
 SUFFIX = "_without_near_duplicates"
 COLUMNS = ["image_id", "label", "rank", "gallery_id", "gallery_label", "cosine"]

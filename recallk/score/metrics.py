@@ -17,7 +17,7 @@ positives among them (same label), :math:`r_1 < r_2 < \\dots < r_{R_q}` their
 * ``map`` = :math:`\\frac{1}{R_q} \\sum_{j=1}^{R_q} j / r_j` (average precision over the full ranking).
 * ``mrr`` = :math:`1 / r_1`.
 
-Each reported value is the mean over the included queries (:func:`~recallk.score.values.mean`:
+Each reported value is the mean over the included queries (:func:`recallk.stats.mean`:
 summed with ``math.fsum``, so the order of the queries never changes a bit). Each metric is one function
 and one row of the registry (:mod:`recallk.score.registry`).
 
@@ -30,60 +30,41 @@ checked once; a training loop keeps one and calls it on every batch.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from recallk.checks import check_backend, check_ks, check_memory, choice_problem
+from recallk.checks import as_list
 from recallk.errors import InputError
 from recallk.score.data import RetrievalData
 from recallk.score.passes import Pass
 from recallk.score.ranking import Ranking, rank_data
-from recallk.score.registry import METRIC_NAMES, check_metrics, metric_keys, serving_pass
+from recallk.score.registry import METRIC_NAMES, metric_keys, serving_pass
 from recallk.score.settings import ScoreSettings
-from recallk.score.values import mean, per_query, summarize
-from recallk.settings.base import setting_rule
+from recallk.score.values import per_query, summarize
+from recallk.settings.base import as_params, checked, from_mapping
 
-__all__ = ["METRICS", "Scorer", "first_positive_ranks", "mean", "metric_keys", "per_query", "rank", "recall_at_k",
+__all__ = ["METRICS", "Scorer", "first_positive_ranks", "metric_keys", "per_query", "rank", "recall_at_k",
            "retrieval_metrics", "retrieval_summary", "summarize"]
 
 #: Metric names accepted by ``metrics=`` / ``score.metrics``; recall and precision expand to one key per K.
 METRICS = METRIC_NAMES
-#: Where the ranking's tile jobs run (``score.engine``).
-ENGINES = ("local", "ray")
-
-
-def engine_problem(settings: ScoreSettings) -> str | None:
-    """What is wrong with ``settings``' engine and backend together, or None."""
-    if settings.engine == "ray" and settings.backend == "faiss":
-        return ("`score.engine: ray` runs the numpy engine's tiles on Ray; set `score.backend: numpy` "
-                "(faiss is a single-machine cross-check) or `score.engine: local`.")
-    return None
 
 
 def rank(data: RetrievalData, settings: ScoreSettings, ranks: Pass | None = None,
          tensors: tuple | None = None) -> Ranking:
-    """Rank ``data`` with the backend (``numpy``, ``faiss`` or ``torch``) and engine of ``settings``, which the
-    caller checked (the score stage's params schema, :class:`Scorer`).
+    """Rank ``data`` with the backend (``numpy`` or ``torch``) and engine of ``settings``, which the caller
+    checked (the score stage's params schema, :class:`Scorer`: both through :func:`recallk.settings.base.checked`).
 
     ``tensors``: ``backend="torch"`` only, the caller's (query, gallery) tensors as they are (on a GPU, say),
     ``data`` then holding stand-ins of their shape (:func:`~recallk.score.ranking.torch_api.torch_data`).
 
     ``ranks``: the pass (:class:`~recallk.score.passes.Pass`); None: the cheapest uncapped pass that serves
     ``settings.metrics`` at its ``ks`` (:func:`~recallk.score.registry.serving_pass`), what the score stage
-    needs (its tables read first ranks beyond ``max(ks)``). ``backend="faiss"`` always gives the complete
-    ranking. ``settings.engine == "ray"``: the numpy engine's tiles run on Ray tasks
-    (:mod:`recallk.score.ranking.ray_tiles`, ``settings.ray``), with the same result.
+    needs (its tables read first ranks beyond ``max(ks)``). ``settings.engine == "ray"``: the numpy engine's
+    tiles run on Ray tasks (:mod:`recallk.score.ranking.ray_tiles`, ``settings.ray``), with the same result.
     """
     ranks = serving_pass(settings.metrics, settings.depth) if ranks is None else ranks
-    problem = engine_problem(settings)
-    if problem:
-        raise InputError(problem)
-    if settings.backend == "faiss":
-        from recallk.score.ranking.faiss_backend import rank_data_faiss
-
-        return rank_data_faiss(data, max_memory_mb=settings.max_memory_mb)
     if settings.backend == "torch":
         from recallk.score.ranking.torch_api import rank_torch
 
@@ -94,6 +75,25 @@ def rank(data: RetrievalData, settings: ScoreSettings, ranks: Pass | None = None
 
         count_tiles = RayTiles(address=settings.ray.address, num_cpus=settings.ray.num_cpus)
     return rank_data(data, ranks, settings.max_memory_mb, count_tiles)
+
+
+def score_settings(settings: ScoreSettings | None = None, **given: Any) -> ScoreSettings:
+    """``settings`` (default ``ScoreSettings()``) with each argument of ``given`` that is not None in place of the
+    field of its name, checked by the params check's own route (:func:`recallk.settings.base.checked`: every
+    field's rule, then the rules across fields, :meth:`ScoreSettings.problem`); an
+    :class:`~recallk.errors.InputError` names each problem like the argument (``"`ks` must be positive integers.
+    Got [0, 5] instead."``). Iterables (a tuple, an array, a generator) are taken as lists."""
+    values = as_params(ScoreSettings() if settings is None else settings)
+    defaults = as_params(ScoreSettings())
+    values.update({name: defaults[name] for name in ("ks", "metrics") if values[name] is None})  # None: the default
+    values.update({name: as_list(value) if name in ("ks", "metrics") else value
+                   for name, value in given.items() if value is not None})
+    errors: list[str] = []
+    values = checked(ScoreSettings, values, "", errors)
+    if errors:
+        raise InputError(" ".join(errors))
+    values["ks"] = [int(k) for k in values["ks"]]
+    return from_mapping(ScoreSettings, values)
 
 
 class Scorer:
@@ -110,9 +110,9 @@ class Scorer:
     settings : ScoreSettings, optional
         What to measure and how (``ks``, ``metrics``, ``max_memory_mb``, ``backend``, ``engine``, ``ray``;
         the rest of the ``score`` section plays no part here); default ``ScoreSettings()``.
-    ks, metrics, max_memory_mb, backend : optional
+    ks, metrics, max_memory_mb, backend, device : optional
         Override the field of ``settings`` of that name (as for :func:`retrieval_metrics`); None keeps the
-        settings' value. ``settings.metrics`` None means every metric, as for :func:`retrieval_metrics`.
+        settings' value. The whole is checked once, by the params check's route (:func:`score_settings`).
 
     Raises
     ------
@@ -134,25 +134,8 @@ class Scorer:
     def __init__(self, settings: ScoreSettings | None = None, *, ks: Iterable[int] | None = None,
                  metrics: Iterable[str] | None = None, max_memory_mb: float | None = None,
                  backend: str | None = None, device: str | None = None) -> None:
-        base = ScoreSettings() if settings is None else settings
-        given = {"ks": ks, "metrics": metrics, "max_memory_mb": max_memory_mb, "backend": backend, "device": device}
-        base = replace(base, **{name: value for name, value in given.items() if value is not None})
-        checked = {"ks": tuple(check_ks(base.ks)), "metrics": tuple(check_metrics(base.metrics)),
-                   "max_memory_mb": check_memory(base.max_memory_mb), "backend": check_backend(base.backend)}
-        problem = choice_problem(base.engine, ENGINES)
-        if problem:
-            raise InputError(f"`engine` {problem}")
-        for name in ("device", "matmul", "shards"):  # the fields' own rules, as the params schema runs them
-            problem = setting_rule(ScoreSettings, name)(getattr(base, name))
-            if problem:
-                raise InputError(f"`{name}` {problem}")
-        self.settings = replace(base, **checked)
-        problem = self.settings.problem()
-        if problem:
-            raise InputError(f"ScoreSettings {problem}")
-        problem = engine_problem(self.settings)
-        if problem:
-            raise InputError(problem)
+        self.settings = score_settings(settings, ks=ks, metrics=metrics, max_memory_mb=max_memory_mb,
+                                       backend=backend, device=device)
         self.keys = metric_keys(self.settings.metrics, self.settings.ks)
         self.ranks = serving_pass(self.settings.metrics, self.settings.depth, capped=True)
 
@@ -200,9 +183,9 @@ class Scorer:
 def retrieval_metrics(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
                       gallery_labels: Sequence[Any], *, query_ids: Sequence[Any] | None = None,
                       gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
-                      ks: Iterable[int] = (1, 5, 10), metrics: Iterable[str] | None = None,
-                      max_memory_mb: float = 512, backend: str = "numpy",
-                      device: str = "auto") -> dict[str, float]:
+                      ks: Iterable[int] | None = None, metrics: Iterable[str] | None = None,
+                      max_memory_mb: float | None = None, backend: str | None = None,
+                      device: str | None = None) -> dict[str, float]:
     """The metric suite of exact cosine retrieval, as a flat dict.
 
     Parameters
@@ -222,17 +205,19 @@ def retrieval_metrics(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labe
         (e.g. the same camera); missing values (None, NaN, "") never match. A pair of 2-D
         arrays excludes on every column at once (re-ID: person and camera);
         :func:`recallk.score.exclusion.junk_pair` hides items from every query.
-    ks : iterable of positive int, default (1, 5, 10)
+    ks : iterable of positive int, optional
+        Default: ``ScoreSettings().ks`` (1, 5, 10). Every argument below left None takes the default of the
+        ``score`` param of its name (:class:`~recallk.score.settings.ScoreSettings`, docs/params.md).
     metrics : iterable of str, optional
         Names from :data:`METRICS`; default all of them.
-    max_memory_mb : float, default 512
-        Bound on scratch memory; queries and gallery are scored in blocks under it.
-    backend : {"numpy", "faiss", "torch"}, default "numpy"
-        ``faiss`` ranks with ``faiss.IndexFlatIP``, ``torch`` multiplies on ``device`` (torch tensors taken
-        as they are, on a GPU too); both give identical results.
-    device : {"auto", "cpu", "cuda"}, default "auto"
-        ``backend="torch"`` only (``score.device``): ``auto`` ranks where the tensors are, else on CUDA when
-        torch sees a GPU, else on the CPU.
+    max_memory_mb : float, optional
+        Bound on scratch memory (default 512); queries and gallery are scored in blocks under it.
+    backend : {"numpy", "torch"}, optional
+        Default ``numpy``; ``torch`` multiplies on ``device`` (torch tensors taken as they are, on a GPU too)
+        and gives identical results.
+    device : {"auto", "cpu", "cuda"}, optional
+        ``backend="torch"`` only (``score.device``): ``auto`` (the default) ranks where the tensors are, else
+        on CUDA when torch sees a GPU, else on the CPU.
 
     Returns
     -------
@@ -251,68 +236,25 @@ def retrieval_metrics(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labe
     ``tie_sensitive@K`` in :func:`retrieval_summary` for how much that matters).
     K above :math:`M_q`: recall counts any positive, precision divides by :math:`M_q`.
     """
-    scorer = _scorer(ks, metrics, max_memory_mb, backend, device)
+    scorer = Scorer(ks=ks, metrics=metrics, max_memory_mb=max_memory_mb, backend=backend, device=device)
     return scorer(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=query_ids,
                   gallery_ids=gallery_ids, exclude=exclude)
 
-
-#: The :class:`Scorer` of each set of plain arguments :func:`retrieval_metrics` was called with (a training loop
-#: calls it with the same ones on every batch: the checks and the pass are worked out once); at most
-#: :data:`_SCORERS_KEPT` of them.
-_SCORERS: dict[tuple, Scorer] = {}
-_SCORERS_KEPT = 64
-
-
-def _scorer(ks: Any, metrics: Any, max_memory_mb: Any, backend: Any, device: Any) -> Scorer:
-    """``Scorer(ScoreSettings(ks=ks, metrics=metrics, max_memory_mb=max_memory_mb, backend=backend),
-    device=device)``, kept for the next call with the same arguments when they are plain values (ints, floats,
-    text, None, and tuples or lists of them, each keyed with its type, so ``1.0`` is not ``1``); anything else
-    (a generator, an array) is checked afresh every call. A call that fails its checks keeps nothing."""
-    key = _plain_key((ks, metrics, max_memory_mb, backend, device))
-    scorer = _SCORERS.get(key) if key is not None else None
-    if scorer is None:
-        scorer = Scorer(ScoreSettings(ks=ks, metrics=metrics, max_memory_mb=max_memory_mb, backend=backend),
-                        device=device)
-        if key is not None and len(_SCORERS) < _SCORERS_KEPT:
-            _SCORERS[key] = scorer
-    return scorer
-
-
-def _plain_key(values: tuple) -> tuple | None:
-    """A hashable key that tells apart every tuple of plain values (ints, floats, text, None, and tuples or lists
-    of ints and text), each with its type, so ``1.0`` is not ``1``; None for anything else."""
-    key = []
-    for value in values:
-        kind = type(value)
-        if kind in (tuple, list):
-            kinds = tuple(map(type, value))
-            if not all(k in _PLAIN for k in kinds):
-                return None
-            key.append((kind, kinds, tuple(value)))
-        elif value is None or kind in _PLAIN:
-            key.append((kind, value))
-        else:
-            return None
-    return tuple(key)
-
-
-_PLAIN = (int, float, str, bool)
 
 
 def retrieval_summary(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
                       gallery_labels: Sequence[Any], *, query_ids: Sequence[Any] | None = None,
                       gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
-                      ks: Iterable[int] = (1, 5, 10), metrics: Iterable[str] | None = ("recall",),
-                      max_memory_mb: float = 512, backend: str = "numpy",
-                      device: str = "auto") -> dict[str, Any]:
+                      ks: Iterable[int] | None = None, metrics: Iterable[str] | None = ("recall",),
+                      max_memory_mb: float | None = None, backend: str | None = None,
+                      device: str | None = None) -> dict[str, Any]:
     """:func:`retrieval_metrics` plus the counts the report needs (``metrics`` default: recall alone).
 
     Adds ``num_queries`` (queries in the means), ``num_excluded_queries``,
     ``num_gallery``, ``embedding_dim`` and ``tie_sensitive@K`` (queries whose
     hit at K flips when exact ties are broken the other way).
     """
-    scorer = Scorer(ScoreSettings(ks=ks, metrics=metrics, max_memory_mb=max_memory_mb, backend=backend),
-                    device=device)
+    scorer = Scorer(ks=ks, metrics=metrics, max_memory_mb=max_memory_mb, backend=backend, device=device)
     return scorer.summary(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=query_ids,
                           gallery_ids=gallery_ids, exclude=exclude)
 
@@ -320,8 +262,8 @@ def retrieval_summary(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labe
 def recall_at_k(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
                 gallery_labels: Sequence[Any], *, query_ids: Sequence[Any] | None = None,
                 gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
-                ks: Iterable[int] = (1, 5, 10), max_memory_mb: float = 512,
-                backend: str = "numpy", device: str = "auto") -> dict[str, float]:
+                ks: Iterable[int] | None = None, max_memory_mb: float | None = None,
+                backend: str | None = None, device: str | None = None) -> dict[str, float]:
     """Recall@K (hit rate) of cosine retrieval.
 
     .. math::
@@ -364,8 +306,8 @@ def recall_at_k(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Se
 def first_positive_ranks(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
                          gallery_labels: Sequence[Any], *, query_ids: Sequence[Any] | None = None,
                          gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
-                         max_memory_mb: float = 512, backend: str = "numpy",
-                         device: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+                         max_memory_mb: float | None = None, backend: str | None = None,
+                         device: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Where each query's first positive ranks, and how many positives it has.
 
     Parameters
@@ -385,7 +327,7 @@ def first_positive_ranks(query_emb: np.ndarray, gallery_emb: np.ndarray, query_l
         ``n_positives[i]``: its number of positives (its own image, by ``query_ids``/``gallery_ids``,
         never counts); 0 exactly where ``first_rank`` is -1.
     """
-    scorer = Scorer(ScoreSettings(metrics=("recall",), max_memory_mb=max_memory_mb, backend=backend), device=device)
+    scorer = Scorer(metrics=("recall",), max_memory_mb=max_memory_mb, backend=backend, device=device)
     _, ranking = scorer.rank(query_emb, gallery_emb, query_labels, gallery_labels, query_ids=query_ids,
                              gallery_ids=gallery_ids, exclude=exclude, ranks=Pass.first())  # exact first ranks: no cap
     return ranking.first_rank, ranking.n_positives

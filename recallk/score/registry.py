@@ -26,7 +26,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from recallk.errors import InputError, did_you_mean, quote
+from recallk.checks import as_list, checker
+from recallk.errors import did_you_mean, quote
 from recallk.score.passes import Pass, Ranks
 
 
@@ -216,15 +217,9 @@ def metrics_problem(v: Any) -> str | None:
     return None
 
 
-def check_metrics(metrics: Iterable[Any] | None) -> list[str]:
-    """``metrics``: :func:`metrics_problem`, the rule of ``score.metrics``; ``None`` means all of them."""
-    if metrics is None:
-        return list(names())
-    try:
-        given = [metrics] if isinstance(metrics, str) else list(metrics)
-    except TypeError:  # a bare number
-        given = metrics
-    problem = metrics_problem(given)
-    if problem:
-        raise InputError(f"`metrics` {problem}")
-    return given
+def _all_if_none(metrics: Any) -> Any:
+    return list(names()) if metrics is None else as_list(metrics)
+
+
+#: ``metrics``: :func:`metrics_problem`, the rule of ``score.metrics``; ``None`` means all of them.
+check_metrics = checker("metrics", metrics_problem, prepare=_all_if_none)

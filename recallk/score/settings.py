@@ -1,5 +1,5 @@
 """The ``score`` section: :class:`ScoreSettings`, its sub-sections and the rules only this section has
-(the interval level, the near-copy cosine)."""
+(the interval level, the embedding copy cosine)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recallk.checks import (
-    BACKENDS,
+    backend_problem,
     choice,
     columns_problem,
     integer,
@@ -92,7 +92,7 @@ class FailureSettings:
 
 @dataclass(frozen=True)
 class EmbeddingCopySettings:
-    """``score.near_duplicates``: the embedding near-copy check (None: off)."""
+    """``score.embedding_copies``: the embedding copy check (None: off)."""
 
     min_cosine: float | None = setting(None, cosine_problem,
                                        "the embedding check: queries with another image at this cosine or above "
@@ -113,10 +113,9 @@ class ScoreSettings:
     max_memory_mb: float = setting(512, positive_number_problem,
                                    "bound on the engine's extra memory at any N×M (what it covers: "
                                    "[docs/internals/engine.md](internals/engine.md#max_memory_mb))")
-    backend: str = setting("numpy", choice(*BACKENDS),
-                           "`numpy` (the engine), `faiss` (`faiss.IndexFlatIP`, the `faiss` extra: a slower "
-                           "cross-check) or `torch` (the candidate product on `score.device`, the `torch` extra): "
-                           "identical metrics")
+    backend: str = setting("numpy", backend_problem,
+                           "`numpy` (the exact engine, on the CPU) or `torch` (the candidate product on "
+                           "`score.device`, the `torch` extra; for GPUs): identical metrics")
     device: str = setting("auto", choice("auto", "cpu", "cuda"),
                           "`backend: torch` only: where it multiplies; `auto`: the tensors' device, else `cuda` when "
                           "torch sees one, else `cpu` ([GPUs](internals/gpu.md#the-torch-scoring-backend))")
@@ -147,7 +146,10 @@ class ScoreSettings:
                           "queries and gallery")
     bootstrap: BootstrapSettings = setting(BootstrapSettings)
     failures: FailureSettings = setting(FailureSettings)
-    near_duplicates: EmbeddingCopySettings = setting(EmbeddingCopySettings)
+    embedding_copies: EmbeddingCopySettings = setting(EmbeddingCopySettings)
+
+    #: Keys of earlier releases: an old params file gets one "renamed to" error naming the new key.
+    RENAMED = {"near_duplicates": "embedding_copies"}
 
     def problem(self) -> str | None:
         """The torch backend's own params (``shards``, ``matmul``, ``device: cuda``) with another backend, or

@@ -75,7 +75,7 @@ def score_split(sets: SplitSets, catalog: pd.DataFrame,
     catalog : DataFrame indexed by image_id
         ``label`` and any ``exclude_same`` columns.
     settings : ScoreSettings
-        The ``score`` params (docs/params.md), checked. ``near_duplicates.min_cosine`` (None: off) flags
+        The ``score`` params (docs/params.md), checked. ``embedding_copies.min_cosine`` (None: off) flags
         the queries with another image at that cosine or above among their top ``max(ks)`` items (on the
         embeddings as stored, before any whitening) and adds every metric over the other queries
         (:mod:`recallk.score.embedding_copies`). ``engine: ray`` ranks on Ray tasks (``ray``), with the
@@ -87,7 +87,7 @@ def score_split(sets: SplitSets, catalog: pd.DataFrame,
         ``metrics``: each metric key's mean, ``<key>_class_mean``, ``<key>_ci_low`` /
         ``<key>_ci_high``, the counts and ``tie_sensitive@K``. ``tables``: ``per_class``,
         ``curve``, ``per_query``, ``neighbors`` (each query's top max(ks) items), ``confusions`` and
-        ``near_duplicates`` (the flagged pairs; empty when the check is off) frames, and ``failures``: the
+        ``embedding_copies`` (the flagged pairs; empty when the check is off) frames, and ``failures``: the
         rows of the failure gallery (:func:`failure_rows`; empty when ``failures.queries`` is 0), which the
         stage draws (:func:`recallk.report.failure_sheet.draw`).
     """
@@ -124,7 +124,7 @@ def score_split(sets: SplitSets, catalog: pd.DataFrame,
     failures = settings.failures
     cols, scores = top_k(data, max(depth, failures.k), settings.max_memory_mb)
     neighbors = tables.neighbors(queries, q_labels, gallery, g_labels, cols, scores)
-    min_cosine = settings.near_duplicates.min_cosine
+    min_cosine = settings.embedding_copies.min_cosine
     copies = embedding_copies.empty_pairs()
     if min_cosine is not None:
         if settings.whiten != "none":  # the backbone's own cosines: a threshold means the same whatever the scoring
@@ -136,14 +136,14 @@ def score_split(sets: SplitSets, catalog: pd.DataFrame,
         flagged = np.isin(queries, copies["image_id"].unique())
         out["num_near_duplicate_queries"] = int(flagged.sum())
         out.update(embedding_copies.without(values, flagged, keys))
-        log.info("score.near_duplicates.min_cosine %g: %d of %d queries have another image at that cosine or above "
+        log.info("score.embedding_copies.min_cosine %g: %d of %d queries have another image at that cosine or above "
                  "among their top %d", min_cosine, int(flagged.sum()), len(queries), depth)
     curve = tables.recall_curve(ranking, max(depth, CURVE_K))
     frames = {"per_class": table, "curve": curve,
               "curve_band": tables.curve_band(ranking, curve, **bootstrap, labels=q_labels, order=order),
               "per_query": tables.per_query(queries, q_labels, ranking, values, neighbors),
               "neighbors": neighbors[neighbors["rank"] <= depth].reset_index(drop=True),
-              "confusions": tables.confusions(neighbors), "near_duplicates": copies}
+              "confusions": tables.confusions(neighbors), "embedding_copies": copies}
     frames["failures"] = failure_rows(data, frames["per_query"], neighbors, failures) if failures.queries else []
     return out, frames
 

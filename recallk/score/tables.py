@@ -9,8 +9,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from recallk.score.metrics import mean
 from recallk.score.ranking import Ranking
+from recallk.stats import mean
 from recallk.stats.resample import bootstrap_means, percentile_interval
 from recallk.tables_contract import TASK_COLUMNS, check_per_query, headline_key, per_query_column
 

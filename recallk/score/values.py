@@ -2,7 +2,7 @@
 
 The metrics are the rows of the registry (:mod:`recallk.score.registry`), computed on
 :class:`~recallk.score.registry.Span` s of queries; each reported value is the mean over the
-included queries (:func:`mean`: summed with ``math.fsum``, so the order of the queries never
+included queries (:func:`recallk.stats.mean`: summed with ``math.fsum``, so the order of the queries never
 changes a bit). Formulas: :mod:`recallk.score.metrics`.
 """
 
@@ -20,6 +20,7 @@ from recallk.score.passes import Ranks
 from recallk.score.ranking import Ranking, consecutive_runs
 from recallk.score.registry import Metric, Span, metric_keys, rows
 from recallk.score.settings import ScoreSettings
+from recallk.stats import mean
 
 #: Positives whose per-positive temporaries (about 40 B each) :func:`per_query` holds at a time.
 SPAN_PAIRS = 2**20
@@ -81,16 +82,6 @@ def _span_values(ranking: Ranking, first: np.ndarray, a: int, b: int, ks: Sequen
         else:
             out[metric.name] = np.where(included, metric.compute(span), np.nan)
     return out
-
-
-def mean(values: np.ndarray) -> float:
-    """Mean of the non-NaN entries (NaN marks excluded queries): the correctly rounded sum
-    (``math.fsum``, so the order never changes a bit) divided once, then kept within the
-    entries' range, so a metric equal for every query reports exactly that value."""
-    kept = values[values == values]  # NaN is the one value unequal to itself
-    if not kept.size:
-        return math.nan
-    return float(min(max(math.fsum(kept.tolist()) / kept.size, kept.min()), kept.max()))
 
 
 def tie_sensitivity(ranking: Ranking, ks: Sequence[int]) -> dict[str, int]:

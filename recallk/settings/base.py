@@ -99,15 +99,20 @@ def from_mapping(cls: type, values: dict[str, Any]) -> Any:
     return cls(**kwargs)
 
 
-def unknown_key(prefix: str, key: Any, known: list[str]) -> str:
-    """The sentence for a key ``prefix.key`` that is not among ``known``, with a "did you mean"."""
+def unknown_key(prefix: str, key: Any, known: list[str], renamed: dict[str, str] | None = None) -> str:
+    """The sentence for a key ``prefix.key`` that is not among ``known``, with a "did you mean"; a key of an
+    earlier release (``renamed``: old name -> new name, a settings class's ``RENAMED``) names its new name."""
+    if renamed and key in renamed:
+        return (f"`{prefix}.{key}` was renamed to `{prefix}.{renamed[key]}`; rename the key in params.yaml "
+                "(its values are unchanged).")
     return (f"`{prefix}.{clip(str(key))}` is not a known param; remove it or fix the name."
             f"{did_you_mean(key, known)} Known keys: {', '.join(known)}.")
 
 
 def checked(cls: type, given: Any, prefix: str, errors: list[str], check_values: bool = True) -> dict[str, Any]:
     """``given`` (a params mapping, or None for all defaults) checked against ``cls``; every problem is
-    appended to ``errors`` as one sentence naming the dotted param (``prefix`` names ``cls``'s section).
+    appended to ``errors`` as one sentence naming the dotted param (``prefix`` names ``cls``'s section; ``""``:
+    the bare field names, as the Python API's arguments are named).
 
     Unknown keys are named with a "did you mean" and the known keys; with ``check_values`` each value
     also meets its field's rule, and then the class's ``problem()`` (a rule across fields). Returns the
@@ -120,11 +125,11 @@ def checked(cls: type, given: Any, prefix: str, errors: list[str], check_values:
     known = [f.name for f in dataclasses.fields(cls)]
     for key in given:
         if key not in known:
-            errors.append(unknown_key(prefix, key, known))
+            errors.append(unknown_key(prefix, key, known, getattr(cls, "RENAMED", None)))
     out: dict[str, Any] = {}
     fields_ok = True
     for f in dataclasses.fields(cls):
-        name = f"{prefix}.{f.name}"
+        name = f"{prefix}.{f.name}" if prefix else f.name
         sub = section_of(f)
         if sub is not None:
             out[f.name] = checked(sub, given.get(f.name), name, errors, check_values)
@@ -140,5 +145,5 @@ def checked(cls: type, given: Any, prefix: str, errors: list[str], check_values:
     if check_values and fields_ok and whole is not None:
         problem = from_mapping(cls, out).problem()
         if problem:
-            errors.append(f"`{prefix}` {problem}")
+            errors.append(f"`{prefix}` {problem}" if prefix else f"{cls.__name__} {problem}")
     return out

@@ -345,8 +345,3 @@ def win_tie_loss(delta: np.ndarray) -> tuple[int, int, int]:
     """Queries where B beats A, ties it, and loses to it."""
     delta = np.asarray(delta, dtype=np.float64)
     return int(np.count_nonzero(delta > 0)), int(np.count_nonzero(delta == 0)), int(np.count_nonzero(delta < 0))
-
-
-def fsum_mean(values: np.ndarray) -> float:
-    """The correctly rounded mean (``math.fsum``), so the query order never changes a bit."""
-    return math.fsum(np.asarray(values, dtype=np.float64).tolist()) / max(len(values), 1)

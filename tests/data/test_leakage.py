@@ -154,9 +154,9 @@ def test_group_under_given_stops_on_a_crossing_pair(tmp_path, monkeypatch):
     ("split", "near_duplicates", {"max_distance": 17}, r"`split.near_duplicates.max_distance` must be an integer "
                                                        r"between 0 and 16"),
     ("split", "near_duplicates", {"max_distance": -1}, r"between 0 and 16"),
-    ("score", "near_duplicates", {"min_cosine": 0}, r"`score.near_duplicates.min_cosine` must be a cosine above 0"),
-    ("score", "near_duplicates", {"min_cosine": 1.5}, r"must be a cosine above 0 and at most 1"),
-    ("score", "near_duplicates", {"min_cosine": "0.9"}, r"Got '0.9' instead"),
+    ("score", "embedding_copies", {"min_cosine": 0}, r"`score.embedding_copies.min_cosine` must be a cosine above 0"),
+    ("score", "embedding_copies", {"min_cosine": 1.5}, r"must be a cosine above 0 and at most 1"),
+    ("score", "embedding_copies", {"min_cosine": "0.9"}, r"Got '0.9' instead"),
     ("encode", "precomputed", {"path": None}, r"`encode.precomputed.path` must be a path: the encode stage depends "
                                              r"on it in dvc.yaml"),
 ])
@@ -168,8 +168,8 @@ def test_new_params_are_checked(section, key, value, match):
 def test_new_params_defaults():
     split = validate_section({}, "split")
     assert split["images"] == "auto" and split["near_duplicates"] == {"policy": "report", "max_distance": 10}
-    assert validate_section({}, "score")["near_duplicates"] == {"min_cosine": None}
-    assert validate_section({"score": {"near_duplicates": {"min_cosine": 1}}}, "score")["near_duplicates"] == {
+    assert validate_section({}, "score")["embedding_copies"] == {"min_cosine": None}
+    assert validate_section({"score": {"embedding_copies": {"min_cosine": 1}}}, "score")["embedding_copies"] == {
         "min_cosine": 1}
 
 

@@ -48,6 +48,9 @@ def test_a_sweep_then_a_bad_kind(scored_project) -> None:
     assert set(speed["points"]["Flat"]) == {*TIMING_KEYS, "table"} and speed["points"]["Flat"]["build_seconds"] >= 0
     assert speed["cheapest_non_inferior"] in document["points"]
     assert [flat[f"delta_{k}"] for k in ("recall@1", "precision@5", "r_precision", "map@r", "mrr")] == [0.0] * 5
+    # the exact block is the score stage's metrics, bit for bit (one correctly rounded mean, full per-query values)
+    recall = json.loads((scored_project / "metrics/recall.json").read_text(encoding="utf-8"))
+    assert document["exact"] and document["exact"] == {k: recall[k] for k in document["exact"]}
     assert flat["knn_recall@10_ann_benchmarks"] == flat["knn_recall@10_big_ann_benchmarks"] == 1.0
     assert document["points"]["IVF4,Flat nprobe=4"]["delta_map@r"] == 0.0  # every list visited: exact
     assert document["points"]["IVF4,Flat nprobe=1"]["trained_on"].startswith("train split")

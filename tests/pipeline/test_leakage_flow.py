@@ -1,7 +1,7 @@
 """Leakage checks and the embeddings-only mode under real ``dvc repro``, in temporary git repositories.
 
 One repo holds smooth colour images with planted near-copies (``test_leakage.LABELS`` / ``PLANTED``):
-the three ``split.near_duplicates`` policies and ``score.near_duplicates.min_cosine`` run on it. Another
+the three ``split.near_duplicates`` policies and ``score.embedding_copies.min_cosine`` run on it. Another
 holds a manifest of ids and precomputed embeddings: replacing the embeddings file in place re-runs
 encode and score (the file is a DVC dependency of encode).
 """
@@ -150,7 +150,7 @@ def test_error_stops_the_split_and_names_the_pairs(images_repo):
 def test_embedding_check_flags_the_copies_and_reports_without_them(images_repo):
     repo = images_repo
     before = recall_json(repo)
-    set_params(repo, {"score.near_duplicates.min_cosine": 0.99})
+    set_params(repo, {"score.embedding_copies.min_cosine": 0.99})
     ran, skipped, out, _ = repro(repo)
     assert ran == {"score", "index"} and skipped == {"split", "encode"}, out
     split = read(repo, "data/prepared/split.csv")
@@ -158,7 +158,7 @@ def test_embedding_check_flags_the_copies_and_reports_without_them(images_repo):
     gallery = dict(zip(split["image_id"], split["gallery"].eq("True")))
     expected = {(a, b) for a, b in planted_pairs() if query[a] and gallery[b]} | {
         (b, a) for a, b in planted_pairs() if query[b] and gallery[a]}
-    flagged = read(repo, "data/scores/near_duplicates.csv")
+    flagged = read(repo, "data/scores/embedding_copies.csv")
     assert set(zip(flagged["image_id"], flagged["gallery_id"])) == expected and expected
     metrics = recall_json(repo)
     assert metrics["num_near_duplicate_queries"] == len({q for q, _ in expected})

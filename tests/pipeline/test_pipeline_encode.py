@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from extras import extra
 from helpers import (
     EMBEDDINGS,
     SPLIT,
@@ -73,6 +74,7 @@ def test_forced_encode_with_unchanged_data_encodes_nothing(repo: Path) -> None:
 
 def test_backbone_experiment_flow(repo: Path) -> None:
     """README recipe: `dvc exp run -S encode.backbone=efficientnet_lite0`, then compare with pixels."""
+    extra("torch", "torch")  # efficientnet_lite0 is the torch extra's: skipped without it (make test: fails)
     baseline = read_metrics(repo)
     proc = dvc("exp", "run", "-S", "encode.backbone=efficientnet_lite0", cwd=repo)
     out = proc.stdout + proc.stderr

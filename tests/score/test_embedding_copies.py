@@ -1,5 +1,5 @@
 """The embedding check of the score suite: gallery items whose cosine to a query reaches
-`score.near_duplicates.min_cosine`, the metrics without those queries, and the report block."""
+`score.embedding_copies.min_cosine`, the metrics without those queries, and the report block."""
 
 from __future__ import annotations
 
@@ -41,27 +41,27 @@ def _suite(min_cosine, whiten="none"):
     queries, gallery = ids[1::2], ids[0::2]
     settings = ScoreSettings(ks=(1, 5), metrics=("recall", "map@r"), max_memory_mb=64, whiten=whiten,
                              bootstrap=BootstrapSettings(resamples=0), failures=FailureSettings(0, 0),
-                             near_duplicates=EmbeddingCopySettings(min_cosine))
+                             embedding_copies=EmbeddingCopySettings(min_cosine))
     return score_split(SplitSets(emb, row, queries, gallery, ids[:4], False), cat, settings)
 
 
 def test_score_split_flags_near_copies_and_reports_without_them():
     metrics, tables = _suite(0.999)
-    assert tables["near_duplicates"][["image_id", "gallery_id", "rank"]].values.tolist() == [["i1", "i0", 1]]
+    assert tables["embedding_copies"][["image_id", "gallery_id", "rank"]].values.tolist() == [["i1", "i0", 1]]
     assert metrics["num_near_duplicate_queries"] == 1
     per_query = tables["per_query"].set_index("image_id")
     others = per_query.drop(index="i1")
     assert metrics["recall@1_without_near_duplicates"] == pytest.approx(others["hit@1"].mean())
     assert metrics["map@r_without_near_duplicates"] == pytest.approx(others["ap@r"].mean())
     off, off_tables = _suite(None)
-    assert "num_near_duplicate_queries" not in off and off_tables["near_duplicates"].empty
+    assert "num_near_duplicate_queries" not in off and off_tables["embedding_copies"].empty
     assert {k: off[k] for k in off} == {k: metrics[k] for k in off}  # the check changes no other number
 
 
 def test_the_embedding_check_uses_the_stored_embeddings_under_whitening():
     metrics, tables = _suite(0.999, whiten="pca")
-    assert tables["near_duplicates"]["gallery_id"].tolist() == ["i0"]
-    assert tables["near_duplicates"]["cosine"].iloc[0] == pytest.approx(1.0, abs=1e-6)
+    assert tables["embedding_copies"]["gallery_id"].tolist() == ["i0"]
+    assert tables["embedding_copies"]["cosine"].iloc[0] == pytest.approx(1.0, abs=1e-6)
 
 
 def test_report_block_warns_and_names_the_backbone():
@@ -71,7 +71,7 @@ def test_report_block_warns_and_names_the_backbone():
              "num_images": 40, "num_labels": 4, "num_skipped_images": 0, "images": "files",
              "near_duplicates": {"policy": "report", "max_distance": 10, "pairs": 3}}
     encode = {"backbone": "mynet", "fingerprint": "f", "embedding_dim": 8}
-    score = {"exclude_same": [], "whiten": "none", "backend": "numpy", "near_duplicates": {"min_cosine": 0.999},
+    score = {"exclude_same": [], "whiten": "none", "backend": "numpy", "embedding_copies": {"min_cosine": 0.999},
              "bootstrap": {"resamples": 0, "unit": "query", "confidence": 0.95}}
     text = format_report(metrics, provenance(split, encode, score))
     assert "near-dups:     pHash within 10 of 64 bits, policy report: 3 pair(s)" in text

@@ -9,12 +9,23 @@ import re
 import numpy as np
 import pytest
 
-from extras import extra
-from ranking_cases import INF_ROWS, NAN_ROW2, TIES, TOY, call_kwargs, make_case, oracle, ranks_per_query, similarities
-from recallk.score.metrics import mean, per_query, retrieval_metrics, retrieval_summary
+from ranking_cases import (
+    INF_ROWS,
+    NAN_ROW2,
+    TIES,
+    TOY,
+    call_kwargs,
+    case_summary,
+    make_case,
+    oracle,
+    ranks_per_query,
+    similarities,
+)
+from recallk.score.metrics import per_query, retrieval_metrics, retrieval_summary
 from recallk.score.passes import Pass
 from recallk.score.ranking import rank_positives
 from recallk.score.settings import ScoreSettings
+from recallk.stats import mean
 
 
 @pytest.mark.parametrize("q, g, ql, gl, ks, extra, expected", TOY)
@@ -107,9 +118,11 @@ def test_summary_default_is_recall_only():
     (call_kwargs(metrics=["recal"]), r"Did you mean `recall`\?"),  # typo -> suggestion
     (call_kwargs(metrics=["map@R"]), r"Did you mean `map@r`\?"),  # case matters
     (call_kwargs(metrics=["ndcg"]), r"Got \['ndcg'\] instead\.$"),  # no close name: no suggestion
-    (call_kwargs(backend="Faiss"),
-     re.escape("`backend` must be one of numpy, faiss, torch. Got 'Faiss' instead. Did you mean `faiss`?")),
-    (call_kwargs(backend="cupy"), "`backend` must be one of numpy, faiss, torch"),
+    (call_kwargs(backend="Numpy"),
+     re.escape("`backend` must be one of numpy, torch. Got 'Numpy' instead. Did you mean `numpy`?")),
+    (call_kwargs(backend="faiss"),  # removed: one sentence naming what to use instead
+     re.escape("`backend` no longer takes `faiss` (it gave the numpy engine's numbers, only slower): use `numpy`")),
+    (call_kwargs(backend="cupy"), "`backend` must be one of numpy, torch"),
     (call_kwargs(ks=[0, 5]), re.escape("`ks` must be positive integers. Got [0, 5] instead.")),
     (call_kwargs(ks=[2.0]), "positive integers"),  # float, even integral
     (call_kwargs(ks=[True]), "positive integers"),  # bool is not a count
@@ -123,7 +136,7 @@ def test_summary_default_is_recall_only():
     # 2-D on one side only (2-D on both, with the same columns, is a joint exclusion: test_reid_protocol.py)
     (call_kwargs(exclude=[(np.zeros((2, 2)), np.zeros(3))]), r"pair of 1-D sequences"),
     (call_kwargs(ks=5), "`ks` must be positive integers. Got 5 instead."),  # a bare number
-    (call_kwargs(ks=None), "`ks` must be positive integers. Got None instead."),  # nothing
+    (call_kwargs(ks=7), "`ks` must be positive integers. Got 7 instead."),  # a bare number (None: the default)
     (call_kwargs(ks=[1, 1]), re.escape("`ks` must not repeat a value. Got [1, 1] instead.")),  # as score.ks
     (call_kwargs(ks=[2**64]), r"`ks` must be at most 2\*\*62"),  # beyond int64: no OverflowError
     (call_kwargs(metrics=5), "`metrics` must be distinct names"),  # a bare number
@@ -149,14 +162,6 @@ def test_errors(kwargs, match):
         retrieval_metrics(**kwargs)
     with pytest.raises(ValueError, match=match):
         retrieval_summary(**{**kwargs, "metrics": kwargs.get("metrics")})
-
-
-def test_faiss_backend_reports_the_same_errors():
-    extra("faiss", "faiss")
-    with pytest.raises(ValueError, match="gallery_emb` is empty"):
-        retrieval_metrics(**call_kwargs(gallery_emb=np.empty((0, 3)), gallery_labels=[], backend="faiss"))
-    with pytest.raises(ValueError, match="are text .* which never match"):  # as with numpy
-        retrieval_metrics(**call_kwargs(query_labels=["x", "y"], backend="faiss"))
 
 
 def test_incomplete_ranking_refuses_metrics_that_need_every_positive():
@@ -220,10 +225,11 @@ def test_self_and_exclusion_counted_once_in_m_q():
 @pytest.mark.parametrize("backend", ["numpy", "faiss"])
 @pytest.mark.parametrize("metrics", [["recall"], None])
 def test_tie_sensitivity(g, gl, expected, backend, metrics):
-    if backend == "faiss":
-        extra("faiss", "faiss")
+    # the engine, and the FAISS oracle's ranking (tests/faiss_oracle.py)
     ks = sorted({int(key.split("@")[1]) for key in expected})
-    got = retrieval_summary([[1.0, 0.0]], g, ["pos"], gl, ks=ks, metrics=metrics, backend=backend)
+    case = dict(query_emb=[[1.0, 0.0]], gallery_emb=g, query_labels=["pos"], gallery_labels=gl, query_ids=None,
+                gallery_ids=None, exclude=())
+    got = case_summary(case, ks, metrics, backend=backend)
     assert {key: got[key] for key in expected} == expected
 
 

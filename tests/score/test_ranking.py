@@ -1,22 +1,18 @@
-"""The exact ranking engine against a brute-force oracle: every metric, the ranks and tie sensitivity on
-seeded synthetic cases, for the complete ranking, the first-positive path and the smallest memory bounds
-(FAISS-contrib style); the faiss backend against it: tests/score/test_faiss_backend.py."""
+"""The exact ranking engine's parts against a brute-force oracle: the smallest memory bounds, the caps, chunks, spans
+and scratch bounds (FAISS-contrib style). Every path on every seeded case against the oracle:
+tests/score/test_paths.py."""
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 import tracemalloc
 
 import numpy as np
 import pytest
 
 from ranking_cases import (
-    ALL_KEYS,
     BIG_KINDS,
     KINDS,
     KS,
-    SEEDS,
     assert_matches_oracle,
     assert_same_ranking,
     assert_scratch_within_budget,
@@ -25,11 +21,10 @@ from ranking_cases import (
     make_big_case,
     make_case,
     rank_case,
-    ranking_logs,
     ranks_per_query,
 )
 from recallk.score import values as values_module
-from recallk.score.metrics import METRICS, per_query, retrieval_metrics, retrieval_summary
+from recallk.score.metrics import METRICS, per_query, retrieval_summary
 from recallk.score.passes import Pass
 from recallk.score.ranking import Budget
 from recallk.score.ranking import counting as counting_module
@@ -39,63 +34,6 @@ from recallk.score.ranking import scan as scan_module
 from recallk.score.settings import ScoreSettings
 
 # --------------------------------------------------------------------------- 1. oracle cross-check
-
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("kind", KINDS)
-def test_every_metric_matches_brute_force(kind, seed):
-    case = make_case(kind, seed)
-    expected, detail = case_oracle(case)
-    got = case_summary(case)
-    assert list(got) == ALL_KEYS + ["num_queries", "num_excluded_queries"] + [f"tie_sensitive@{k}" for k in KS] \
-        + ["num_gallery", "embedding_dim"]
-    assert_matches_oracle(got, expected)
-    assert (got["num_gallery"], got["embedding_dim"]) == np.asarray(case["gallery_emb"]).shape
-    # retrieval_metrics: the same numbers, only the metric keys, in report order
-    metrics = retrieval_metrics(ks=KS, **case)
-    assert list(metrics) == ALL_KEYS
-    assert metrics == {key: got[key] for key in ALL_KEYS}
-
-    # the ranking itself: every positive's rank, M_q and the opposite-rule first rank
-    ranking = rank_case(case)
-    assert ranking.complete
-    assert ranks_per_query(ranking) == detail["ranks"]
-    assert ranking.n_retrievable.tolist() == detail["n_retrievable"]
-    assert ranking.first_rank_opposite.tolist() == detail["opposite"]
-    assert ranking.first_rank.tolist() == [r[0] if r else -1 for r in detail["ranks"]]
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("kind", KINDS)
-def test_first_positive_path_matches_brute_force(kind, seed):
-    # recall and mrr need only the first positive: a cheaper pass (fast float32 product + exact window)
-    case = make_case(kind, seed)
-    expected, detail = case_oracle(case)
-    got = case_summary(case, metrics=["recall", "mrr"])
-    assert list(got)[:len(KS) + 1] == [f"recall@{k}" for k in KS] + ["mrr"]
-    assert_matches_oracle(got, expected)
-    ranking = rank_case(case, metrics=["recall", "mrr"])
-    assert not ranking.complete
-    assert ranking.first_rank.tolist() == [r[0] if r else -1 for r in detail["ranks"]]
-    assert ranking.n_positives.tolist() == [len(r) for r in detail["ranks"]]
-    assert ranking.n_retrievable.tolist() == detail["n_retrievable"]
-    assert ranking.first_rank_opposite.tolist() == detail["opposite"]
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("kind", KINDS)
-def test_recall_only_capped_path_matches_brute_force(kind, seed):
-    # recall@K alone lets a query stop counting once max(K) items surely beat its best positive
-    case = make_case(kind, seed)
-    expected, detail = case_oracle(case)
-    assert_matches_oracle(case_summary(case, metrics=["recall"]), expected)
-    assert retrieval_metrics(ks=KS, metrics=["recall"], **case) == {f"recall@{k}": expected[f"recall@{k}"] for k in KS}
-    first = np.array([r[0] if r else -1 for r in detail["ranks"]])
-    opposite = np.array(detail["opposite"])
-    for cap in (1, 2, 5):  # ranks of cap or more read cap (the opposite-rule rank too); -1 stays -1
-        ranking = rank_case(case, metrics=["recall"], ranks=Pass.first(cap))
-        assert ranking.cap == cap
-        np.testing.assert_array_equal(ranking.first_rank, np.minimum(first, cap))
-        np.testing.assert_array_equal(ranking.first_rank_opposite, np.minimum(opposite, cap))
 
 
 @pytest.mark.parametrize("memory", [1e-6, 0.02, 512])  # one-row tiles; a few tiles (partly live); one tile
@@ -351,31 +289,3 @@ def test_symmetric_path_equals_query_gallery_path(kind, memory):
                                                                                  max_memory_mb=memory)
 
 
-@pytest.mark.parametrize("kind, seed", [(k, s) for k in KINDS for s in SEEDS] + [(k, 0) for k in BIG_KINDS])
-def test_direct_path_equals_the_tiles(kind, seed, monkeypatch, caplog):
-    # Small problems take the direct path (one exact product of every cell, ranks from order keys); the
-    # Budget's DIRECT_CELLS forces each path. Every field of the Ranking must be identical, and the oracle's.
-    case = make_big_case(kind, seed) if kind in BIG_KINDS else make_case(kind, seed)
-    _, detail = case_oracle(case)
-    oracle_first = np.array([r[0] if r else -1 for r in detail["ranks"]])
-    for names, cap in ((METRICS, None), (["recall", "mrr"], None), (["recall"], 1), (["recall"], 5)):
-        got = {}
-        for path, cells in (("direct", 2**40), ("tiles", 0)):
-            with monkeypatch.context() as patch, caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
-                patch.setattr(Budget, "DIRECT_CELLS", cells)
-                caplog.clear()
-                got[path] = rank_case(case, names, ranks=None if cap is None else Pass.first(cap))
-            assert ("direct path" in ranking_logs(caplog)[0]) is (path == "direct")
-        for field in dataclasses.fields(ranking.Ranking):
-            a, b = getattr(got["direct"], field.name), getattr(got["tiles"], field.name)
-            assert type(a) is type(b), field.name
-            np.testing.assert_array_equal(a, b, err_msg=field.name)
-            if isinstance(a, np.ndarray):
-                assert a.dtype == b.dtype, field.name
-        direct = got["direct"]
-        np.testing.assert_array_equal(direct.first_rank, oracle_first if cap is None else np.minimum(oracle_first, cap))
-        np.testing.assert_array_equal(direct.first_rank_opposite, detail["opposite"] if cap is None
-                                      else np.minimum(detail["opposite"], cap))
-        assert direct.n_retrievable.tolist() == detail["n_retrievable"]
-        if direct.complete:
-            assert ranks_per_query(direct) == detail["ranks"]

@@ -13,14 +13,11 @@ from hypothesis import assume, given
 
 from ranking_cases import (
     BIG_KINDS,
-    KINDS,
     KS,
     PROPERTY,
-    SEEDS,
     assert_matches_oracle,
     assert_scratch_within_budget,
     case_oracle,
-    case_summary,
     make_big_case,
     make_case,
     rank_case,
@@ -83,26 +80,6 @@ def _assert_cut_of(top, full, depth=DEPTH):
         every = full.ranks[full.offsets[i]:full.offsets[i + 1]]
         np.testing.assert_array_equal(top.ranks[top.offsets[i]:top.offsets[i + 1]], every[every < top.depth[i]])
         assert top.depth[i] == min(max(full.n_positives[i], depth), full.n_retrievable[i])
-
-
-@pytest.mark.parametrize("kind, seed", [(k, s) for k in KINDS for s in SEEDS] + [(k, 0) for k in BIG_KINDS])
-def test_top_pass_matches_brute_force(kind, seed, caplog):
-    # every served metric as the oracle's, and the ranks within the depth
-    case = _case(kind, seed)
-    expected, detail = case_oracle(case)
-    with caplog.at_level(logging.DEBUG, logger="recallk.score.ranking.engine"):
-        got = case_summary(case, metrics=TOP_METRICS)
-        top = rank_case(case, TOP_METRICS, ranks=Pass.top(max(KS)))
-    assert len(_top_logs(caplog)) == 2
-    assert _route_counts(_top_logs(caplog)[1])["served"] == sum(map(bool, detail["ranks"]))  # every query
-    assert list(got)[:len(TOP_KEYS)] == TOP_KEYS
-    assert_matches_oracle(got, expected)
-    assert top.complete and top.cap is None
-    for i, every in enumerate(detail["ranks"]):
-        assert top.ranks[top.offsets[i]:top.offsets[i + 1]].tolist() == [r for r in every if r < top.depth[i]]
-    assert top.first_rank.tolist() == [r[0] if r else -1 for r in detail["ranks"]]
-    assert top.first_rank_opposite.tolist() == detail["opposite"]
-    assert top.n_retrievable.tolist() == detail["n_retrievable"]
 
 
 @pytest.mark.parametrize("route", ["pruned", "deep", "overflow", "capped"])

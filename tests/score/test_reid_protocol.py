@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from extras import extra
+from ranking_cases import case_summary
 from recallk.score.exclusion import joint_values, junk_flags, junk_pair
 from recallk.score.metrics import retrieval_summary
 from reference_evals import eval_market1501, pml_leave_one_out, similarity
@@ -36,10 +37,12 @@ def reid_problem(rng: np.random.Generator):
 
 
 def engine_reid(q, g, q_pid, g_pid, q_cam, g_cam, backend="numpy", metrics=("recall", "map")):
-    """The engine with the re-ID rules: joint (person, camera) exclusion and the -1 files junk for all."""
+    """The engine with the re-ID rules: joint (person, camera) exclusion and the -1 files junk for all
+    (``backend="faiss"``: the FAISS oracle's ranking, tests/faiss_oracle.py)."""
     exclude = [(np.c_[q_pid, q_cam], np.c_[g_pid, g_cam]), junk_pair(len(q_pid), g_pid == -1)]
-    return retrieval_summary(q, g, q_pid, g_pid, exclude=exclude, ks=KS, metrics=list(metrics),
-                             backend=backend)
+    case = dict(query_emb=q, gallery_emb=g, query_labels=q_pid, gallery_labels=g_pid, query_ids=None,
+                gallery_ids=None, exclude=exclude)
+    return case_summary(case, KS, list(metrics), backend=backend)
 
 
 def test_reid_rules_agree_with_torchreid_eval_market1501_on_random_problems():
@@ -65,7 +68,7 @@ def test_reid_rules_agree_with_torchreid_eval_market1501_on_random_problems():
     assert checked >= 200 and no_match >= 50  # enough problems, many with queries the protocol skips
 
 
-def test_faiss_backend_honours_the_reid_rules():
+def test_faiss_oracle_honours_the_reid_rules():
     extra("faiss", "faiss")
     rng = np.random.default_rng(5)
     for _ in range(20):

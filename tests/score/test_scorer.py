@@ -41,29 +41,31 @@ def test_a_scorer_gives_the_numbers_of_the_functions_call_after_call(metrics):
 
 
 def test_settings_are_checked_once_at_construction(monkeypatch):
+    # by the params check's own route (settings.base.checked), once, and never again at a call
     calls = []
-    for name in ("check_ks", "check_metrics", "check_memory", "check_backend"):
-        real = getattr(metrics_module, name)
-        monkeypatch.setattr(metrics_module, name, lambda v, real=real, name=name: calls.append(name) or real(v))
+    real = metrics_module.checked
+    monkeypatch.setattr(metrics_module, "checked", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
     scorer = Scorer(ScoreSettings(ks=[5, 1], metrics=["recall", "mrr"], max_memory_mb=64))
-    assert calls == ["check_ks", "check_metrics", "check_memory", "check_backend"]
+    assert calls == [ScoreSettings]
     assert scorer.settings.ks == (5, 1) and scorer.settings.metrics == ("recall", "mrr")  # held as tuples
     assert scorer.ranks == Pass.first() and scorer.keys == ["recall@5", "recall@1", "mrr"]
     case = make_case("gaussian", 0)
     for _ in range(3):
         scorer(*_arrays(case))
-    assert len(calls) == 4  # the calls check the data, never the settings again
+    assert calls == [ScoreSettings]  # the calls check the data, never the settings again
 
 
 @pytest.mark.parametrize("build, message", [
     (lambda: Scorer(ks=[0, 5]), "`ks` must be positive integers. Got [0, 5] instead."),
-    (lambda: Scorer(ScoreSettings(ks=None)), "`ks` must be positive integers. Got None instead."),
+    (lambda: Scorer(ScoreSettings(ks=())), "`ks` must be positive integers. Got [] instead."),
     (lambda: Scorer(metrics=["recal"]), "Did you mean `recall`?"),
     (lambda: Scorer(max_memory_mb=0), "`max_memory_mb` must be a positive number. Got 0 instead."),
-    (lambda: Scorer(backend="cupy"), "`backend` must be one of numpy, faiss, torch. Got 'cupy' instead."),
+    (lambda: Scorer(backend="cupy"), "`backend` must be one of numpy, torch. Got 'cupy' instead."),
+    (lambda: Scorer(backend="faiss"), "`backend` no longer takes `faiss`"),  # removed: the index stage's Flat
     (lambda: Scorer(backend="torch", device="tpu"), "`device` must be one of auto, cpu, cuda. Got 'tpu' instead."),
     (lambda: Scorer(ScoreSettings(engine="spark")), "`engine` must be one of local, ray. Got 'spark' instead."),
-    (lambda: Scorer(ScoreSettings(engine="ray", backend="faiss")), "`score.engine: ray` runs the numpy engine's"),
+    (lambda: Scorer(ScoreSettings(shards=2)), "ScoreSettings sets `shards: 2` with `backend: numpy`"),  # across
+    (lambda: Scorer(ScoreSettings(engine="ray", backend="torch", device="cuda")), "with `engine: ray`"),  # fields
 ])
 def test_bad_settings_are_refused_at_construction(build, message):
     with pytest.raises(InputError, match=re.escape(message)):
@@ -71,7 +73,7 @@ def test_bad_settings_are_refused_at_construction(build, message):
 
 
 def test_keywords_override_the_settings():
-    base = ScoreSettings(ks=(1, 5), metrics=("recall",), max_memory_mb=64, backend="faiss")
+    base = ScoreSettings(ks=(1, 5), metrics=("recall",), max_memory_mb=64, backend="torch")
     scorer = Scorer(base, ks=[10], backend="numpy")
     assert scorer.settings == ScoreSettings(ks=(10,), metrics=("recall",), max_memory_mb=64.0, backend="numpy")
     assert Scorer(base).settings.ks == (1, 5)  # None keeps the settings' value

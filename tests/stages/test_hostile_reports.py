@@ -132,10 +132,10 @@ def test_every_report_csv_names_what_was_evaluated(formula_run):
     id that metrics/evaluated.json spells out (a column, so the files stay plain CSV for dvc plots)."""
     evaluated = json.loads((formula_run / "metrics/evaluated.json").read_text(encoding="utf-8"))
     assert len(evaluated["id"]) == 12
-    for rel in REPORT_TABLES + ("metrics/recall_curve.csv", "data/scores/near_duplicates.csv"):
+    for rel in REPORT_TABLES + ("metrics/recall_curve.csv", "data/scores/embedding_copies.csv"):
         frame = pd.read_csv(formula_run / rel, dtype=str, keep_default_na=False)
         assert frame.columns[-1] == "evaluated", rel
-        assert set(frame["evaluated"]) <= {evaluated["id"]}, rel  # near_duplicates.csv: header only (check off)
+        assert set(frame["evaluated"]) <= {evaluated["id"]}, rel  # embedding_copies.csv: header only (check off)
 
 
 def test_the_evaluation_id_follows_what_is_measured_not_how():
@@ -144,11 +144,11 @@ def test_the_evaluation_id_follows_what_is_measured_not_how():
     split = {"data_root": "data/digits", "num_images": 10, "strategy": "per_class", "seed": 0}
     encode = {"backbone": "pixels", "fingerprint": "abc", "embedding_dim": 48}
     score = {"ks": [1, 5], "metrics": ["recall"], "exclude_same": [], "whiten": "none",
-             "near_duplicates": {"min_cosine": None}, "backend": "numpy", "max_memory_mb": 512,
+             "embedding_copies": {"min_cosine": None}, "backend": "numpy", "max_memory_mb": 512,
              "bootstrap": {"resamples": 10, "seed": 0}, "failures": {"queries": 8, "k": 5}}
     base = evaluation_id(split, encode, score)
     assert base == evaluation_id(split, encode, dict(score))  # deterministic
-    for how in ({"backend": "faiss"}, {"max_memory_mb": 64}, {"bootstrap": {"resamples": 0, "seed": 3}},
+    for how in ({"backend": "torch"}, {"max_memory_mb": 64}, {"bootstrap": {"resamples": 0, "seed": 3}},
                 {"failures": {"queries": 0, "k": 0}}):
         assert evaluation_id(split, encode, {**score, **how}) == base, how
     for what in ({"ks": [1]}, {"whiten": "pca"}, {"exclude_same": ["camera"]}, {"metrics": ["map"]}):

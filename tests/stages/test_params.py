@@ -67,7 +67,7 @@ def test_missing_keys_take_defaults():
                       "ray": {"address": None, "num_cpus": 1}, "exclude_same": [], "exclude_same_all": [], "junk": None,
                       "whiten": "none",
                       "bootstrap": {"resamples": 1000, "confidence": 0.95, "seed": 0, "unit": "query"},
-                      "failures": {"queries": 8, "k": 5}, "near_duplicates": {"min_cosine": None}}
+                      "failures": {"queries": 8, "k": 5}, "embedding_copies": {"min_cosine": None}}
 
 
 @pytest.mark.parametrize("path, value, section, match", [
@@ -145,5 +145,5 @@ def test_docs_tables_show_each_default_as_params_yaml_writes_it():
     from stages.params_doc import table
 
     rows = table(ScoreSettings).splitlines()
-    assert "| `ks` | `[1, 5, 10]` |" in rows[2] and any(r.startswith("| `near_duplicates.min_cosine` | `null` |")
+    assert "| `ks` | `[1, 5, 10]` |" in rows[2] and any(r.startswith("| `embedding_copies.min_cosine` | `null` |")
                                                        for r in rows)

@@ -38,15 +38,15 @@ def test_missing_ray_names_the_extra(monkeypatch):
         connect(None, "encode.engine: ray")
 
 
-def test_ray_engine_refuses_the_faiss_backend():
-    from recallk.score.data import RetrievalData
-    from recallk.score.metrics import rank
+def test_the_params_check_refuses_the_removed_faiss_backend_with_engine_ray():
+    # every params rule, cross-field ones included, lives in the settings and runs in the params check, before
+    # any work (once, this pair was refused only after the embeddings were loaded)
     from recallk.score.settings import ScoreSettings
+    from recallk.settings.base import checked
 
-    emb = np.eye(4, dtype=np.float32)
-    with pytest.raises(InputError, match=r"`score.engine: ray` runs the numpy engine's tiles on Ray; set "
-                                         r"`score.backend: numpy`"):
-        rank(RetrievalData(emb, emb, [0, 0, 1, 1], [0, 0, 1, 1]), ScoreSettings(backend="faiss", engine="ray"))
+    errors: list[str] = []
+    checked(ScoreSettings, {"engine": "ray", "backend": "faiss"}, "score", errors)
+    assert errors == [next(e for e in errors if e.startswith("`score.backend` no longer takes `faiss`"))]
 
 
 @pytest.mark.ray

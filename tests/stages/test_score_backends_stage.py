@@ -1,4 +1,4 @@
-"""The score stage with `score.backend: torch` (on CPU torch, the GPU code path) and `faiss`: every output that does
+"""The score stage with `score.backend: torch` (on CPU torch, the GPU code path): every output that does
 not name the backend is byte-identical to the numpy engine's, for the device's own passes (the top-L metrics,
 MRR) and, through the numpy engine, full `map`."""
 
@@ -49,12 +49,6 @@ def test_torch_backend_writes_the_numpy_bytes(scored_project, monkeypatch, caplo
         assert f"torch backend on cpu ({matmul}, {shards} shard(s))" in said, said
 
 
-def test_faiss_backend_writes_the_numpy_bytes(scored_project, monkeypatch):
-    extra("faiss", "faiss")
-    want = _score(scored_project, monkeypatch, {})
-    assert _score(scored_project, monkeypatch, {"score.backend": "faiss"}) == want
-
-
 @pytest.mark.parametrize("params, fragments", [
     # no GPU (CUDA hidden where there is one): the param and the fix named
     ({"score.device": "cuda"}, ["`score.device: cuda` needs a CUDA GPU", "set `score.device: cpu` or `auto`"]),
@@ -63,11 +57,17 @@ def test_faiss_backend_writes_the_numpy_bytes(scored_project, monkeypatch):
                                                        "Set `score.matmul: float32`"]),
     # engine: ray searches the shards on CPU torch: the GPU asked for would not run
     ({"score.engine": "ray", "score.device": "cuda"}, ["sets `device: cuda` with `engine: ray`", "`engine: local`"]),
+    # an old params file: the removed faiss backend, refused before any work, naming what to use instead
+    ({"score.backend": "faiss", "score.engine": "ray"}, ["`score.backend` no longer takes `faiss`", "use `numpy`",
+                                                          "the index stage's `Flat` kind"]),
+    # an old params file: the renamed embedding check
+    ({"score.near_duplicates": {"min_cosine": 0.99}}, ["`score.near_duplicates` was renamed to "
+                                                       "`score.embedding_copies`"]),
 ])
 def test_bad_device_params_stop_the_stage_with_one_message(scored_project, monkeypatch, params, fragments):
     # through the real stage: exit 2, one message, no traceback, and none of the stage's outputs left behind
     extra("torch", "torch")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    set_params(scored_project, {"score.backend": "torch", **params})
+    set_params(scored_project, {"score.backend": "torch", **params} if "score.backend" not in params else params)
     run_fails(scored_project, "score", *fragments)
     assert_no_outputs(scored_project, SCORE_OUTPUTS)

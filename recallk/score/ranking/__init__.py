@@ -1,8 +1,8 @@
 """The exact ranking engine: where each query's positives rank among what it may retrieve.
 
 ``rank_data`` (numpy, blocked under ``max_memory_mb``; ``rank_positives`` is its public wrapper
-over arrays) and ``rank_data_faiss`` (``faiss.IndexFlatIP``, a cross-check) return the same
-:class:`Ranking` for a :class:`~recallk.score.data.RetrievalData`. How the engine works: ``docs/internals/engine.md``.
+over arrays) returns the :class:`Ranking` of a :class:`~recallk.score.data.RetrievalData`; the torch backend
+(:mod:`~recallk.score.ranking.torch_api`) returns the same one. How the engine works: ``docs/internals/engine.md``.
 """
 
 from recallk.score.ranking.budget import Budget

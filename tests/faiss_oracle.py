@@ -1,4 +1,5 @@
-"""``score.backend: faiss``: the same exact ranking, searched with ``faiss.IndexFlatIP``.
+"""A test oracle: the exact ranking searched with ``faiss.IndexFlatIP`` (once ``score.backend: faiss``; the user's
+FAISS is the index stage, whose ``Flat`` kind is the exact control).
 
 FAISS returns each query's full ranking by its float32 inner products, with its
 own order among equal scores. Neighbouring scores closer than the float32 error
@@ -6,17 +7,14 @@ window may be in the wrong order, so every such run of items that holds a
 positive is re-sorted by the exact similarity and gallery index, which is the
 numpy engine's rule (:mod:`recallk.score.ranking`). The result is the same
 :class:`~recallk.score.ranking.Ranking`, so every metric is identical. FAISS needs the
-whole ranking (k = gallery size) here, so this backend is a cross-check and a
-reference, not the fast path.
+whole ranking (k = gallery size) here: a cross-check, not a fast path.
 """
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 
-from recallk.errors import MissingExtraError
+from extras import extra
 from recallk.score.data import RetrievalData
 from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.engine import Ranking
@@ -27,13 +25,9 @@ def rank_data_faiss(data: RetrievalData, max_memory_mb: float = 512) -> Ranking:
     """:func:`recallk.score.ranking.engine.rank_data` with ``Pass.every()`` (the complete ranking), computed
     with FAISS, for the checked ``data``.
 
-    Raises :class:`~recallk.errors.MissingExtraError` when faiss is not installed.
+    The faiss extra is required (:func:`extras.extra`: skipped without it, an error under ``make test``).
     """
-    logging.getLogger("faiss").setLevel(logging.WARNING)  # its loader's INFO lines are not the user's business
-    try:
-        import faiss
-    except ImportError as exc:
-        raise MissingExtraError("`backend: faiss`", "faiss", "faiss-cpu", exc) from None
+    faiss = extra("faiss", "faiss")
 
     p = Problem.build(data)
     n, m = p.q.shape[0], p.gp.shape[0]
