@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from recallk.index.exact import exact_run, problem_of
+from recallk.index.inputs import exact_run, problem_of
 from recallk.index.report import pareto_png, plotted_metrics
 from recallk.index.settings import IndexSettings, SweepSettings
 from recallk.index.sweep import cheapest, score_index

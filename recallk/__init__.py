@@ -39,7 +39,7 @@ _API = {
     "retrieval_metrics": "recallk.score.metrics",
     "retrieval_summary": "recallk.score.metrics",
     "first_positive_ranks": "recallk.score.metrics",
-    "METRICS": "recallk.score.metrics",
+    "METRICS": "recallk.score.registry",
     "Scorer": "recallk.score.metrics",
     "evaluate": "recallk.evaluation",
     "encode_all": "recallk.evaluation",

@@ -19,7 +19,7 @@ import pandas as pd
 from recallk.atomic import Folder, write_all
 from recallk.errors import InputError
 from recallk.index import report
-from recallk.index.exact import exact_from_tables, problem_from_split
+from recallk.index.inputs import exact_from_tables, problem_from_split
 from recallk.index.settings import IndexSettings
 from recallk.index.sweep import TIMING_KEYS, cheapest, score_index, split_timings, summary_rows
 from recallk.score.registry import metric_keys

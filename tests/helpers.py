@@ -320,9 +320,64 @@ def assert_user_error(proc: subprocess.CompletedProcess, *fragments: str) -> Non
         assert fragment in proc.stderr, f"{fragment!r} not in stderr:\n{proc.stderr}"
 
 
+#: The stage runner's log format (``stages.runner.run_stage``'s ``logging.basicConfig``), for :func:`run_in_process`.
+STAGE_LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+
+
+def run_in_process(stage: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """``python -m stages.<stage> args`` in ``cwd``, but in this process: ``stages.runner.run_stage`` of the
+    stage's ``main``, so a user error is its one ``error:`` line and exit 2, as from the command line. Returns
+    what a subprocess would: the exit code, stdout, and stderr with the stage's log lines (INFO and up, the
+    runner's format); any other exception is exit 1 with its traceback on stderr. A message test pays no
+    interpreter start; the subprocesses that keep the command line's contract are :func:`run_ok`'s and those
+    of tests/stages/test_runner.py. The cwd is on sys.path while it runs (a ``callable:`` backbone's module is
+    imported from the project, as ``python -m`` does), and the modules imported from the project are
+    forgotten afterwards."""
+    import importlib
+    import io
+    import logging
+    import traceback
+
+    from stages import runner
+
+    main = importlib.import_module(f"stages.{stage}").main
+    out, err = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(err)
+    handler.setFormatter(logging.Formatter(STAGE_LOG_FORMAT))
+    root, before_modules, folder = logging.getLogger(), set(sys.modules), str(cwd)
+    level = root.level
+    root.addHandler(handler)  # before run_stage: its basicConfig then adds none of its own
+    root.setLevel(logging.INFO)
+    sys.path.insert(0, folder)
+    importlib.invalidate_caches()
+    code, home = 0, os.getcwd()
+    try:
+        os.chdir(cwd)  # contextlib.chdir is Python 3.11+
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                runner.run_stage(main, list(args))
+            except SystemExit as stop:
+                code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+            except Exception:  # a bug, not a user error: the traceback a subprocess would print
+                err.write(traceback.format_exc())
+                code = 1
+    finally:
+        os.chdir(home)
+        root.removeHandler(handler)
+        root.setLevel(level)
+        with contextlib.suppress(ValueError):
+            sys.path.remove(folder)
+        for name in set(sys.modules) - before_modules:  # a user's module, imported from the project
+            if str(getattr(sys.modules[name], "__file__", None) or "").startswith(folder + os.sep):
+                del sys.modules[name]
+    return subprocess.CompletedProcess([sys.executable, "-m", f"stages.{stage}", *args], code, out.getvalue(),
+                                       err.getvalue())
+
+
 def run_fails(project: Path, stage: str, *fragments: str, args: Iterable[str] = ()) -> subprocess.CompletedProcess:
-    """Run a stage that must fail as a user error (:func:`assert_user_error`); returns the run."""
-    proc = run_module(f"stages.{stage}", *args, cwd=project)
+    """Run a stage that must fail as a user error (:func:`assert_user_error`), in process
+    (:func:`run_in_process`); returns the run."""
+    proc = run_in_process(stage, *args, cwd=project)
     assert_user_error(proc, *fragments)
     return proc
 

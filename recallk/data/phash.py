@@ -26,7 +26,6 @@ from PIL import Image
 
 HASH_BITS = 64
 #: What the ``phash`` column holds; bump it (and re-run split) if :func:`phash` could change its values.
-PHASH_METHOD = "imagehash.phash(hash_size=8) of the upright RGB image"
 #: Pairs compared per chunk of candidates (about 40 bytes each).
 _CHUNK = 1 << 22
 PAIR_COLUMNS = ["id_a", "id_b", "label_a", "label_b", "split_a", "split_b", "distance"]

@@ -24,7 +24,7 @@ from recallk.errors import InputError, did_you_mean, quote
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DATASETS", "Prepared", "apply_params", "prepare"]
+__all__ = ["DATASETS", "PreparedDataset", "apply_params", "prepare"]
 
 #: The score params of the leave-one-out benchmarks: no exclusion beyond the query's own image.
 LOO_SCORE = {"exclude_same": [], "exclude_same_all": [], "junk": None}
@@ -67,7 +67,7 @@ DATASETS: dict[str, Dataset] = {d.name: d for d in (
 
 
 @dataclass(frozen=True)
-class Prepared:
+class PreparedDataset:
     """What :func:`prepare` wrote and found: the manifest, the params of the official protocol, the counts
     measured and the official ones, and a phrase per count that differs."""
 
@@ -79,7 +79,7 @@ class Prepared:
 
 
 def prepare(name: str, root: str | os.PathLike, *, out: str | os.PathLike | None = None,
-            strict: bool = False) -> Prepared:
+            strict: bool = False) -> PreparedDataset:
     """Write the manifest of benchmark ``name`` from its extracted release under ``root``.
 
     Parameters
@@ -96,7 +96,7 @@ def prepare(name: str, root: str | os.PathLike, *, out: str | os.PathLike | None
 
     Returns
     -------
-    Prepared
+    PreparedDataset
         The manifest (``<out>/recallk_<name>.csv``, written atomically) and the params.
 
     Raises
@@ -135,4 +135,4 @@ def prepare(name: str, root: str | os.PathLike, *, out: str | os.PathLike | None
     params = {"split": {"data_root": str(base), "csv": manifest.name, "strategy": "given", "protocol": ds.protocol,
                         "images": "files"},
               "score": dict(ds.score)}
-    return Prepared(manifest, params, counts, dict(ds.official), found)
+    return PreparedDataset(manifest, params, counts, dict(ds.official), found)

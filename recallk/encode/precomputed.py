@@ -6,9 +6,9 @@ naming the aligned ids (an ``.npy`` of strings, or a ``.txt`` with one id per
 line). Nothing is unpickled: arrays load with ``allow_pickle=False``.
 
 The encode stage depends on ``${encode.precomputed.path}`` (dvc.yaml), so replacing the file re-runs
-encode and score. Its default is :data:`PLACEHOLDER` (:data:`recallk.encode.base.NO_FILE`), a committed
+encode and score. Its default is :data:`recallk.encode.base.NO_FILE`, a committed
 file that stands for "none" (DVC cannot track null). ``encode.precomputed.ids`` is a dep too (default
-:data:`IDS_PLACEHOLDER`, the same file), so replacing the ids file of an ``.npy`` re-runs them as well.
+the same file), so replacing the ids file of an ``.npy`` re-runs them as well.
 
 Headers are read before any data: an ``.npy`` whose header claims more data than the file holds, an
 ``.npz`` member that is not an ``.npy`` or that inflates far beyond its compressed size (a deflate bomb),
@@ -26,13 +26,12 @@ from typing import IO, Sequence
 import numpy as np
 
 from recallk.checks import unusable_rows
-from recallk.encode.base import NO_FILE, is_no_file
+from recallk.encode.base import is_no_file
 from recallk.errors import InputError, clip, quote
 
 NAME = "precomputed"
 #: The defaults of ``encode.precomputed.path`` and ``encode.precomputed.ids``: the committed file standing
 #: for "no file".
-PLACEHOLDER = IDS_PLACEHOLDER = NO_FILE
 
 
 #: An ``.npz`` member above :data:`INFLATION_FLOOR` bytes may inflate to at most this many times its compressed

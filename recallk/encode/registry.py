@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from recallk.encode.base import NO_FILE, Backbone, fingerprint, is_no_file
+from recallk.encode.base import Backbone, fingerprint, is_no_file
 from recallk.errors import InputError, clip, did_you_mean, quote
 
 REGISTRY: dict[str, Callable[..., Backbone]] = {}
@@ -134,7 +134,6 @@ def hf_model(folder: str, runtime: Any = None, **options: Any) -> Backbone:
 CALLABLE_PREFIX = "callable:"
 #: The default of ``encode.callable.module_file``: the committed file standing for "no file" (the encode
 #: stage depends on ``${encode.callable.module_file}`` in dvc.yaml, and DVC cannot track null).
-MODULE_PLACEHOLDER = NO_FILE
 
 
 def _check_module_file(spec: str, source: str, module_file: str) -> None:

@@ -21,8 +21,6 @@ import numpy as np
 from recallk.errors import InputError, clip
 
 #: The sweep parameters, by the library that has them.
-FAISS_PARAMS = ("nprobe", "efSearch")
-HNSWLIB_PARAMS = ("ef",)
 #: ``hnswlib``, ``hnswlib,M16``, ``hnswlib,M16,efc200``.
 HNSWLIB = re.compile(r"^hnswlib(?:,M([1-9][0-9]*))?(?:,efc([1-9][0-9]*))?$")
 #: Examples named by the messages.

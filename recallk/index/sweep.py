@@ -41,7 +41,7 @@ TO_R, TO_GALLERY = ("r_precision", "map@r"), ("map", "mrr")
 
 
 @dataclass(frozen=True, eq=False)
-class Problem:
+class IndexProblem:
     """The retrieval problem as the index sees it (rows in the exact run's order).
 
     Attributes
@@ -156,7 +156,7 @@ def paired(index_values: dict[str, np.ndarray], exact: Exact, score: ScoreSettin
     return out
 
 
-def returned_cosines(problem: Problem, ids: np.ndarray) -> np.ndarray:
+def returned_cosines(problem: IndexProblem, ids: np.ndarray) -> np.ndarray:
     """(n, k) float32 the exact cosine of each returned gallery row (the exact engine's, ``exact_pairs``), NaN
     where the index returned none (-1): computed once per point, for its order and its k-NN recall."""
     line, col = np.nonzero(ids >= 0)
@@ -165,7 +165,7 @@ def returned_cosines(problem: Problem, ids: np.ndarray) -> np.ndarray:
     return exact
 
 
-def ordering_scores(problem: Problem, ids: np.ndarray, scores: np.ndarray,
+def ordering_scores(problem: IndexProblem, ids: np.ndarray, scores: np.ndarray,
                     exact: np.ndarray | None = None) -> tuple[np.ndarray, str]:
     """The scores a point's lists are ordered by, and which: the exact cosines of the returned items
     (``exact``, :func:`returned_cosines`) when the index's own scores are all within float32 rounding of them
@@ -181,7 +181,7 @@ def ordering_scores(problem: Problem, ids: np.ndarray, scores: np.ndarray,
     return scores, "the index's own scores"
 
 
-def knn_recalls(problem: Problem, exact: Exact, columns: np.ndarray, ks: Sequence[int],
+def knn_recalls(problem: IndexProblem, exact: Exact, columns: np.ndarray, ks: Sequence[int],
                 column_cosines: np.ndarray | None = None) -> dict[str, Any]:
     """k-NN recall@K of the lists ``columns`` under both definitions, at each K the exact table holds
     (``column_cosines``: the exact cosines of ``columns``, NaN at -1, when the caller has them)."""
@@ -227,7 +227,7 @@ class Shared:
     n_retrievable: np.ndarray
 
 
-def score_answers(problem: Problem, exact: Exact, ids: np.ndarray, scores: np.ndarray, depth: int,
+def score_answers(problem: IndexProblem, exact: Exact, ids: np.ndarray, scores: np.ndarray, depth: int,
                   score: ScoreSettings, shared: Shared) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """What a point reports that follows from its answers ``ids``, ``scores`` (not its timings): the order, the
     short lists, the k-NN recall, each metric paired with exact; and the per-query values. The exact cosines
@@ -256,7 +256,7 @@ def warn_below_k(kind: str, points: Sequence[dict[str, Any]], asked: int) -> Non
                     ", ".join(str(p["value"]) for p in below), below[0]["effective_value"], asked)
 
 
-def score_index(problem: Problem, exact: Exact, settings: IndexSettings,
+def score_index(problem: IndexProblem, exact: Exact, settings: IndexSettings,
                 score: ScoreSettings) -> tuple[list[dict[str, Any]], list[pd.DataFrame]]:
     """Build, search and score every operating point of ``settings.kinds``.
 

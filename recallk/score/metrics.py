@@ -39,7 +39,7 @@ from recallk.errors import InputError
 from recallk.score.data import RetrievalData
 from recallk.score.passes import Pass
 from recallk.score.ranking import Ranking, rank_data
-from recallk.score.registry import METRIC_NAMES, metric_keys, serving_pass
+from recallk.score.registry import METRICS, metric_keys, serving_pass
 from recallk.score.settings import ScoreSettings
 from recallk.score.values import per_query, summarize
 from recallk.settings.base import as_params, checked, from_mapping
@@ -48,7 +48,6 @@ __all__ = ["METRICS", "Scorer", "first_positive_ranks", "metric_keys", "per_quer
            "retrieval_metrics", "retrieval_summary", "summarize"]
 
 #: Metric names accepted by ``metrics=`` / ``score.metrics``; recall and precision expand to one key per K.
-METRICS = METRIC_NAMES
 
 
 def rank(data: RetrievalData, settings: ScoreSettings, ranks: Pass | None = None,

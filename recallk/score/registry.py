@@ -1,7 +1,7 @@
 """The metric registry: one pure function per metric and one table, :data:`TABLE`.
 
 Each row (:class:`Metric`) names a metric, its function and the ranks it reads (:class:`~recallk.score.passes.Ranks`);
-the metric names (:data:`METRIC_NAMES`, the rule of ``metrics=`` / ``score.metrics``), the first-rank-only
+the metric names (:data:`METRICS`, the rule of ``metrics=`` / ``score.metrics``), the first-rank-only
 set (:data:`FIRST_ONLY`), the engine pass that serves a set of metrics (:func:`serving_pass`) and the
 dispatch of :func:`recallk.score.metrics.per_query` all come from the table, read when called. A new metric
 is one function and one row.
@@ -175,7 +175,7 @@ def rows(metrics: Iterable[str]) -> list[Metric]:
 
 
 #: Metric names of ``metrics=`` / ``score.metrics`` (the table at import; the rules read the table).
-METRIC_NAMES = names()
+METRICS = names()
 #: Metrics that read only each query's first positive (a cheaper ranking pass).
 FIRST_ONLY = frozenset(m.name for m in TABLE if m.ranks is Ranks.FIRST)
 

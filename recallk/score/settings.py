@@ -16,7 +16,7 @@ from recallk.checks import (
     positive_number_problem,
 )
 from recallk.errors import quote
-from recallk.score.registry import METRIC_NAMES, metrics_problem
+from recallk.score.registry import METRICS, metrics_problem
 from recallk.settings.base import ray_address, setting
 
 
@@ -107,7 +107,7 @@ class ScoreSettings:
 
     ks: tuple[int, ...] = setting([1, 5, 10], ks_problem,
                                   "the K of `recall@K` and `precision@K`: distinct positive integers")
-    metrics: tuple[str, ...] = setting(list(METRIC_NAMES), metrics_problem,
+    metrics: tuple[str, ...] = setting(list(METRICS), metrics_problem,
                                        "which of `recall`, `precision`, `r_precision`, `map@r`, `map`, `mrr`; "
                                        "`recall` and `mrr` alone take a cheaper pass")
     max_memory_mb: float = setting(512, positive_number_problem,

@@ -13,6 +13,7 @@ from helpers import ROOT
 from leakage_helpers import run_prepare, write_planted_images
 from recallk.data import catalog, contract
 from recallk.encode import precomputed
+from recallk.encode.base import NO_FILE
 from recallk.encode.embed import embed
 from recallk.encode.settings import EncodeSettings
 from recallk.errors import InputError
@@ -110,7 +111,7 @@ def test_encode_without_files_needs_the_precomputed_backbone(tmp_path):
 
 
 def test_the_precomputed_placeholder_means_none(tmp_path):
-    assert (ROOT / precomputed.PLACEHOLDER).is_file()  # a committed file: a valid DVC dep
-    assert EncodeSettings().precomputed.path == precomputed.PLACEHOLDER
+    assert (ROOT / NO_FILE).is_file()  # a committed file: a valid DVC dep
+    assert EncodeSettings().precomputed.path == NO_FILE
     with pytest.raises(InputError, match=r"needs `encode.precomputed.path`.*the placeholder for none"):
-        precomputed.read_precomputed(precomputed.PLACEHOLDER, None)
+        precomputed.read_precomputed(NO_FILE, None)

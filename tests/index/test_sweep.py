@@ -10,7 +10,7 @@ import pytest
 
 from extras import extra
 from recallk.errors import InputError
-from recallk.index.exact import exact_run, problem_of
+from recallk.index.inputs import exact_run, problem_of
 from recallk.index.settings import IndexSettings, SweepSettings
 from recallk.index.sweep import cheapest, score_index
 from recallk.score.data import RetrievalData

@@ -101,14 +101,11 @@ def test_replacing_the_ids_file_of_an_npy_reencodes(tmp_path):
 
 def test_the_placeholders_exist_and_match_the_library():
     from helpers import ROOT
-    from recallk.encode import precomputed, registry
+    from recallk.encode.base import NO_FILE
     from recallk.encode.settings import EncodeSettings
 
-    defaults = EncodeSettings()
-    assert defaults.precomputed.path == precomputed.PLACEHOLDER
-    assert defaults.precomputed.ids == precomputed.IDS_PLACEHOLDER
-    assert defaults.callable.module_file == registry.MODULE_PLACEHOLDER
-    for rel in (precomputed.PLACEHOLDER, precomputed.IDS_PLACEHOLDER, registry.MODULE_PLACEHOLDER):
-        assert (ROOT / rel).is_file(), rel
+    defaults = EncodeSettings()  # one committed placeholder file stands for every null path param
+    assert defaults.precomputed.path == defaults.precomputed.ids == defaults.callable.module_file == NO_FILE
+    assert (ROOT / NO_FILE).is_file(), NO_FILE
     dvc_yaml = (ROOT / "dvc.yaml").read_text()
     assert "${encode.precomputed.ids}" in dvc_yaml and "${encode.callable.module_file}" in dvc_yaml

@@ -26,7 +26,7 @@ from ranking_cases import (
 from recallk.score import values as values_module
 from recallk.score.metrics import METRICS, per_query, retrieval_summary
 from recallk.score.passes import Pass
-from recallk.score.ranking import Budget
+from recallk.score.ranking import Budget, consecutive_runs
 from recallk.score.ranking import counting as counting_module
 from recallk.score.ranking import engine as ranking
 from recallk.score.ranking import fast as fast_module
@@ -176,7 +176,7 @@ def test_queries_in_chunks_never_change_a_number(kind, monkeypatch):
     ([], 4, [(0, 0)]),                         # no entries: one empty run
 ])
 def test_consecutive_runs(counts, most, runs):
-    assert ranking.consecutive_runs(np.array(counts, dtype=np.int64), most) == runs
+    assert consecutive_runs(np.array(counts, dtype=np.int64), most) == runs
 
 
 @pytest.mark.parametrize("span", [1, 7])  # at most one query per span (a query's positives never split); a few

@@ -68,10 +68,10 @@ from recallk.score.ranking.exact import exact_tiles
 from recallk.score.ranking.fast import fast_tiles
 from recallk.score.ranking.positives import find_positives, positive_counts
 from recallk.score.ranking.problem import Problem
-from recallk.score.ranking.schedule import Select, consecutive_runs, query_chunks, rows_to_csr, spans
+from recallk.score.ranking.schedule import Select, query_chunks, rows_to_csr, spans
 from recallk.score.ranking.top import deepest, top_ranks
 
-__all__ = ["Ranking", "consecutive_runs", "rank_data", "rank_positives"]  # consecutive_runs: from schedule, as before
+__all__ = ["Ranking", "rank_data", "rank_positives"]
 
 log = logging.getLogger(__name__)
 

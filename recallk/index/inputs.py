@@ -12,7 +12,7 @@ import pandas as pd
 
 from recallk.checks import check_exclude_columns
 from recallk.errors import InputError
-from recallk.index.sweep import Exact, Problem
+from recallk.index.sweep import Exact, IndexProblem
 from recallk.score.data import RetrievalData
 from recallk.score.exclusion import exclusion_pairs
 from recallk.score.metrics import rank
@@ -27,7 +27,7 @@ from recallk.score.whitening import pca_whitening
 from recallk.tables_contract import per_query_column
 
 
-def problem_of(data: RetrievalData, train: np.ndarray | None = None) -> Problem:
+def problem_of(data: RetrievalData, train: np.ndarray | None = None) -> IndexProblem:
     """The unit rows, label codes, own rows and exclusion codes of ``data`` (``train``: raw training rows)."""
     q_codes, g_codes = code_columns(np.asarray(data.query_labels), np.asarray(data.gallery_labels))
     own = (own_rows(np.asarray(data.query_ids), np.asarray(data.gallery_ids)) if data.query_ids is not None
@@ -35,7 +35,8 @@ def problem_of(data: RetrievalData, train: np.ndarray | None = None) -> Problem:
     exclude = [tuple(code_columns(qv, gv, missing=True)) for qv, gv in data.exclude]
     dim = data.gallery_emb.shape[1]
     rows = l2_normalize(train) if train is not None and len(train) else np.empty((0, dim), dtype=np.float32)
-    return Problem(l2_normalize(data.query_emb), l2_normalize(data.gallery_emb), rows, q_codes, g_codes, own, exclude)
+    return IndexProblem(l2_normalize(data.query_emb), l2_normalize(data.gallery_emb), rows, q_codes, g_codes, own,
+                        exclude)
 
 
 def exact_run(data: RetrievalData, score: ScoreSettings) -> Exact:
@@ -82,7 +83,7 @@ def exact_from_tables(per_query_table: pd.DataFrame, neighbors: pd.DataFrame, qu
     return Exact(table, rows, scores)
 
 
-def problem_from_split(sets: SplitSets, catalog: pd.DataFrame, score: ScoreSettings) -> Problem:
+def problem_from_split(sets: SplitSets, catalog: pd.DataFrame, score: ScoreSettings) -> IndexProblem:
     """The problem of a split's queries and gallery as the score stage scores them (the same whitening, ids and
     exclusion rules: ``score.exclude_same``, ``exclude_same_all`` and ``junk``), with the train split's rows for
     training (empty when it has none)."""
