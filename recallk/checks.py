@@ -81,8 +81,12 @@ def positive_number_problem(v: Any) -> str | None:
     return None
 
 
-#: ``max_memory_mb``: :func:`positive_number_problem`, the rule of ``score.max_memory_mb``; returns a float.
-check_memory = checker("max_memory_mb", positive_number_problem, float)
+#: The default of ``score.max_memory_mb`` (MiB), written once: the settings and every function's ``None`` use it.
+DEFAULT_MEMORY_MB = 512
+#: ``max_memory_mb``: :func:`positive_number_problem`, the rule of ``score.max_memory_mb``; returns a float (None:
+#: :data:`DEFAULT_MEMORY_MB`).
+check_memory = checker("max_memory_mb", positive_number_problem, float,
+                       lambda v: DEFAULT_MEMORY_MB if v is None else v)
 
 
 def choice_problem(v: Any, options: Sequence[str]) -> str | None:
@@ -178,10 +182,6 @@ def ks_problem(v: Any) -> str | None:
     if len(set(v)) != len(v):
         return f"must not repeat a value. Got {quote(v)} instead."
     return None
-
-
-#: ``ks`` (any iterable): :func:`ks_problem`, the rule of ``score.ks``; returns a list of int.
-check_ks = checker("ks", ks_problem, lambda ks: [int(k) for k in ks], as_list)
 
 
 # --------------------------------------------------------------------------------------- exclusion columns

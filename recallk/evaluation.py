@@ -9,8 +9,8 @@ import numpy as np
 from PIL import Image
 
 from recallk import images
-from recallk.checks import as_array, check_ks
-from recallk.score.metrics import recall_at_k
+from recallk.checks import as_array
+from recallk.score.metrics import recall_at_k, score_settings
 
 
 def encode_all(items: Sequence[Any], encoder_fn: Callable[[list[Image.Image]], Any], batch: int = 32) -> np.ndarray:
@@ -24,7 +24,7 @@ def encode_all(items: Sequence[Any], encoder_fn: Callable[[list[Image.Image]], A
 
 def evaluate(query_images: Sequence[Any], gallery_images: Sequence[Any], query_labels: Sequence[Any],
              gallery_labels: Sequence[Any], *, encoder_fn: Callable[[list[Image.Image]], Any],
-             ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
+             ks: Sequence[int] | None = None) -> dict[str, float]:
     """Encode both sets with ``encoder_fn`` and return :func:`recall_at_k`.
 
     The signature shape of :func:`~recallk.score.metrics.recall_at_k`: the data positional in the same order
@@ -38,7 +38,8 @@ def evaluate(query_images: Sequence[Any], gallery_images: Sequence[Any], query_l
     gallery_labels : sequence of length len(gallery_images)
     encoder_fn : callable
         ``encoder_fn(list[PIL.Image.Image]) -> array of shape (batch, d)``, called on batches of 32.
-    ks : sequence of positive int, default (1, 5, 10)
+    ks : sequence of positive int, optional
+        Default: the ``score.ks`` default (1, 5, 10); checked before anything is encoded.
 
     Returns
     -------
@@ -53,7 +54,7 @@ def evaluate(query_images: Sequence[Any], gallery_images: Sequence[Any], query_l
     ``encoder_fn`` may return a torch tensor, requiring grad or not (it is detached).
     When every query lacks a positive the result is NaN with a ``RuntimeWarning``.
     """
-    check_ks(ks)
+    ks = score_settings(ks=ks).ks  # checked first: a bad K never waits for the encoding
     q_emb = encode_all(query_images, encoder_fn)
     g_emb = encode_all(gallery_images, encoder_fn)
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recallk.checks import (
+    DEFAULT_MEMORY_MB,
     backend_problem,
     choice,
     columns_problem,
@@ -110,7 +111,7 @@ class ScoreSettings:
     metrics: tuple[str, ...] = setting(list(METRICS), metrics_problem,
                                        "which of `recall`, `precision`, `r_precision`, `map@r`, `map`, `mrr`; "
                                        "`recall` and `mrr` alone take a cheaper pass")
-    max_memory_mb: float = setting(512, positive_number_problem,
+    max_memory_mb: float = setting(DEFAULT_MEMORY_MB, positive_number_problem,
                                    "bound on the engine's extra memory at any N×M (what it covers: "
                                    "[docs/internals/engine.md](internals/engine.md#max_memory_mb))")
     backend: str = setting("numpy", backend_problem,

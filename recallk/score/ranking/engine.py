@@ -134,7 +134,7 @@ class Ranking:
 def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels: Sequence[Any],
                    gallery_labels: Sequence[Any], *, query_ids: Sequence[Any] | None = None,
                    gallery_ids: Sequence[Any] | None = None, exclude: Sequence[tuple[Any, Any]] = (),
-                   same_set: bool | None = None, ranks: Pass = EVERY, max_memory_mb: float = 512,
+                   same_set: bool | None = None, ranks: Pass = EVERY, max_memory_mb: float | None = None,
                    count_tiles: CountTiles | None = None) -> Ranking:
     """Exact ranks of every query's positives (or those ``ranks`` asks for): :func:`rank_data` of the
     :class:`~recallk.score.data.RetrievalData` of the arguments, checked.
@@ -147,8 +147,9 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
         The pass (:class:`~recallk.score.passes.Pass`): every positive's rank, each query's first positive
         only (``Pass.first(cap=None)``: recall@K, MRR), or the positives within its first ``max(R, depth)``
         ranks (``Pass.top(depth, cap=None)``).
-    max_memory_mb : float, default 512
-        The memory bound (:class:`~recallk.score.ranking.budget.Budget`, see :func:`rank_data`).
+    max_memory_mb : float, optional
+        The memory bound (:class:`~recallk.score.ranking.budget.Budget`, see :func:`rank_data`); None: the
+        ``score.max_memory_mb`` default.
     count_tiles : callable, optional
         Runs the tile jobs elsewhere (:data:`CountTiles`; e.g. :class:`~recallk.score.ranking.ray_tiles.RayTiles`).
 

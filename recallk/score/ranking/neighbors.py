@@ -26,7 +26,7 @@ from recallk.score.ranking.scan import exact_pairs
 from recallk.score.similarity import float32_dot_error_bound, l2_normalize
 
 
-def top_k(data: RetrievalData, k: int, max_memory_mb: float = 512) -> tuple[np.ndarray, np.ndarray]:
+def top_k(data: RetrievalData, k: int, max_memory_mb: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The top ``k`` gallery items of every query of ``data``, exactly.
 
     Parameters
@@ -37,8 +37,8 @@ def top_k(data: RetrievalData, k: int, max_memory_mb: float = 512) -> tuple[np.n
         exclusion pair (missing values never match).
     k : int
         Items per query; fewer when a query may retrieve fewer items.
-    max_memory_mb : float
-        Bound on the scratch of one block of queries.
+    max_memory_mb : float, optional
+        Bound on the scratch of one block of queries; None: the ``score.max_memory_mb`` default.
 
     Returns
     -------
