@@ -246,8 +246,8 @@ def test_tensors_on_another_device_than_asked_are_refused():
     ({"backend": "torch", "shards": 0}, r"`shards` must be an integer between 1 and 4096. Got 0"),
     # the torch backend's settings with the numpy engine would be ignored
     ({"shards": 3}, r"ScoreSettings sets `shards: 3` with `backend: numpy`, but only `backend: torch` reads it"),
-    ({"backend": "faiss", "matmul": "tf32", "device": "cuda"},
-     r"sets `matmul: tf32` and `device: cuda` with `backend: faiss`.*reads them"),
+    ({"backend": "numpy", "matmul": "tf32", "device": "cuda"},
+     r"sets `matmul: tf32` and `device: cuda` with `backend: numpy`.*reads them"),
     # engine: ray searches the shards on CPU torch in its tasks: a GPU or TF32 asked for would not run
     ({"backend": "torch", "engine": "ray", "device": "cuda"},
      r"sets `device: cuda` with `engine: ray`, but the Ray tasks search .* on CPU torch.*`engine: local`"),

@@ -225,7 +225,7 @@ def test_param_errors_are_reported_at_once(scored_project):
     err = proc.stderr
     assert err.startswith("error: invalid params.yaml"), err
     for fragments in (["`score.metrics`", "'recal'", "Did you mean `recall`?"],
-                      ["`score.backend` must be one of numpy, faiss, torch", "'fast'"],
+                      ["`score.backend` must be one of numpy, torch", "'fast'"],
                       ["`score.bootstrap.confidence` must be a number strictly between 0 and 1", "1.5"],
                       ["`score.exclude_same` must be a list", "'camera'"],
                       ["`score.bootsrap` is not a known param", "Did you mean `bootstrap`?"]):
