@@ -145,7 +145,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory):
 def split_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``project`` after the split stage (committed params). Never modified."""
     proj = new_project(tmp_path_factory.mktemp("split_base") / "proj")
-    run_ok(proj, "split")
+    run_ok(proj, "split", cli=True)  # the command line's exit 0 (the other session projects run in process)
     return proj
 
 

@@ -6,7 +6,8 @@
 * data: seeded images, digit subsets, a project folder (``params.yaml`` + images);
 * params: :func:`set_params` (dotted keys) and :func:`edit_params` (any change);
 * stage runs: :func:`run_ok` and :func:`run_fails` (a clean user error: exit 2, one ``error:``
-  message, no traceback), :func:`assert_no_outputs`, :func:`plant_stale`;
+  message, no traceback), in process (:func:`run_in_process`: the stage runner's exit code and stderr without
+  an interpreter start) unless asked for the command line; :func:`assert_no_outputs`, :func:`plant_stale`;
 * pipelines: a temp git repo with the project's DVC files, ``dvc repro`` with what ran;
 * the cheapest project every stage runs on (:func:`tiny_project`).
 
@@ -300,11 +301,14 @@ def _output(proc: subprocess.CompletedProcess) -> str:
     return f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
 
 
-def run_ok(project: Path, *stages: str) -> subprocess.CompletedProcess:
-    """Run each stage (``split``, ``encode``, ``score``) in ``project``; each must succeed. Returns the last run."""
+def run_ok(project: Path, *stages: str, cli: bool = False) -> subprocess.CompletedProcess:
+    """Run each stage (``split``, ``encode``, ``score``) in ``project``; each must succeed. Returns the last run.
+    In process (:func:`run_in_process`: no interpreter start per stage), or with ``cli`` as ``python -m
+    stages.<stage>``: the command line's exit 0, kept by conftest.py's ``split_base`` and by the runs that start
+    torch or join a Ray cluster (their process-wide state stays out of the test process)."""
     proc = None
     for stage in stages:
-        proc = run_module(f"stages.{stage}", cwd=project)
+        proc = run_module(f"stages.{stage}", cwd=project) if cli else run_in_process(stage, cwd=project)
         assert proc.returncode == 0, f"{stage} failed\n{_output(proc)}"
         assert "Traceback" not in proc.stderr, proc.stderr
     return proc
@@ -340,6 +344,10 @@ def run_in_process(stage: str, *args: str, cwd: Path) -> subprocess.CompletedPro
 
     from stages import runner
 
+    if not RUNNING_MARKS & STAGE_MARKS:  # as for a stage subprocess (run_module): `-m "not stage"` runs no stage
+        pytest.fail(f"this test runs the {stage} stage but is not marked `stage`: add @pytest.mark.stage (or "
+                    "pytestmark = pytest.mark.stage to its file), or take a project of conftest.STAGE_PROJECTS",
+                    pytrace=False)
     main = importlib.import_module(f"stages.{stage}").main
     out, err = io.StringIO(), io.StringIO()
     handler = logging.StreamHandler(err)

@@ -1,6 +1,6 @@
 """The hostile-input corpus's shared pieces: its tiny project, manifests and checks of stage output
-(imported by tests/stages/test_hostile_corpus.py and test_hostile_manifests.py, each with its own ``proj``
-fixture: :func:`make_project` in ``tmp_path``)."""
+(imported by tests/stages/test_split_stage_images.py and test_split_stage_manifests.py, each with its own
+``proj`` fixture: :func:`make_project` in ``tmp_path``)."""
 
 from __future__ import annotations
 

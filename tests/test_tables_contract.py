@@ -1,6 +1,6 @@
 """recallk.tables_contract: the per-query table's model (what the score stage writes is what ``recallk compare``
 reads) and its column names; compare imports no rendering code. (The formula quoting of the report tables:
-tests/stages/test_hostile_reports.py.)"""
+tests/stages/test_score_stage_reports.py.)"""
 
 from __future__ import annotations
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from recallk.compare import cli, paired
+from helpers import ROOT
+from recallk.compare import cli, outputs, paired
 from recallk.errors import InputError
 
 
@@ -115,3 +117,136 @@ def test_draws_are_capped_and_reported(caplog):
     result = paired.compare(a, b, paired.CompareSettings(resamples=5000, permutations=5000, max_draws=3_000_000))
     assert result["draws"]["resamples"] == 1000 and result["draws"]["resamples_asked"] == 5000
     assert "capped from 5,000" in cli.draws_line(result) and "resamples capped at 1000 of 5000" in caplog.text
+
+
+# ------------------------------------------------------------------------------ damaged tables (issue 25)
+# Moved from the hostile corpus (test_hostile_trust.py). `recallk compare` runs in process (its `main`); a user
+# error is exit code 2, one `error:` line that names the file, the CSV line, the query and the column, nothing on
+# stdout and no file written. (Kills at every write and rename: tests/stages/test_kill_points.py.)
+
+
+HEADER = "image_id,label,num_positives,num_retrievable,hit@1,ap,evaluated"
+ROWS = ["q0,a,2,9,1,0.5,e1", "q1,a,2,9,0,0.25,e1", "q2,b,1,9,1,1,e1", "q3,c,0,9,,,e1"]  # q3: no positive
+
+
+def table(rows=ROWS, header=HEADER) -> str:
+    return header + "\n" + "".join(r + "\n" for r in rows)
+
+
+def with_cell(row: int, column: str, value: str) -> str:
+    """The table with one cell replaced (``row`` 0 is CSV line 2)."""
+    rows = [r.split(",") for r in ROWS]
+    rows[row][HEADER.split(",").index(column)] = value
+    return table([",".join(r) for r in rows])
+
+
+def compare(tmp_path, capsys, b: str | bytes, *extra: str) -> tuple[int, str, str]:
+    (tmp_path / "a.csv").write_text(table())
+    path = tmp_path / "b.csv"
+    path.write_bytes(b if isinstance(b, bytes) else b.encode())
+    code = cli.main([str(tmp_path / "a.csv"), str(path), "--resamples", "20", "--permutations", "20", *extra])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_error(code: int, out: str, err: str, *fragments: str) -> None:
+    assert code == 2 and out == "", (code, out, err)
+    assert err.count("error: ") == 1 and "Traceback" not in err, err
+    for fragment in fragments:
+        assert fragment in err, f"{fragment!r} not in:\n{err}"
+
+
+# ------------------------------------------------------------------------------ compare: damaged cells
+
+
+@pytest.mark.parametrize("row, column, value, rule", [
+    (0, "hit@1", "nan", "0 or 1"),             # one nan silently dropped the query from both sides
+    (0, "ap", "NaN", "not nan or infinite"),
+    (1, "ap", "", "a value for a query with a positive"),    # an empty cell of a query with positives
+    (1, "hit@1", "", "a value for a query with a positive"),
+    (0, "ap", "abc", "not nan or infinite"),   # not a number
+    (0, "ap", "0.5e", "not nan or infinite"),  # a number cut short
+    (0, "hit@1", "7", "0 or 1"),               # hit@1 = 7 made B's recall@1 1.0
+    (0, "hit@1", "0.5", "0 or 1"),             # a hit is 0 or 1
+    (0, "ap", "-3", "from 0 to 1"),            # ap = -3
+    (0, "ap", "inf", "not nan or infinite"),   # inf gave p = 0
+    (0, "ap", "-inf", "not nan or infinite"),
+    (0, "ap", "1e308", "from 0 to 1"),         # two 1e308 cells crashed fsum
+    (0, "ap", "1e309", "not nan or infinite"),  # overflows to inf when parsed
+    (3, "hit@1", "1", "none without one"),     # a query without a positive must have no metric
+    (0, "num_positives", "12", "no larger than num_retrievable"),
+])
+def test_a_damaged_cell_is_one_error_naming_file_line_query_and_column(tmp_path, capsys, row, column, value, rule):
+    code, out, err = compare(tmp_path, capsys, with_cell(row, column, value))
+    named = "num_positives" if column == "num_positives" else column
+    assert_one_error(code, out, err, "b.csv", f"column `{named}`", rule, f"CSV line {row + 2}",
+                     f"query 'q{row}'")
+
+
+def test_two_overflowing_cells_in_both_sides_are_an_error_not_a_crash(tmp_path, capsys):
+    code, out, err = compare(tmp_path, capsys, table([r.replace("0.25", "1e308") for r in ROWS]).replace(
+        "0.5", "1e308"))
+    assert_one_error(code, out, err, "b.csv", "column `ap`", "CSV line 2", "CSV line 3")
+
+
+def test_a_quoted_line_break_keeps_the_line_numbers_true(tmp_path, capsys):
+    rows = ['q0,"a\nb",2,9,1,0.5,e1', "q1,a,2,9,1,-3,e1"]  # q0's label spans lines 2 and 3
+    code, out, err = compare(tmp_path, capsys, table(rows), "--intersect")
+    assert_one_error(code, out, err, "CSV line 4 (query 'q1'")
+
+
+@pytest.mark.parametrize("data, message", [
+    (table().encode()[:-7], "is cut short"),                             # truncated mid-row
+    (table().encode()[: len(HEADER) + 8], "is cut short"),               # truncated in the first row
+    (table().encode("utf-16"), "is not UTF-8"),                          # another encoding (its BOM)
+    ("\ufeff".encode() + table().encode("utf-16-le"), "NUL byte"),       # UTF-16 behind a UTF-8 BOM
+    (b"\x89PNG\r\n\x1a\n" + bytes(range(256)), "is not UTF-8"),          # a binary file
+    (table().encode().replace(b"e1\n", b"e\x001\n", 1), "NUL byte"),     # valid UTF-8 with a NUL
+])
+def test_a_table_that_is_not_the_writers_text_is_one_error(tmp_path, capsys, data, message):
+    assert_one_error(*compare(tmp_path, capsys, data), "b.csv", message)
+
+
+# ------------------------------------------------------------------------------ compare: files beside it
+
+
+@pytest.mark.parametrize("content, message", [
+    (b'{"id": "abc", "backbone": ', "is not readable JSON"),   # cut short
+    (b"[1, 2]", "holds a JSON list"),                          # not the object the score stage writes
+    (b"\xff\xfe{}", "is not UTF-8"),
+    (b"[" * 100_000, "nests too deeply"),
+])
+def test_a_damaged_evaluated_json_is_one_error_before_anything_is_printed(tmp_path, capsys, content, message):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "per_query.csv").write_text(table())
+    (folder / "evaluated.json").write_bytes(content)
+    (tmp_path / "a.csv").write_text(table())
+    code = cli.main([str(tmp_path / "a.csv"), str(folder), "--resamples", "20", "--permutations", "20",
+                     "--json", str(tmp_path / "r.json")])
+    assert_one_error(code, *capsys.readouterr(), "evaluated.json", message)
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_json_and_md_into_a_missing_folder_are_written_whole(tmp_path, capsys):
+    code, out, err = compare(tmp_path, capsys, table(), "--json", str(tmp_path / "new" / "deep" / "r.json"),
+                             "--md", str(tmp_path / "new" / "r.md"))
+    assert code == 0 and "Traceback" not in err, err
+    result = json.loads((tmp_path / "new" / "deep" / "r.json").read_text())
+    assert result["queries"] == 3 and (tmp_path / "new" / "r.md").read_text().startswith("**A**")
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_json_naming_a_folder_is_an_error(tmp_path, capsys):
+    assert_one_error(*compare(tmp_path, capsys, table(), "--json", str(tmp_path)), "is a folder")
+
+
+def test_the_json_is_strict():
+    assert outputs.strict({"a": [float("nan"), 1.5, float("inf")], "b": (float("-inf"), "x")}) == \
+        {"a": [None, 1.5, None], "b": [None, "x"]}
+
+
+def test_gitignore_covers_the_temp_files_of_a_killed_write():
+    for name in ("metrics/.recall.json.k2j_x9ab.tmp", "plots/.failures.png.abcdefgh.tmp", ".dvc.yaml.12345678.tmp",
+                 "metrics/.index.ab12cd34.tmp/points.csv"):  # a file in the index stage's temp folder
+        assert subprocess.run(["git", "check-ignore", "-q", "--no-index", name], cwd=ROOT).returncode == 0, name

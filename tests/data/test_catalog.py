@@ -131,3 +131,36 @@ def test_unreadable_file_is_reported_by_the_contract(work, monkeypatch):
     assert contract.FILE_RULE in message and "path 'b/001.png'" in message
     assert "cannot read the file (Permission denied); fix its permissions or remove it" in message
 
+
+# ---------------------------------------------------------------- a manifest header, a folder for a file (issue 25)
+# Moved from the hostile corpus (test_hostile_messages.py).
+
+
+def test_read_manifest_checks_the_header_before_pandas(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "m.csv").write_text("path,label,label\na/0.png,a,b\n", encoding="utf-8")
+    with pytest.raises(InputError, match="names a column more than once"):
+        catalog.read_manifest(root, "m.csv")
+
+
+def test_probe_tells_a_folder_from_a_missing_file(tmp_path):
+    (tmp_path / "a" / "x.png").mkdir(parents=True)
+    assert "is a folder" in catalog.probe_file(tmp_path, "a/x.png")[4]
+    assert "does not exist" in catalog.probe_file(tmp_path, "a/none.png")[4]
+
+
+# ---------------------------------------------------------------- system folders as data root (issue 25)
+# Moved from the hostile corpus (test_hostile_limits.py): `data_root: /` hashed and decoded every file of the
+# machine.
+
+
+@pytest.mark.parametrize("root", ["/", "/usr", "/etc", "/tmp", "~"])
+def test_a_system_folder_is_refused_as_data_root(root):
+    """`data_root: /` hashed and decoded every file of the machine."""
+    with pytest.raises(InputError, match="is a system folder"):
+        catalog.check_root(Path(root).expanduser())
+
+
+def test_an_ordinary_folder_under_tmp_is_a_data_root(tmp_path):
+    catalog.check_root(tmp_path)  # no error

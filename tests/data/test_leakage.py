@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import SPLIT_FRACTIONS, run_module
+from helpers import SPLIT_FRACTIONS, run_in_process
 from leakage_helpers import LEAK_LABELS as LABELS
 from leakage_helpers import LEAK_PLANTED as PLANTED
 from leakage_helpers import planted_pairs, run_prepare, write_planted_images
@@ -180,7 +180,7 @@ def test_new_params_defaults():
 def test_split_stage_writes_the_pairs_and_their_counts(planted_root, tmp_path):
     params = {"split": {"data_root": "data", "strategy": "per_class", "seed": 1}}
     (tmp_path / "params.yaml").write_text(json.dumps(params))
-    proc = run_module("stages.split", cwd=tmp_path)
+    proc = run_in_process("split", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     pairs = pd.read_csv(tmp_path / "data/prepared/near_duplicates.csv", dtype=str, keep_default_na=False)
     assert list(pairs.columns) == phash.PAIR_COLUMNS and len(pairs) == 4

@@ -1,4 +1,4 @@
-"""Hostile corpus, round 2 (issue 25): the near-duplicate alarm on clean data.
+"""recallk.data.nearcopy: the near-duplicate alarm on clean data (issue 25, the hostile corpus's round 2).
 
 Defect class ``alarm``: pHash alone flagged 0.71% of unrelated pairs of clean glyph images and warned
 "the numbers may be inflated", and warned on the built-in digits' first run (8x8 images, far too small

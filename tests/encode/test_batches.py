@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+import threading
 
 import numpy as np
 import pandas as pd
@@ -13,6 +14,7 @@ from PIL import Image
 
 from helpers import image_catalog, image_row, save_image
 from recallk import images
+from recallk.encode import batches
 from recallk.encode.batches import encode_catalog, read_checked
 from recallk.encode.cache import EmbeddingCache
 from recallk.encode.registry import Backbone, get_backbone
@@ -134,3 +136,42 @@ def test_pixels_backbone_on_drafted_jpeg_is_deterministic(tmp_path, big_jpeg):
     assert decode().size == (250, 188)  # 1/8 draft, both sides >= 16
     assert backbone.encode([decode()]).tobytes() == backbone.encode([decode()]).tobytes()
 
+
+# ---------------------------------------------------------------- decoded bytes held at once (issue 25)
+# Moved from the hostile corpus (test_hostile_limits.py): batches were cut by image count alone, whatever the
+# images' size; now by bytes too.
+
+
+def test_decoded_batches_hold_a_bounded_number_of_bytes(monkeypatch):
+    """Was 3 batches x batch_size images whatever their size: now batches are cut by bytes too, and
+    decoding ahead stops when the bytes held would pass ``max_bytes``."""
+    lock, state = threading.Lock(), {"decoded": 0, "done": 0, "peak": 0}
+    size = 300  # bytes per image (4 x pixels in the encode stage)
+
+    def fake_read(path, sha, min_side=None):
+        with lock:
+            state["decoded"] += 1
+            state["peak"] = max(state["peak"], (state["decoded"] - state["done"]) * size)
+        return Image.new("RGB", (1, 1))
+
+    monkeypatch.setattr(batches, "read_checked", fake_read)
+    n = 40
+    got = []
+    for start, imgs in batches.decoded_batches([f"p{i}" for i in range(n)], ["s"] * n, batch_size=16, num_workers=4,
+                                               prefetch=2, sizes=[size] * n, max_bytes=1_000):
+        got.append((start, len(imgs)))
+        with lock:
+            state["done"] += len(imgs)
+    assert sum(k for _, k in got) == n and [s for s, _ in got] == sorted(s for s, _ in got)
+    assert max(k for _, k in got) == 1  # 1000 // (2 + 1) = 333 bytes a batch: one 300-byte image
+    assert state["peak"] <= 1_000
+
+
+@pytest.mark.parametrize("sizes, batch_size, max_bytes, want", [
+    ([10] * 5, 2, 100, [(0, 2, 20), (2, 4, 20), (4, 5, 10)]),  # small images: batch_size decides
+    ([40, 40, 40, 40], 8, 100, [(0, 2, 80), (2, 4, 80)]),      # bytes decide
+    ([500, 10, 10], 8, 100, [(0, 1, 500), (1, 3, 20)]),        # one image over the budget: a batch alone
+    ([0] * 3, 2, 100, [(0, 2, 0), (2, 3, 0)]),                  # sizes unknown: images only
+])
+def test_batches_are_cut_by_images_and_bytes(sizes, batch_size, max_bytes, want):
+    assert batches.byte_bounded_chunks(sizes, batch_size, max_bytes) == want

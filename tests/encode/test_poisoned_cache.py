@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from helpers import image_catalog, run_module
+from helpers import image_catalog, run_in_process
 from recallk.encode.batches import encode_catalog
 from recallk.encode.cache import EmbeddingCache, cache_key, row_digest
 from recallk.encode.registry import get_backbone
@@ -81,8 +81,8 @@ def test_cache_hits_of_a_callable_are_judged_by_a_fresh_vector(tmp_path, monkeyp
 @pytest.mark.stage
 def test_encode_stage_output_does_not_depend_on_a_poisoned_cache(project, tmp_path, monkeypatch):
     monkeypatch.setenv("RECALLK_CACHE_DIR", str(tmp_path / "cache"))
-    assert run_module("stages.split", cwd=project).returncode == 0
-    assert run_module("stages.encode", cwd=project).returncode == 0
+    assert run_in_process("split", cwd=project).returncode == 0
+    assert run_in_process("encode", cwd=project).returncode == 0
     fresh = (project / "data/embeddings/embeddings.npy").read_bytes()
     cat = pd.read_csv(project / "data/prepared/catalog.csv", dtype=str)
     backbone = get_backbone("pixels", {"resolution": 16})
@@ -93,7 +93,7 @@ def test_encode_stage_output_does_not_depend_on_a_poisoned_cache(project, tmp_pa
     with contextlib.closing(sqlite3.connect(db)) as conn, conn:
         conn.executemany("UPDATE embedding SET vector = (SELECT vector FROM embedding WHERE sha256 = ?) "
                          "WHERE sha256 = ?", [(cat["sha256"][2], sha) for sha in cat["sha256"][3:9]])
-    proc = run_module("stages.encode", cwd=project)
+    proc = run_in_process("encode", cwd=project)
     assert proc.returncode == 0, proc.stderr
     assert "dropped 2 unusable cached embedding(s)" in proc.stderr
     assert "ignored 6 row(s) of the embedding cache" in proc.stderr

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from recallk.encode import precomputed
+from recallk.encode.precomputed import align
 from recallk.errors import InputError
 
 CAT_IDS = ["a", "b", "c"]
@@ -78,3 +79,52 @@ def test_precomputed_npz_errors(tmp_path, arrays, match):
     with pytest.raises(InputError, match=match):
         _load(tmp_path / "e.npz")
 
+
+# ---------------------------------------------------------------- byte-string ids in an .npz (issue 25)
+# They ended in a UnicodeDecodeError traceback (moved from the hostile corpus, test_hostile_cache.py).
+
+
+def test_byte_string_ids_that_are_not_utf8_are_named():
+    with pytest.raises(InputError, match=r"x\.npz: id 1 is the byte string b'b\\xff', which is not UTF-8"):
+        align(np.array([b"a", b"b\xff"]), np.ones((2, 3)), ["a"], source="x.npz")  # UnicodeDecodeError before
+
+
+def test_utf8_byte_string_ids_are_decoded():
+    # sibling: numpy's own cast decoded ASCII only, so a UTF-8 id failed as well
+    out = align(np.array(["é".encode(), b"a"]), np.eye(2), ["a", "é"], source="x.npz")
+    assert out.tolist() == [[0, 1], [1, 0]]
+
+
+# ---------------------------------------------------------------- headers and archives past the limits (issue 25)
+# Moved from the hostile corpus (test_hostile_limits.py): an archive was inflated, or a header's shape allocated,
+# before any check; now the sizes are read first and refused.
+
+
+def _npy_header(shape: tuple, descr: str = "<f4") -> bytes:
+    header = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}".encode("latin-1")
+    header += b" " * (-(10 + len(header) + 1) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header
+
+
+def test_an_npz_deflate_bomb_is_refused_before_inflating(tmp_path, monkeypatch):
+    """80 MB of zeros deflate to 80 KB: was inflated in full before any check."""
+    np.savez_compressed(tmp_path / "bomb.npz", ids=np.array(["a"]), embeddings=np.zeros((20_000, 1_000), np.float32))
+    assert (tmp_path / "bomb.npz").stat().st_size < 1_000_000
+    monkeypatch.setattr(np, "load", lambda *a, **k: pytest.fail("inflated the bomb"))
+    from recallk.encode import precomputed
+
+    with pytest.raises(InputError, match=r"(?s)member 'embeddings.npy'.*inflates from .* to 80,000,128 bytes"
+                                         r".*deflate bomb"):
+        precomputed.read_precomputed(str(tmp_path / "bomb.npz"), None)
+
+
+def test_an_npz_member_whose_header_claims_more_than_it_holds_is_refused(tmp_path):
+    import zipfile
+
+    from recallk.encode import precomputed
+
+    with zipfile.ZipFile(tmp_path / "e.npz", "w") as archive:
+        archive.writestr("ids.npy", _npy_header((3,), "<U1") + "abc".encode("utf-32-le"))
+        archive.writestr("embeddings.npy", _npy_header((10**9, 4)) + b"\x00" * 48)
+    with pytest.raises(InputError, match=r"\(member 'embeddings.npy'\): its header claims shape \(1000000000, 4\)"):
+        precomputed.read_precomputed(str(tmp_path / "e.npz"), None)

@@ -1,4 +1,4 @@
-"""Hostile corpus (issue 25), the weights loader (recallk.encode.backbones.state_dicts): weights of another
+"""recallk.encode.backbones.state_dicts, the weights loader (issue 25's hostile corpus): weights of another
 dtype or holding NaN/inf loaded without a word (``silent``); the loader wrapped its own InputError a second
 time and would bury a missing extra's install line, a garbage ``.pth`` ended in a KeyError traceback, and a
 hostile pickle was told "download it again" (``message`` / ``traceback``). Each case failed before."""

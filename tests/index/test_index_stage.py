@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from extras import extra
-from helpers import OUTS, assert_no_outputs, assert_user_error, run_module, run_ok, set_params
+from helpers import OUTS, assert_no_outputs, assert_user_error, run_in_process, run_module, run_ok, set_params
 from recallk.index.sweep import TIMING_KEYS
 from stages import index as index_stage
 
@@ -67,6 +67,6 @@ def test_a_sweep_then_a_bad_kind(scored_project) -> None:
     assert {p.name: p.read_bytes() for p in (scored_project / "metrics/index").iterdir()} == tables
 
     set_params(scored_project, {"index.kinds": ["Flat", "IVF4,Flt"]})
-    proc = run_module("stages.index", cwd=scored_project)
+    proc = run_in_process("index", cwd=scored_project)
     assert_user_error(proc, "`index.kinds`: 'IVF4,Flt' is not a FAISS factory string")
     assert_no_outputs(scored_project, INDEX_OUTPUTS + MEASURED)  # the earlier run's outputs are gone too

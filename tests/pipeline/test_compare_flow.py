@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import commit, copy_pipeline, dvc, git, git_init, repro, run_module
+from helpers import cache_in, copy_tree, dvc, git, run_module
 
 pytestmark = pytest.mark.pipeline
 
@@ -19,13 +19,12 @@ def _recall_json(repo: Path, rev: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def scored(tmp_path_factory) -> Path:
-    """A repo on main with pixels at 16x16 scored and committed, and an experiment `small` (pixels at 4x4)."""
-    repo = copy_pipeline(tmp_path_factory.mktemp("cmp") / "repo")
-    git_init(repo)
-    repro(repo)
-    commit(repo, "scored")
-    dvc("exp", "run", "-n", "small", "-S", "encode.pixels.resolution=4", cwd=repo)
+def scored(base_repo, tmp_path_factory) -> Path:
+    """A repo on main with pixels at 16x16 scored and committed (a copy of the session's ``base_repo``), and an
+    experiment `small` (pixels at 4x4)."""
+    repo = copy_tree(base_repo, tmp_path_factory.mktemp("cmp") / "repo")
+    with cache_in(repo):  # the copy's own embedding cache
+        dvc("exp", "run", "-n", "small", "-S", "encode.pixels.resolution=4", cwd=repo)
     return repo
 
 

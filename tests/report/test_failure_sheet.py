@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
 from PIL import Image
 
-from helpers import run_module
+from helpers import run_in_process
 from recallk.report import failure_sheet
 from recallk.score import suite
 
@@ -46,28 +47,43 @@ def test_tiles_are_framed_by_what_they_are_and_drawing_is_deterministic():
 
 
 def _stage(project, **failures):
+    """Score ``project`` (a copy of the session's split and encoded project) again with ``score.failures``
+    changed."""
     params = yaml.safe_load((project / "params.yaml").read_text())
     params["score"]["failures"].update(failures)
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    for stage in ("split", "encode", "score"):
-        proc = run_module(f"stages.{stage}", cwd=project)
-        assert proc.returncode == 0, proc.stderr
+    proc = run_in_process("score", cwd=project)
+    assert proc.returncode == 0, proc.stderr
     return Image.open(project / "plots/failures.png"), (project / "plots/failures.png").read_bytes()
 
 
-@pytest.mark.stage
-def test_the_score_stage_draws_the_worst_queries_byte_identically(project):
+def test_the_score_stage_draws_the_worst_queries_byte_identically(scored_project):
+    project = scored_project
     image, first = _stage(project, queries=3, k=4)
     step = failure_sheet.THUMB + 2 * failure_sheet.FRAME + failure_sheet.GAP
     # 3 rows of 1 + 4 + 1 tiles
     assert image.size == (max(6 * step + failure_sheet.GAP, image.size[0]),
                           failure_sheet.LEGEND + 3 * (step + failure_sheet.CAPTION) + failure_sheet.GAP)
-    proc = run_module("stages.score", cwd=project)
+    proc = run_in_process("score", cwd=project)
     assert proc.returncode == 0
     assert hashlib.sha256((project / "plots/failures.png").read_bytes()).digest() == hashlib.sha256(first).digest()
 
 
-@pytest.mark.stage
-def test_zero_queries_turns_the_gallery_off(project):
-    image, _ = _stage(project, queries=0)
+def test_zero_queries_turns_the_gallery_off(scored_project):
+    image, _ = _stage(scored_project, queries=0)
     assert image.size == (1, 1)
+
+
+# ---------------------------------------------------------------- read without colour (issue 25)
+# Moved from the hostile corpus (test_hostile_trust.py): a bidi override in a label is shown as ?, and the legend
+# names the frames in text.
+
+
+def test_the_failure_sheet_reads_without_colour():
+    row = {"query": ("q/7.png", "cat"), "retrieved": [("g1", "cat", 0.9, True), ("g2", "dog\u202egpj", 0.8, False)],
+           "first": ("g1", 1, 0.9)}
+    assert [lines for _, lines in failure_sheet.captions(row)] == [
+        ("q q/7.png", "cat"), ("+ cat", "0.900"), ("x dog?gpj", "0.800"), ("#1 cat", "0.900")]  # bidi shown as ?
+    sheet = failure_sheet.draw([row], lambda image_id: Image.new("RGB", (10, 20), "white"))
+    legend = np.asarray(sheet.crop((0, 0, sheet.size[0], failure_sheet.LEGEND)).convert("L"))
+    assert (legend < 128).sum() > 500  # the legend's text is drawn above the rows

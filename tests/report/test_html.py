@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from helpers import copy_tree, run_module
+from helpers import copy_tree, run_in_process
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 #: Flags of a quiet headless start on a closed network (no background fetches of Google's hosts).
@@ -105,5 +105,5 @@ def test_a_broken_page_is_caught(tmp_path):
 
 def test_the_report_is_byte_identical_on_re_run(report, tmp_path):
     project = copy_tree(report.parent.parent, tmp_path / "proj")
-    proc = run_module("stages.score", cwd=project)
+    proc = run_in_process("score", cwd=project)
     assert proc.returncode == 0 and (project / "reports/index.html").read_bytes() == report.read_bytes()

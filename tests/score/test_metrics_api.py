@@ -10,6 +10,8 @@ as text both ways, a few more input errors and the first-positive path's memory 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -134,7 +136,7 @@ def test_extreme_float64_scale_is_invariant(scale):
         assert recall_at_k(q * scale, g * scale, ["b", "b"], ["a", "b"], ks=[1]) == {"recall@1": 0.5}
 
 
-# labels compared by value, and labels that cannot match: tests/stages/test_hostile_trust.py (the corpus)
+# labels, ids and exclusion values compared by value, and labels that cannot match: at the end of this file
 
 
 # --------------------------------------------------------------------------- errors
@@ -190,3 +192,117 @@ def test_block_scratch_memory_stays_under_the_budget():
         assert scratch <= budget, f"{scratch:.1f} MiB of block scratch over a {budget} MiB budget"
     assert run(64) - baseline > 8  # the budget is really used: bigger blocks, not a fixed size
 
+
+# --------------------------------------------------------------------------- K beyond every gallery (issue 25)
+# An undefined K passed without a word (moved from the hostile corpus, test_hostile_labels.py).
+
+
+def embeddings(n: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(n, 8))
+
+
+def test_k_beyond_every_gallery_warns_once_naming_each_k():
+    labels = [0, 1, 0, 1, 2, 2]
+    with pytest.warns(UserWarning) as caught:
+        retrieval_metrics(embeddings(6), embeddings(6, 1), labels, labels, ks=[1, 8, 20])
+    said = [str(w.message) for w in caught if "larger than every query's gallery" in str(w.message)]
+    assert said == ["K = 8, 20 is larger than every query's gallery (at most 6 retrievable items): recall@K is "
+                    "1.0 for every query with a positive there; use K up to 6 (`ks` / `score.ks`)."]
+
+
+def test_k_within_the_gallery_says_nothing():
+    labels = [0, 1, 0, 1, 2, 2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        retrieval_metrics(embeddings(6), embeddings(6, 1), labels, labels, ks=[1, 6])
+
+
+# --------------------------------------------------------------------------- labels, ids and exclusion values by value
+# Labels, ids and exclusion values compare by value; kinds that can never match are an error, not NaN (moved
+# from the hostile corpus, test_hostile_trust.py; issue 25).
+
+
+Q, G = [[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]]  # the query's label is the gallery's first (and top) item's
+
+
+@pytest.mark.parametrize("query_labels, gallery_labels", [
+    ([1], np.array([1.0, 2.0])),  # float gallery labels, int query labels (pytorch-metric-learning's own tests)
+    (np.array([1.0]), [1, 2]),    # and the other way round
+    (np.array([1], dtype=np.uint8), np.array([1, 2], dtype=np.int64)),  # integer widths and signs
+    ([True], [1, 0]),             # True is 1
+    ([0.5], [0.5, 1.5]),          # fractions compare by value too
+    (np.array(["1"]), ["1", "2"]),  # text compares as text
+])
+def test_labels_compare_by_value(query_labels, gallery_labels):
+    assert recall_at_k(Q, G, query_labels, gallery_labels, ks=[1]) == {"recall@1": 1.0}
+
+
+@pytest.mark.parametrize("query_labels, gallery_labels, match", [
+    ([1], ["1", "2"], "`query_labels` are numbers and `gallery_labels` are text"),  # kinds that never match
+    (np.array(["1"]), np.array([1, 2]), "`gallery_labels` are numbers and `query_labels` are text"),
+    ([7], [1.0, 2.0], "no query label occurs in `gallery_labels`"),  # no shared value: an error, not NaN
+    (["x"], ["a", "b"], "no query label occurs in `gallery_labels`"),
+])
+def test_labels_that_cannot_match_are_an_error(query_labels, gallery_labels, match):
+    with pytest.raises(ValueError, match=match):
+        recall_at_k(Q, G, query_labels, gallery_labels, ks=[1])
+
+
+@pytest.mark.parametrize("query_ids", [
+    np.array([0.0, 1.0, 2.0]),  # float query ids against int gallery ids: the query's own image is still found
+    [0.0, 1.0, 2.0],
+    [0, 1, 2],                  # the same ids typed alike (the reference)
+])
+def test_numeric_ids_compare_by_value(query_ids):
+    g = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]])  # q0's only label-0 item is itself: it must be excluded
+    got = retrieval_summary(g, g, [0, 1, 1], [0, 1, 1], ks=[1], query_ids=query_ids, gallery_ids=[0, 1, 2])
+    assert (got["num_queries"], got["num_excluded_queries"]) == (2, 1)
+
+
+def test_gallery_ids_equal_by_value_are_a_repeat():
+    with pytest.raises(ValueError, match="`gallery_ids` must be unique"):
+        recall_at_k(Q, G, [1], [1, 2], ks=[1], query_ids=[5], gallery_ids=[1, 1.0])
+
+
+# ------------------------------------------------------------------------------ exclusion values in the API
+
+
+QX, GX = [[1.0, 0.0]], [[1.0, 0.0], [0.8, 0.6], [0.6, 0.8]]  # the query's gallery items in rank order
+GX_LABELS = [1, 2, 1]  # the top item and the third share the query's label
+
+
+@pytest.mark.parametrize("query_values, gallery_values", [
+    ([1.0], [1, 2, 2]),                         # float query values, int gallery values: item 0 is excluded
+    (np.array([1]), np.array([1.0, 2.0, 2.0])),  # and the other way round
+    (np.array([1], dtype=np.uint8), np.array([1, 2, 2], dtype=np.int64)),  # integer widths and signs
+    ([True], [1, 0, 0]),                        # True is 1
+    ([0.5], [0.5, 1.5, np.nan]),                # fractions by value; NaN is missing, never a match
+    (np.array([[1.0, 0.0]]), np.array([[1, 0], [2, 0], [2, 0]])),  # a joint exclusion, column by column
+    (["1"], ["1", "2", "2"]),                   # text compares as text (the reference)
+])
+def test_exclusion_values_compare_by_value(query_values, gallery_values):
+    got = recall_at_k(QX, GX, [1], GX_LABELS, ks=[1], exclude=[(query_values, gallery_values)])
+    assert got == {"recall@1": 0.0}  # the top item is excluded: the first positive left is at rank 3
+    assert recall_at_k(QX, GX, [1], GX_LABELS, ks=[1]) == {"recall@1": 1.0}  # without the exclusion
+
+
+def test_missing_exclusion_values_never_match():
+    assert recall_at_k(QX, GX, [1], GX_LABELS, ks=[1], exclude=[([np.nan], [np.nan, 2.0, 2.0])]) == {"recall@1": 1.0}
+    assert recall_at_k(QX, GX, [1], GX_LABELS, ks=[1], exclude=[([None], ["", 2, 2])]) == {"recall@1": 1.0}
+
+
+@pytest.mark.parametrize("query_values, gallery_values, match", [
+    ([1], ["1", "2", "2"], r"query values of `exclude\[0\]` are numbers and the gallery values of `exclude\[0\]` are"),
+    (["1"], [1.0, 2.0, np.nan], r"gallery values of `exclude\[0\]` are numbers and the query values of `exclude\[0\]`"),
+    ([[1, "x"]], [[1, "x"], [2, "x"], [2, "y"]], None),  # a column of each kind: fine, each compares alike
+    ([[1.0, 0]], [["1", 0], ["2", 0], ["2", 0]], r"`exclude\[0\]` \(column 0\)"),
+])
+def test_exclusion_values_that_cannot_match_are_an_error(query_values, gallery_values, match):
+    def run():
+        return recall_at_k(QX, GX, [1], GX_LABELS, ks=[1], exclude=[(np.array(query_values, dtype=object),
+                                                                   np.array(gallery_values, dtype=object))])
+    if match is None:
+        assert run() == {"recall@1": 0.0}
+    else:
+        with pytest.raises(ValueError, match=match):
+            run()

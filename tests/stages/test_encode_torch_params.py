@@ -42,6 +42,6 @@ def test_torchvision_on_cpu_records_the_backbone(split_project):
     torch.manual_seed(0)
     torch.save(torchvision.models.get_model("squeezenet1_1", weights=None).state_dict(), split_project / "sq.pth")
     set_params(split_project, {**TORCHVISION, "encode.device": "cpu"})
-    run_ok(split_project, "encode")
+    run_ok(split_project, "encode", cli=True)  # torch in a process of its own
     provenance = json.loads((split_project / "data/embeddings/provenance.json").read_text())
     assert provenance["backbone"] == "torchvision:squeezenet1_1" and provenance["embedding_dim"] == 512

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from PIL import Image
 
-from helpers import ROOT, run_module, save_image, set_dotted
+from helpers import ROOT, run_in_process, save_image, set_dotted
 from recallk import images
 from recallk.data import catalog, contract, prepare
 from recallk.data.settings import SplitSettings
@@ -120,7 +120,7 @@ def test_split_stage_refuses_a_self_retrieving_alias(project):
     params = params.replace("csv: null", "csv: m.csv").replace("protocol: query_gallery", "protocol: leave_one_out")
     params = params.replace("strategy: class_disjoint", "strategy: per_class")
     (project / "params.yaml").write_text(params)
-    proc = run_module("stages.split", cwd=project)
+    proc = run_in_process("split", cwd=project)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert contract.PATH_ONCE_RULE in proc.stderr
@@ -190,7 +190,7 @@ def test_linked_sub_folder_is_scanned_not_dropped(work):
 @pytest.mark.stage
 def test_split_stage_names_a_symlink_loop_without_a_traceback(project):
     (project / "data" / "digits" / "3" / "loop.png").symlink_to("loop.png")
-    proc = run_module("stages.split", cwd=project)
+    proc = run_in_process("split", cwd=project)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "3/loop.png is a symlink loop" in proc.stderr
 

@@ -98,6 +98,6 @@ def test_encode_stage_joins_the_cluster_at_ray_address(ray_cluster, scored_base,
     set_params(split_project, {"encode.engine": "ray"})
     monkeypatch.setenv("RAY_ADDRESS", ray.get_runtime_context().gcs_address)
     monkeypatch.setenv("RECALLK_CACHE_DIR", str(tmp_path / "empty_cache"))
-    proc = run_ok(split_project, "encode")
+    proc = run_ok(split_project, "encode", cli=True)  # a stage process of its own (this one runs the cluster)
     assert f"joined the Ray cluster at {ray.get_runtime_context().gcs_address}" in proc.stderr
     assert read_bytes(split_project, ENCODE_OUTPUTS) == read_bytes(scored_base, ENCODE_OUTPUTS)

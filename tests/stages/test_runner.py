@@ -1,9 +1,12 @@
 """stages/runner.py: a stage whose write fails (a file-size limit, like a full disk) exits 2 with one message,
-keeps no output, and a re-run gives the same bytes; a failed cache write keeps the cache intact."""
+keeps no output, and a re-run gives the same bytes; a failed cache write keeps the cache intact; an OSError's
+message gives the advice of its errno. These stage runs are subprocesses: the command line's error exit."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import sqlite3
 import subprocess
 import sys
@@ -12,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from helpers import EMBEDDINGS, ENCODE_OUTPUTS, SCORE_OUTPUTS, assert_user_error, read_bytes, set_params, tool_env
+from recallk.errors import os_advice
+from stages import runner
 
-pytestmark = pytest.mark.stage  # every test here runs stage scripts as subprocesses
+# The tests that run stage scripts take a stage project (conftest.STAGE_PROJECTS), which marks them `stage`.
 
 
 def _limited(limit_bytes: int):
@@ -62,3 +67,32 @@ def test_a_failed_cache_write_keeps_the_cache_intact(split_project: Path, tmp_pa
     resumed = read_bytes(split_project, (EMBEDDINGS,))
     assert _stage(split_project, "encode", tool_env(RECALLK_CACHE_DIR=str(tmp_path / "fresh"))).returncode == 0
     assert read_bytes(split_project, (EMBEDDINGS,)) == resumed
+
+
+# ---------------------------------------------------------------- the advice of an OSError (issue 25)
+# A too-long name or a permission error was reported as "free disk space" (moved from the hostile corpus,
+# test_hostile_messages.py).
+
+
+@pytest.mark.parametrize("code, advice, not_advice", [
+    (errno.ENAMETOOLONG, "too long for the file system", "free disk space"),
+    (errno.EACCES, "fix the permissions", "free disk space"),
+    (errno.EROFS, "read-only", "free disk space"),
+    (errno.ENOSPC, "free disk space", "permissions"),
+    (errno.EFBIG, "ulimit -f", "permissions"),
+])
+def test_os_errors_get_the_advice_of_their_errno(code, advice, not_advice):
+    """message: a too-long name or a permission error was reported as 'free disk space'."""
+    got = os_advice(OSError(code, os.strerror(code)))
+    assert advice in got and not_advice not in got
+
+
+def test_permission_error_raised_in_a_stage_gets_the_permission_advice(capsys):
+    """run_stage's last resort: an OSError EACCES says permissions (as root, a real one cannot be made)."""
+    def main(argv):
+        raise PermissionError(errno.EACCES, "Permission denied", "data/prepared/catalog.csv")
+
+    with pytest.raises(SystemExit) as stop:
+        runner.run_stage(main, [])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "fix the permissions" in err and "disk space" not in err

@@ -9,28 +9,32 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
 
 from helpers import (
     CATALOG,
     COUNTS,
     EMBEDDINGS,
+    ENCODE_OUTPUTS,
     IDS,
     METRICS,
     PER_QUERY,
     SCORE_OUTPUTS,
     SPLIT,
     assert_no_outputs,
+    assert_user_error,
     edit_params,
     plant_stale,
     read_metrics,
     run_fails,
+    run_in_process,
     run_module,
     run_ok,
     set_params,
 )
 from recallk import retrieval_summary
 
-pytestmark = pytest.mark.stage  # every test here runs stage scripts as subprocesses
+pytestmark = pytest.mark.stage  # every test here runs the stages (in process, helpers.run_in_process, unless it says)
 
 
 def test_metrics_file_is_flat_and_matches_the_api(scored_base):
@@ -270,3 +274,30 @@ def test_failing_score_removes_stale_metrics(scored_project):
     run_fails(scored_project, "score", "`score.ks` must be positive integers.")
     assert not (scored_project / METRICS).exists()
     assert not list(scored_project.rglob("*.tmp"))
+
+
+# ---------------------------------------------------------------- a tampered catalog (issue 25)
+# Moved from the hostile corpus (test_hostile_trust.py).
+
+
+def test_a_tampered_catalog_never_makes_encode_or_score_read_outside_the_data_or_draw_a_changed_file(
+        scored_project, tmp_path):
+    proj = scored_project  # split, encode and score done (a stage project: marked stage)
+    original = (proj / CATALOG).read_text()
+    first = original.splitlines()[1].split(",")  # image_id,path,label,sha256,...
+    outside = proj.parent / "outside.png"
+    outside.write_bytes((proj / first[1]).read_bytes())  # the same bytes: its sha256 matches the catalog's
+    images = sorted((proj / "data" / "digits").rglob("*.png"))
+    for image in images:  # every file swapped with other pixels of the same size
+        Image.new("RGB", Image.open(image).size, (0, 255, 0)).save(image)
+    assert_user_error(run_in_process("score", cwd=proj), "changed since split", "sha256")
+    assert_no_outputs(proj, SCORE_OUTPUTS)
+    # score, then encode (which read the outside file before: it had no path rule): each refuses before it
+    # opens an image
+    for stage, written in (("score", SCORE_OUTPUTS), ("encode", ENCODE_OUTPUTS)):
+        for path in (str(outside),                                            # an absolute path outside
+                     f"{first[1].rsplit('/', 2)[0]}/../../../outside.png"):  # a '..' path out of the data root
+            (proj / CATALOG).write_text(original.replace(f",{first[1]},", f",{path},", 1))
+            assert_user_error(run_in_process(stage, cwd=proj), "catalog.csv", "line 2", "not inside the data root",
+                              path)
+            assert_no_outputs(proj, written)

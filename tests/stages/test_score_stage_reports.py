@@ -1,11 +1,12 @@
-"""Hostile corpus, part 4: report tables and intervals that depended on what things are called.
+"""The score stage's report tables and intervals (stages/score.py), which depended on what things are called
+(the hostile corpus of issue 25, part 4).
 
 * ``silent`` — bootstrap intervals moved when files were renamed (the resamples drew queries in catalog
   order, i.e. by file name); now they draw in content order (sha256, then image_id).
 * ``injection`` — labels and ids beginning with ``=``, ``+``, ``-``, ``@`` were written verbatim into the
   CSVs users open in spreadsheets; now they are quoted with ``'``, and ``recallk compare`` reads them back.
 
-Each case failed on the code before this file and passes after (real stage subprocesses).
+Each case failed on the code before this file and passes after (real stages, in process).
 """
 
 from __future__ import annotations

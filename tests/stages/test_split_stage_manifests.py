@@ -1,6 +1,7 @@
-"""Hostile-input corpus, part 1b: manifests (paths, labels, BOMs, duplicates), data shapes that leave
-nothing to score, a callable returning NaN, precomputed embeddings and params, as real stage subprocesses
-on the tiny project of tests/hostile_cases.py (the contract: tests/stages/test_hostile_corpus.py)."""
+"""The split stage (stages/split.py) on manifests (paths, labels, BOMs, duplicates) and on data shapes that leave
+nothing to score (the hostile-input corpus of issue 25, part 1b), on the tiny project of tests/hostile_cases.py;
+the contract is tests/stages/test_split_stage_images.py's. A refusal runs in process
+(:func:`helpers.run_in_process`), one through the command line."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from PIL import Image
 
 from helpers import (
     CATALOG,
-    EMBEDDINGS,
     IDS,
     SCORE_OUTPUTS,
     SPLIT,
@@ -23,6 +23,7 @@ from helpers import (
     plant_stale,
     read_csv,
     read_metrics,
+    run_in_process,
     run_module,
     run_ok,
     save_image,
@@ -39,11 +40,10 @@ from hostile_cases import (
     make_project,
     manifest,
     pipeline,
-    rgb_block,
 )
 from recallk.data import contract
 
-pytestmark = pytest.mark.stage  # every test here runs stage scripts as subprocesses
+pytestmark = pytest.mark.stage  # every test here runs the stages (in process but one: helpers.run_in_process)
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def test_manifest_path_with_dotdot_is_rejected(proj):
     save_image(proj / "data" / "outside.png", seed=11)  # exists: rejected for the '..', not as missing
     rows = base_rows() + ["../outside.png,a", "a/../b/0.png,b"]
     manifest(proj, rows)
-    proc = run_module("stages.split", cwd=proj)
+    proc = run_module("stages.split", cwd=proj)  # the command line's error path, once: the others run in process
     assert_user_error(proc, "no '..' part")
     assert_line_names(proc.stderr, f"CSV line {line_of(rows, '../outside.png,a')}", "'../outside.png'")
     assert_line_names(proc.stderr, f"CSV line {line_of(rows, 'a/../b/0.png,b')}", "'a/../b/0.png'")
@@ -92,7 +92,7 @@ def test_manifest_absolute_path_is_rejected(proj, tmp_path):
     outside = save_image(tmp_path / "abs" / "x.png", seed=12)
     rows = base_rows()[1:] + [f"{inside},a", f"{outside},b"]
     manifest(proj, rows)
-    proc = run_module("stages.split", cwd=proj)
+    proc = run_in_process("split", cwd=proj)
     assert_user_error(proc, "path must be relative to the data root")
     assert_line_names(proc.stderr, f"CSV line {line_of(rows, f'{inside},a')}", str(inside))
     assert_line_names(proc.stderr, f"CSV line {line_of(rows, f'{outside},b')}", str(outside))
@@ -122,7 +122,7 @@ def test_manifest_empty_label_is_rejected(proj):
     rows = base_rows()
     rows[0], rows[4] = "a/0.png,", 'b/1.png,"  "'
     manifest(proj, rows)
-    proc = run_module("stages.split", cwd=proj)
+    proc = run_in_process("split", cwd=proj)
     assert_user_error(proc, "label must not be")
     assert_line_names(proc.stderr, "CSV line 2", "'a/0.png'")
     assert_line_names(proc.stderr, "CSV line 6", "'b/1.png'")
@@ -150,7 +150,7 @@ def test_manifest_labels_are_text(proj, texts):
 def test_manifest_duplicate_rows_are_rejected(proj):
     rows = base_rows() + ["b/1.png,b"]
     manifest(proj, rows)
-    proc = run_module("stages.split", cwd=proj)
+    proc = run_in_process("split", cwd=proj)
     assert_user_error(proc, "image_id must be unique")
     assert_line_names(proc.stderr, "CSV line 6", "'b/1.png'")
     assert_line_names(proc.stderr, f"CSV line {len(rows) + 1}", "'b/1.png'")
@@ -166,7 +166,7 @@ def test_manifest_same_file_under_two_ids_is_rejected(proj):
     rows += ["x1,c/0.png,c,val", "x2,c/0.png,c,gallery"] + [f"d{i},d/{i}.png,d,train" for i in range(PER_LABEL)]
     manifest(proj, rows, header="image_id,path,label,split", strategy="given")
     plant_stale(proj, SPLIT_OUTPUTS)
-    proc = run_module("stages.split", cwd=proj)
+    proc = run_in_process("split", cwd=proj)
     assert_user_error(proc, f"{contract.PATH_ONCE_RULE}: 2 row(s)")
     assert_line_names(proc.stderr, f"CSV line {line_of(rows, 'x1,c/0.png,c,val')}", "'c/0.png'", "image_id 'x1'")
     assert_line_names(proc.stderr, f"CSV line {line_of(rows, 'x2,c/0.png,c,gallery')}", "'c/0.png'", "image_id 'x2'")
@@ -176,7 +176,7 @@ def test_manifest_same_file_under_two_ids_is_rejected(proj):
 def test_manifest_path_that_does_not_exist_is_rejected(proj):
     rows = base_rows() + ["a/ghost.png,a"]
     manifest(proj, rows)
-    proc = run_module("stages.split", cwd=proj)
+    proc = run_in_process("split", cwd=proj)
     assert_user_error(proc, "fix the path or remove the row")
     assert_line_names(proc.stderr, f"CSV line {len(rows) + 1}", "'a/ghost.png'", "does not exist")
     assert_no_outputs(proj)
@@ -212,7 +212,7 @@ def test_label_only_in_train_is_not_scored(proj):
 def test_empty_gallery_is_a_clear_error(proj):
     set_params(proj, {"split.fractions": {"train": 0.5, "val": 0.5, "gallery": 0.0}})
     plant_stale(proj, SPLIT_OUTPUTS)
-    proc = run_module("stages.split", cwd=proj)
+    proc = run_in_process("split", cwd=proj)
     assert_user_error(proc, "0 gallery images", "`split.fractions`")
     assert_no_outputs(proj)
 
@@ -224,7 +224,7 @@ def test_every_query_excluded_is_a_clear_error_from_score(proj):
     assert "3 queries (labels: a) have no gallery image" in split_proc.stderr
     run_ok(proj, "encode")
     plant_stale(proj, SCORE_OUTPUTS)
-    proc = run_module("stages.score", cwd=proj)
+    proc = run_in_process("score", cwd=proj)
     # no query label is in the gallery at all: refused when the data is built (RetrievalData), before ranking
     assert_user_error(proc, "no query label occurs in", "'a'", "gallery")
     assert_no_outputs(proj, SCORE_OUTPUTS)
@@ -235,7 +235,7 @@ def test_same_file_in_train_and_gallery_is_a_contract_error(proj):
     rows = given_rows({"a": ("val", "gallery", "gallery"), "b": ("val", "gallery", "gallery"),
                        "c": ("train", "val", "gallery"), "d": ("train",) * 3}) + ["c/copy.png,c,gallery"]
     manifest(proj, rows, header="path,label,split", strategy="given")
-    proc = run_module("stages.split", cwd=proj)
+    proc = run_in_process("split", cwd=proj)
     assert_user_error(proc, "the same file (equal sha256) must not be in train and in val/gallery")
     assert_line_names(proc.stderr, f"CSV line {line_of(rows, 'c/0.png,c,train')}", "'c/0.png'")
     assert_line_names(proc.stderr, f"CSV line {line_of(rows, 'c/copy.png,c,gallery')}", "'c/copy.png'")
@@ -253,145 +253,3 @@ def test_near_identical_images_across_splits_are_allowed(proj):
     run_ok(proj, "split")
     split = read_csv(proj, SPLIT).set_index("image_id")["split"]
     assert (split["c/0.png"], split["c/near.png"]) == ("train", "gallery")
-
-
-# ================================================================ embeddings
-
-
-HOSTILE_ENCODER = '''\
-import numpy as np
-
-
-def embed(images):
-    """Mean colour, but NaN for a pure red image, +inf for pure green, -inf for pure blue."""
-    out = []
-    for img in images:
-        arr = np.asarray(img, dtype=np.float64)
-        v = arr.mean(axis=(0, 1)) / 255 + 0.01
-        corner = tuple(int(x) for x in arr[0, 0])
-        if corner == (255, 0, 0):
-            v[0] = np.nan
-        elif corner == (0, 255, 0):
-            v[1] = np.inf
-        elif corner == (0, 0, 255):
-            v[2] = -np.inf
-        out.append(v)
-    return np.asarray(out, dtype=np.float32)
-'''
-
-
-def test_callable_backbone_returning_nan_or_inf_names_the_images(proj):
-    (proj / "hostile_encoder.py").write_text(HOSTILE_ENCODER)
-    bad = {"a/red.png": (255, 0, 0), "b/green.png": (0, 255, 0), "c/blue.png": (0, 0, 255)}
-    for rel, colour in bad.items():
-        Image.fromarray(rgb_block(8, 8, colour), "RGB").save(data_root(proj) / rel)
-    set_params(proj, {"encode.backbone": "callable:hostile_encoder:embed",
-                      "encode.callable.module_file": "hostile_encoder.py"})
-    run_ok(proj, "split")
-    plant_stale(proj, (EMBEDDINGS, IDS))
-    proc = run_module("stages.encode", cwd=proj)
-    assert_user_error(proc, "NaN, inf or all-zero", f"{len(bad)} image(s)", *bad)
-    for good in ("a/0.png", "b/0.png"):
-        assert good not in proc.stderr
-    assert_no_outputs(proj, (EMBEDDINGS, IDS))
-
-
-@pytest.fixture(scope="module")
-def split_template(tmp_path_factory):
-    """A project whose split already ran (the precomputed cases only re-run encode)."""
-    proj = make_project(tmp_path_factory.mktemp("split_template"))
-    run_ok(proj, "split")
-    return proj
-
-
-def _precomputed(ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    emb = np.random.default_rng(0).normal(size=(len(ids), 5)).astype(np.float32)
-    return np.asarray(ids), emb
-
-
-PRECOMPUTED_CASES = {
-    # (ids, emb) -> arrays to save, fragments the error must contain
-    "vector_not_matrix": (lambda ids, emb: (ids, emb[:, 0]), ["2-D", "(n, d)"]),
-    "three_dims": (lambda ids, emb: (ids, emb[:, :, None]), ["2-D", "(n, d)"]),
-    "zero_width": (lambda ids, emb: (ids, emb[:, :0]), []),
-    "ids_rows_mismatch": (lambda ids, emb: (ids, np.vstack([emb, emb[:1]])), ["ids of shape"]),
-    "missing_ids": (lambda ids, emb: (ids[2:], emb[2:]), ["2 catalog image(s) have no embedding", "{0}", "{1}"]),
-    "zero_vectors": (lambda ids, emb: (ids, np.where(np.isin(np.arange(len(ids)), [1, 4])[:, None], 0, emb)),
-                     ["all-zero", "2 image(s)", "{1}", "{4}"]),
-}
-
-
-@pytest.mark.parametrize("case", list(PRECOMPUTED_CASES), ids=list(PRECOMPUTED_CASES))
-def test_precomputed_embeddings_errors(split_template, tmp_path, case):
-    proj = tmp_path / "proj"
-    shutil.copytree(split_template, proj, symlinks=True)
-    ids = read_csv(proj, CATALOG)["image_id"].tolist()
-    make, fragments = PRECOMPUTED_CASES[case]
-    stored_ids, stored = make(*_precomputed(ids))
-    np.savez(proj / "emb.npz", ids=stored_ids, embeddings=stored)
-    set_params(proj, {"encode.backbone": "precomputed", "encode.precomputed.path": "emb.npz"})
-    plant_stale(proj, (EMBEDDINGS, IDS))
-    proc = run_module("stages.encode", cwd=proj)
-    assert_user_error(proc, "emb.npz", *(f.format(*ids) for f in fragments))
-    assert_no_outputs(proj, (EMBEDDINGS, IDS))
-
-
-# ================================================================ params
-
-
-@pytest.mark.parametrize("key, value, message", [
-    ("split.seed", "x", "`split.seed` must be an integer >= 0. Got 'x' instead."),
-    ("split.seed", True, "`split.seed` must be an integer >= 0. Got True instead."),
-    ("split.fractions.train", "0.5", "`split.fractions.train` must be a number between 0 and 1. Got '0.5' instead."),
-], ids=["seed_string", "seed_bool", "fraction_string"])
-def test_params_wrong_type(proj, key, value, message):
-    set_params(proj, {key: value})
-    proc = run_module("stages.split", cwd=proj)
-    assert_user_error(proc, "invalid params.yaml", message)
-    assert_no_outputs(proj)
-
-
-def test_params_unknown_key_typo_gets_a_suggestion(proj):
-    set_params(proj, {"split.sed": 3})
-    proc = run_module("stages.encode", cwd=proj)  # any stage sees a typo in any section
-    assert_user_error(proc, "`split.sed` is not a known param", "Did you mean `seed`?", "Known keys: ")
-    assert_no_outputs(proj)
-
-
-def test_params_out_of_range_fraction(proj):
-    set_params(proj, {"split.fractions.val": 2})
-    proc = run_module("stages.split", cwd=proj)
-    assert_user_error(proc, "`split.fractions.val` must be a number between 0 and 1. Got 2 instead.")
-    assert_no_outputs(proj)
-
-
-def test_params_fractions_not_summing_to_1(proj):
-    set_params(proj, {"split.fractions": {"train": 0.6, "val": 0.3, "gallery": 0.3}})
-    proc = run_module("stages.split", cwd=proj)
-    assert_user_error(proc, "`split.fractions` train + val + gallery must sum to 1. Got 1.2 instead.")
-    assert_no_outputs(proj)
-
-
-def test_params_empty_ks(proj):
-    set_params(proj, {"score.ks": []})
-    plant_stale(proj, SCORE_OUTPUTS)
-    proc = run_module("stages.score", cwd=proj)
-    assert_user_error(proc, "`score.ks` must be positive integers. Got [] instead.")
-    assert "not found" not in proc.stderr  # params are judged before the inputs are looked for
-    assert_no_outputs(proj, SCORE_OUTPUTS)
-
-
-def test_params_several_errors_reported_together_before_any_work(proj):
-    """One run names every params problem, before any data is read and with no output left."""
-    (data_root(proj) / "a" / "0.png").write_bytes(b"")  # a data problem that must not be reached
-    set_params(proj, {"split.seed": "x", "split.sed": 1, "split.fractions.train": 1.5,
-                        "split.on_bad_image": "sometimes", "score.kss": [1]})
-    plant_stale(proj, SPLIT_OUTPUTS)
-    proc = run_module("stages.split", cwd=proj)
-    assert_user_error(proc, "invalid params.yaml",
-                      "`split.seed` must be an integer >= 0. Got 'x' instead.",
-                      "`split.sed` is not a known param", "Did you mean `seed`?",
-                      "`split.fractions.train` must be a number between 0 and 1. Got 1.5 instead.",
-                      "`split.on_bad_image`", "`score.kss` is not a known param", "Did you mean `ks`?")
-    assert "a/0.png" not in proc.stderr and "data contract" not in proc.stderr
-    assert_no_outputs(proj)

@@ -1,5 +1,6 @@
-"""Hostile-input corpus: every file, manifest, data shape, embedding and params case a user can throw
-at split -> encode -> score, run as real stage subprocesses on tiny generated data.
+"""The split stage (stages/split.py) on image files: unreadable ones (``split.on_bad_image``), unusual but valid
+ones decoded right through encode, symlinks out of the data root; the hostile-input corpus of issue 25 (its
+manifests and data shapes: test_split_stage_manifests.py), run through the real stages on tiny generated data.
 
 The contract under test (README "What happens with bad data"): a user error exits with code 2 and
 prints one ``error: ...`` message on stderr that names the file, CSV line or param and says how to fix
@@ -11,7 +12,8 @@ message listing every bad file, or (``skip``) are dropped, listed in ``data/prep
 Missing files, paths outside the data root and symlinks out of it stay errors under both.
 
 Every file is generated here (Pillow / numpy); the data is a few 8x8 images per label and the
-``pixels`` backbone runs at resolution 4, so the whole corpus is a few dozen short subprocesses.
+``pixels`` backbone runs at resolution 4, so the whole corpus is a few dozen short stage runs, in process
+(:func:`helpers.run_in_process`: the runner's exit code and stderr, without an interpreter start each).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from helpers import (
     plant_stale,
     read_csv,
     read_metrics,
-    run_module,
+    run_in_process,
     run_ok,
     save_image,
     set_params,
@@ -59,7 +61,7 @@ from hostile_cases import (
     rgb_block,
 )
 
-pytestmark = pytest.mark.stage  # every test here runs stage scripts as subprocesses
+pytestmark = pytest.mark.stage  # every test here runs the stages (in process: helpers.run_in_process)
 
 
 @pytest.fixture
@@ -152,7 +154,7 @@ def error_run(tmp_path_factory):
     proj = make_project(tmp_path_factory.mktemp("unreadable_error"))
     write_unreadable(proj)
     plant_stale(proj, SPLIT_OUTPUTS)
-    return proj, run_module("stages.split", cwd=proj)
+    return proj, run_in_process("split", cwd=proj)
 
 
 @pytest.mark.parametrize("case", list(UNREADABLE), ids=list(UNREADABLE))
@@ -185,7 +187,7 @@ def skip_run(tmp_path_factory):
     set_params(proj, {"split.on_bad_image": "skip"})
     procs = []
     for stage in STAGES:
-        procs.append(run_module(f"stages.{stage}", cwd=proj))
+        procs.append(run_in_process(stage, cwd=proj))
         if procs[-1].returncode != 0:
             break
     skipped = (proj / SKIPPED).read_bytes() if (proj / SKIPPED).is_file() else None
@@ -257,7 +259,7 @@ def test_skip_policy_keeps_missing_outside_and_symlink_errors(proj, tmp_path):
     save_image(proj / "data" / "outside.png", seed=8)
     manifest(proj, rows)
     set_params(proj, {"split.on_bad_image": "skip"})
-    proc = run_module("stages.split", cwd=proj)
+    proc = run_in_process("split", cwd=proj)
     assert_user_error(proc)
     assert_line_names(proc.stderr, f"CSV line {line_of(rows, 'a/missing.png,a')}", "a/missing.png", "does not exist")
     assert_line_names(proc.stderr, f"CSV line {line_of(rows, '../outside.png,a')}", "../outside.png")
@@ -268,7 +270,7 @@ def test_skip_policy_keeps_missing_outside_and_symlink_errors(proj, tmp_path):
 
 def test_on_bad_image_rejects_an_unknown_policy(proj):
     set_params(proj, {"split.on_bad_image": "ignore"})
-    proc = run_module("stages.split", cwd=proj)
+    proc = run_in_process("split", cwd=proj)
     assert_user_error(proc, "`split.on_bad_image` must be one of error, skip. Got 'ignore' instead.")
     assert_no_outputs(proj)
 
@@ -281,7 +283,7 @@ def accepted_run(tmp_path_factory):
     """Every unusual-but-valid image in one data root, through split, encode and score."""
     proj = make_project(tmp_path_factory.mktemp("accepted"))
     write_accepted(proj)
-    procs = [run_module(f"stages.{stage}", cwd=proj) for stage in STAGES]
+    procs = [run_in_process(stage, cwd=proj) for stage in STAGES]
     return proj, procs
 
 
@@ -355,7 +357,7 @@ def test_symlink_out_of_the_data_root_is_rejected(proj, tmp_path, kind):
         (data_root(proj) / "e").symlink_to(outside, target_is_directory=True)
         named = "e/secret.png"
     plant_stale(proj, SPLIT_OUTPUTS)
-    proc = run_module("stages.split", cwd=proj)
+    proc = run_in_process("split", cwd=proj)
     assert_user_error(proc, "copy the file into the data root")
     assert_line_names(proc.stderr, f"'{named}'", "outside the data root")
     assert_no_outputs(proj)
