@@ -33,10 +33,10 @@ for path in (ROOT, ROOT / "bench", ROOT / "tests"):
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from recallk.score.data import RetrievalData  # noqa: E402
 from recallk.score.passes import Pass  # noqa: E402
 from recallk.score.ranking import rank_data  # noqa: E402
 from recallk.score.ranking.torch_backend import TorchOptions, rank_data_torch  # noqa: E402
+from recallk.score.retrieval_data import RetrievalData  # noqa: E402
 from torch_cases import ADVERSARIAL, LAYOUTS, adversarial_case, differences  # noqa: E402
 from torch_timing import clustered, timed  # noqa: E402
 

@@ -24,10 +24,10 @@ import time
 import numpy as np
 
 from recallk.index.inputs import exact_run, problem_of
-from recallk.index.report import pareto_png, plotted_metrics
+from recallk.index.page import pareto_png, plotted_metrics
 from recallk.index.settings import IndexSettings, SweepSettings
 from recallk.index.sweep import cheapest, score_index
-from recallk.score.data import RetrievalData
+from recallk.score.retrieval_data import RetrievalData
 from recallk.score.settings import ScoreSettings
 
 

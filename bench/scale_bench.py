@@ -39,9 +39,9 @@ if str(ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
-from recallk.score.data import RetrievalData  # noqa: E402
 from recallk.score.metrics import rank  # noqa: E402
 from recallk.score.passes import Pass  # noqa: E402
+from recallk.score.retrieval_data import RetrievalData  # noqa: E402
 from recallk.score.settings import ScoreSettings  # noqa: E402
 
 DIM = 512

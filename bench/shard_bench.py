@@ -30,9 +30,9 @@ for path in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(path))
 
 
-from recallk.score.data import RetrievalData  # noqa: E402
 from recallk.score.passes import Pass  # noqa: E402
 from recallk.score.ranking.torch_backend import TorchOptions, rank_data_torch  # noqa: E402
+from recallk.score.retrieval_data import RetrievalData  # noqa: E402
 from torch_timing import clustered, identical, timed, warm_up  # noqa: E402
 
 

@@ -27,10 +27,10 @@ for path in (ROOT, ROOT / "bench"):
 
 import torch  # noqa: E402
 
-from recallk.score.data import RetrievalData  # noqa: E402
 from recallk.score.passes import Pass  # noqa: E402
 from recallk.score.ranking import rank_data  # noqa: E402
 from recallk.score.ranking.torch_backend import TorchOptions, rank_data_torch  # noqa: E402
+from recallk.score.retrieval_data import RetrievalData  # noqa: E402
 from torch_timing import best_of, clustered, identical, warm_up  # noqa: E402
 
 #: The Python API's passes of the two metric families at ks (1, 5, 10): recall@K alone, and precision@K,

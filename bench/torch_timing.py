@@ -39,10 +39,10 @@ def clustered(n: int, m: int, d: int, seed: int = 0) -> tuple[np.ndarray, ...]:
 
 def warm_up() -> None:
     """Both engines once on a tiny problem: torch loads its kernels lazily (seconds), not the timed runs' cost."""
-    from recallk.score.data import RetrievalData
     from recallk.score.passes import Pass
     from recallk.score.ranking import rank_data
     from recallk.score.ranking.torch_backend import TorchOptions, rank_data_torch
+    from recallk.score.retrieval_data import RetrievalData
 
     rng = np.random.default_rng(1)
     tiny = RetrievalData(rng.normal(size=(8, 4)), rng.normal(size=(32, 4)), np.arange(8) % 3, np.arange(32) % 3)

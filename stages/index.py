@@ -18,7 +18,7 @@ import pandas as pd
 
 from recallk.atomic import Folder, write_all
 from recallk.errors import InputError
-from recallk.index import report
+from recallk.index import page as index_page
 from recallk.index.inputs import exact_from_tables, problem_from_split
 from recallk.index.settings import IndexSettings
 from recallk.index.sweep import TIMING_KEYS, cheapest, score_index, split_timings, summary_rows
@@ -121,9 +121,9 @@ def main(argv: Sequence[str] | None = None) -> None:
              "note": TIMINGS_NOTE, "points": {name: {**t, "table": n} for (name, t), n in zip(timings.items(), names)}}
     document = {**summary, "points": {p["point"]: {**p, "table": n} for p, n in zip(results, names)}}
     rows = summary_rows(points, score.metrics, score.ks).assign(table=names)
-    axes = report.plotted_metrics(score.ks, score.metrics)
-    plot = report.pareto_png(points, summary.get("exact", {}), axes)
-    page = report.page({**summary, "cheapest_non_inferior": speed["cheapest_non_inferior"]}, points,
+    axes = index_page.plotted_metrics(score.ks, score.metrics)
+    plot = index_page.pareto_png(points, summary.get("exact", {}), axes)
+    page = index_page.page({**summary, "cheapest_non_inferior": speed["cheapest_non_inferior"]}, points,
                        metric_keys(score.metrics, score.ks), plot)
     results_rows = rows.drop(columns=[c for c in TIMING_KEYS if c in rows.columns])
     tables = {POINTS_CSV: results_rows, **dict(zip(names, per_point))}

@@ -15,10 +15,10 @@ from __future__ import annotations
 import numpy as np
 
 from extras import extra
-from recallk.score.data import RetrievalData
 from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.engine import Ranking
 from recallk.score.ranking.problem import Problem
+from recallk.score.retrieval_data import RetrievalData
 
 
 def rank_data_faiss(data: RetrievalData, max_memory_mb: float = 512) -> Ranking:

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import settings
 
 from extras import has_extra
-from recallk.score.data import RetrievalData
 from recallk.score.metrics import METRICS, metric_keys, rank, retrieval_summary, score_settings
 from recallk.score.passes import Pass
 from recallk.score.registry import FIRST_ONLY
+from recallk.score.retrieval_data import RetrievalData
 from recallk.score.settings import ScoreSettings
 from recallk.score.similarity import cosine_block, l2_normalize
 from recallk.score.values import summarize

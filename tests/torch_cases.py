@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from recallk.score.data import RetrievalData
 from recallk.score.passes import Pass
 from recallk.score.ranking import rank_data
 from recallk.score.ranking.torch_backend import TorchOptions, rank_data_torch
+from recallk.score.retrieval_data import RetrievalData
 from recallk.score.settings import ScoreSettings
 from recallk.score.values import per_query
 

@@ -1,4 +1,5 @@
-"""The two inputs of :func:`recallk.index.sweep.score_index` from a :class:`~recallk.score.data.RetrievalData`:
+"""The two inputs of :func:`recallk.index.sweep.score_index` from a
+:class:`~recallk.score.retrieval_data.RetrievalData`:
 the problem as an index sees it (:func:`problem_of`) and, for the Python API, tests and benches, the exact run
 computed in memory as the score stage writes it (:func:`exact_run`; the stage reads the score stage's files
 instead, :func:`exact_from_tables`)."""
@@ -13,12 +14,12 @@ import pandas as pd
 from recallk.checks import check_exclude_columns
 from recallk.errors import InputError
 from recallk.index.sweep import Exact, IndexProblem
-from recallk.score.data import RetrievalData
 from recallk.score.exclusion import exclusion_pairs
 from recallk.score.metrics import rank
 from recallk.score.ranking.neighbors import top_k
 from recallk.score.ranking.problem import code_columns, own_rows
 from recallk.score.registry import metric_keys
+from recallk.score.retrieval_data import RetrievalData
 from recallk.score.settings import ScoreSettings
 from recallk.score.similarity import l2_normalize
 from recallk.score.suite import SplitSets

@@ -29,10 +29,11 @@ from recallk.score.ranking.scan import exact_pairs
 from recallk.score.registry import metric_keys
 from recallk.score.settings import ScoreSettings
 from recallk.score.similarity import float32_dot_error_bound
+from recallk.score.tables import compact_per_query
 from recallk.stats import inference as stats
 from recallk.stats import mean
 from recallk.stats.resample import percentile_interval
-from recallk.tables_contract import TASK_COLUMNS, per_query_column
+from recallk.tables_contract import per_query_column
 
 log = logging.getLogger(__name__)
 
@@ -200,14 +201,6 @@ def knn_recalls(problem: IndexProblem, exact: Exact, columns: np.ndarray, ks: Se
     return out
 
 
-def per_query_table(exact: Exact, values: dict[str, np.ndarray]) -> pd.DataFrame:
-    """A point's per-query table in the score stage's compact format (``recallk compare`` reads it)."""
-    frame = exact.table[list(TASK_COLUMNS)].copy()
-    for key, v in values.items():
-        frame[per_query_column(key)] = v
-    return frame
-
-
 def point_name(kind: str, point: dict[str, int]) -> str:
     """``IVF64,Flat nprobe=8``: the kind and its swept value."""
     return " ".join([kind] + [f"{k}={v}" for k, v in point.items()])
@@ -305,7 +298,7 @@ def score_index(problem: IndexProblem, exact: Exact, settings: IndexSettings,
                     "queries_per_second_one_thread": one / max(one_seconds, 1e-12), "threads": threads,
                     "depth": depth, "searched_k": asked, **result}
                 points.append(entry)
-                tables.append(per_query_table(exact, values))
+                tables.append(compact_per_query(exact.table, values))  # the score stage's compact format
                 bar.update(1)
             warn_below_k(kind.name, points[len(points) - len(kind_points):], asked)
     return points, tables

@@ -9,7 +9,7 @@ from typing import Any
 #: score.embedding_copies.min_cosine, its value without the flagged queries, ``WITHOUT_SUFFIX``).
 DETAIL_SUFFIXES = ("_ci_low", "_ci_high", "_class_mean")
 #: Each metric over the queries the embedding check did not flag (score.embedding_copies.min_cosine).
-WITHOUT_SUFFIX = "_without_near_duplicates"
+WITHOUT_SUFFIX = "_without_embedding_copies"
 #: The split stage's near-duplicate counts, copied into metrics/counts.json.
 PAIR_COUNTS = {"near_duplicates_train_eval": "train-eval pairs",        # one in train, one in val/gallery
                "near_duplicates_query_gallery": "query-gallery pairs",   # a query, and an image of the gallery
@@ -79,7 +79,7 @@ def format_report(metrics: dict[str, Any], evaluated: dict[str, str] | None = No
 def near_duplicate_lines(metrics: dict[str, Any], keys: list[str]) -> list[str]:
     """The ``[near-duplicates]`` block: the split stage's pair counts (a warning when a pair crosses
     the split) and the embedding check's flagged queries, recall@K with and without them (every metric's
-    ``<key>_without_near_duplicates`` is in the metrics file)."""
+    ``<key>_without_embedding_copies`` is in the metrics file)."""
     lines: list[str] = []
     if any(k in metrics for k in PAIR_COUNTS):
         lines += [f"  {(what + ':').ljust(20)} {metrics.get(k, 0)}" for k, what in PAIR_COUNTS.items()]
@@ -90,8 +90,8 @@ def near_duplicate_lines(metrics: dict[str, Any], keys: list[str]) -> list[str]:
                       "gallery image:",
                       "           the numbers may be inflated (data/prepared/near_duplicates.csv; "
                       "split.near_duplicates.policy: group)"]
-    if "num_near_duplicate_queries" in metrics:
-        lines.append(f"  queries with a near copy (embeddings): {metrics['num_near_duplicate_queries']} of "
+    if "num_embedding_copy_queries" in metrics:
+        lines.append(f"  queries with a near copy (embeddings): {metrics['num_embedding_copy_queries']} of "
                      f"{metrics['num_queries'] + metrics['num_excluded_queries']}")
         width = max((len(k) for k in keys), default=0) + 1
         for key in keys:

@@ -18,7 +18,7 @@ from recallk.report.block import PAIR_COUNTS, WITHOUT_SUFFIX
 from recallk.report.page import STYLE, png_data_uri
 
 #: Counts shown besides the four of every run: the split stage's pairs and the embedding check's queries.
-NEAR_DUPLICATE_KEYS = (*PAIR_COUNTS, "num_near_duplicate_queries")
+NEAR_DUPLICATE_KEYS = (*PAIR_COUNTS, "num_embedding_copy_queries")
 
 def _number(x: Any) -> str:
     if x is None or isinstance(x, float) and math.isnan(x):

@@ -5,7 +5,7 @@ at cosine >= ``min_cosine`` is *flagged*: the backbone sees a near copy of it, w
 or the split stage's pHash said. From each query's exact top items (:func:`recallk.score.ranking.neighbors.top_k`:
 the self-match and ``exclude_same`` items are never among them), the pairs above the threshold are
 listed, and every metric is also reported over the unflagged queries alone
-(``<key>_without_near_duplicates``), so the effect of the copies on the number is visible.
+(``<key>_without_embedding_copies``), so the effect of the copies on the number is visible.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from recallk.score.data import RetrievalData
+from recallk.score.retrieval_data import RetrievalData
 from recallk.stats import mean
 
-SUFFIX = "_without_near_duplicates"
+SUFFIX = "_without_embedding_copies"
 COLUMNS = ["image_id", "label", "rank", "gallery_id", "gallery_label", "cosine"]
 
 

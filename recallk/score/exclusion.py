@@ -9,7 +9,7 @@ protocols need are pairs of that form, so they hold for every backend at once:
 * **Joint exclusion** (:func:`joint_values`): a pair of 2-D arrays, one column per catalog column,
   excludes an item that shares the query's value in *every* column (Market-1501's junk: the same person
   *and* the same camera); a row with a missing value in any column never matches. It is folded into a
-  1-D pair of joint keys when :class:`~recallk.score.data.RetrievalData` is built.
+  1-D pair of joint keys when :class:`~recallk.score.retrieval_data.RetrievalData` is built.
 * **Junk for every query** (:func:`junk_pair`): gallery items flagged junk are hidden from every query:
   never retrieved, never a positive, so they change no metric (as if they were not in the gallery;
   Market-1501's ``-1`` files).

@@ -1,4 +1,4 @@
-"""Labels compared by value: what :class:`~recallk.score.data.RetrievalData` does with ``query_labels`` and
+"""Labels compared by value: what :class:`~recallk.score.retrieval_data.RetrievalData` does with ``query_labels`` and
 ``gallery_labels`` before anything is ranked.
 
 Ids that are numbers on both sides compare by value too (:func:`ids_by_value`), and so do the values of an

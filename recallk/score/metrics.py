@@ -36,10 +36,10 @@ import numpy as np
 
 from recallk.checks import as_list
 from recallk.errors import InputError
-from recallk.score.data import RetrievalData
 from recallk.score.passes import Pass
 from recallk.score.ranking import Ranking, rank_data
 from recallk.score.registry import METRICS, metric_keys, serving_pass
+from recallk.score.retrieval_data import RetrievalData
 from recallk.score.settings import ScoreSettings
 from recallk.score.values import per_query, summarize
 from recallk.settings.base import as_params, checked, from_mapping
@@ -144,7 +144,7 @@ class Scorer:
     def rank(self, query_emb: Any, gallery_emb: Any, query_labels: Sequence[Any], gallery_labels: Sequence[Any], *,
              query_ids: Sequence[Any] | None = None, gallery_ids: Sequence[Any] | None = None,
              exclude: Sequence[tuple[Any, Any]] = (), ranks: Pass | None = None) -> tuple[RetrievalData, Ranking]:
-        """The checked data (:class:`~recallk.score.data.RetrievalData`) and its ranking by :attr:`ranks`, or by
+        """The checked data (:class:`RetrievalData`) and its ranking by :attr:`ranks`, or by
         ``ranks`` when given (``backend="torch"``: tensors on a GPU are ranked there, with no copy to the host,
         :func:`~recallk.score.ranking.torch_api.torch_data`)."""
         tensors = None

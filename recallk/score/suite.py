@@ -18,11 +18,11 @@ import pandas as pd
 from recallk.checks import check_exclude_columns, is_missing
 from recallk.errors import InputError
 from recallk.score import embedding_copies, tables
-from recallk.score.data import RetrievalData
 from recallk.score.exclusion import exclusion_pairs
 from recallk.score.metrics import rank
 from recallk.score.ranking.neighbors import top_k
 from recallk.score.registry import metric_keys
+from recallk.score.retrieval_data import RetrievalData
 from recallk.score.settings import FailureSettings, ScoreSettings
 from recallk.score.similarity import cosine_block, l2_normalize
 from recallk.score.values import summarize
@@ -134,7 +134,7 @@ def score_split(sets: SplitSets, catalog: pd.DataFrame,
             cols_raw, scores_raw = cols[:, :depth], scores[:, :depth]
         copies = embedding_copies.flagged_pairs(cols_raw, scores_raw, data, min_cosine)
         flagged = np.isin(queries, copies["image_id"].unique())
-        out["num_near_duplicate_queries"] = int(flagged.sum())
+        out["num_embedding_copy_queries"] = int(flagged.sum())
         out.update(embedding_copies.without(values, flagged, keys))
         log.info("score.embedding_copies.min_cosine %g: %d of %d queries have another image at that cosine or above "
                  "among their top %d", min_cosine, int(flagged.sum()), len(queries), depth)

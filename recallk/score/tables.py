@@ -124,9 +124,15 @@ def confusions(neighbors: pd.DataFrame) -> pd.DataFrame:
     return counts.reset_index(drop=True)
 
 
-def compact_per_query(frame: pd.DataFrame) -> pd.DataFrame:
+def compact_per_query(frame: pd.DataFrame, values: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
     """The per-query table kept in git beside the metrics (``metrics/per_query.csv``): each query's task
-    and metric values, what ``recallk compare`` needs, without the rank and neighbour columns."""
+    and metric values, what ``recallk compare`` needs, without the rank and neighbour columns. With ``values``
+    (metric key -> per-query values, in ``frame``'s row order), those values replace ``frame``'s metric columns:
+    an index point's table, on the exact run's task columns."""
+    if values is not None:
+        frame = frame[list(TASK_COLUMNS)].copy()
+        for key, v in values.items():
+            frame[per_query_column(key)] = v
     return frame[[c for c in frame.columns if c in TASK_COLUMNS or headline_key(c)]]
 
 

@@ -15,10 +15,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from recallk.errors import InputError
-from recallk.score.data import user_stacklevel
 from recallk.score.passes import Ranks
 from recallk.score.ranking import Ranking, consecutive_runs
 from recallk.score.registry import Metric, Span, metric_keys, rows
+from recallk.score.retrieval_data import user_stacklevel
 from recallk.score.settings import ScoreSettings
 from recallk.stats import mean
 

@@ -13,8 +13,8 @@ from recallk.errors import InputError
 from recallk.index.inputs import exact_run, problem_of
 from recallk.index.settings import IndexSettings, SweepSettings
 from recallk.index.sweep import cheapest, score_index
-from recallk.score.data import RetrievalData
 from recallk.score.exclusion import junk_pair
+from recallk.score.retrieval_data import RetrievalData
 from recallk.score.settings import BootstrapSettings, ScoreSettings
 from recallk.stats import inference as stats
 from recallk.tables_contract import check_per_query

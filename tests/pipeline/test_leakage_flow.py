@@ -161,9 +161,9 @@ def test_embedding_check_flags_the_copies_and_reports_without_them(images_repo):
     flagged = read(repo, "data/scores/embedding_copies.csv")
     assert set(zip(flagged["image_id"], flagged["gallery_id"])) == expected and expected
     metrics = recall_json(repo)
-    assert metrics["num_near_duplicate_queries"] == len({q for q, _ in expected})
+    assert metrics["num_embedding_copy_queries"] == len({q for q, _ in expected})
     assert {k: metrics[k] for k in before} == before  # the other numbers stay
-    assert "recall@1_without_near_duplicates" in metrics and "map@r_without_near_duplicates" in metrics
+    assert "recall@1_without_embedding_copies" in metrics and "map@r_without_embedding_copies" in metrics
     assert "in pixels embeddings" in out and "queries with a near copy (embeddings)" in out
 
 

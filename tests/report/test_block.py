@@ -27,12 +27,12 @@ def test_split_metrics_declares_the_means_alone():
 
     metrics = {"recall@1": 0.5, "map@r": 0.25, "num_queries": 4, "num_excluded_queries": 0, "tie_sensitive@1": 1,
                "num_gallery": 9, "embedding_dim": 3, "near_duplicates_train_eval": 2, "num_skipped_images": 0,
-               "num_near_duplicate_queries": 1, "recall@1_ci_low": 0.1, "recall@1_ci_high": 0.9,
-               "recall@1_class_mean": 0.5, "recall@1_without_near_duplicates": 0.4}
+               "num_embedding_copy_queries": 1, "recall@1_ci_low": 0.1, "recall@1_ci_high": 0.9,
+               "recall@1_class_mean": 0.5, "recall@1_without_embedding_copies": 0.4}
     headline, counts, detail = split_metrics(metrics)
     assert headline == {"recall@1": 0.5, "map@r": 0.25}
     assert list(counts) == ["num_queries", "num_excluded_queries", "tie_sensitive@1", "num_gallery", "embedding_dim",
-                            "near_duplicates_train_eval", "num_skipped_images", "num_near_duplicate_queries"]
+                            "near_duplicates_train_eval", "num_skipped_images", "num_embedding_copy_queries"]
     assert set(detail) == {"recall@1_ci_low", "recall@1_ci_high", "recall@1_class_mean",
-                           "recall@1_without_near_duplicates"}
+                           "recall@1_without_embedding_copies"}
     assert {**headline, **counts, **detail} == metrics

@@ -41,8 +41,8 @@ def test_every_query_excluded_gives_nan_and_a_warning(kwargs):
 
 
 def test_the_stage_still_refuses_every_query_excluded():
-    from recallk.score.data import RetrievalData
     from recallk.score.metrics import rank, summarize
+    from recallk.score.retrieval_data import RetrievalData
     from recallk.score.settings import ScoreSettings
 
     settings = ScoreSettings(ks=(1,), metrics=("recall",))

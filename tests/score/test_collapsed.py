@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from ranking_cases import _camera, assert_matches_oracle, case_oracle, case_summary, ranking_logs
-from recallk.score.data import RetrievalData
 from recallk.score.metrics import rank
 from recallk.score.passes import Pass
 from recallk.score.ranking import counting, positives
+from recallk.score.retrieval_data import RetrievalData
 from recallk.score.settings import ScoreSettings
 
 #: Small enough a budget that every case takes the tiles (not the direct path), in several tiles.

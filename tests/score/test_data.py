@@ -1,4 +1,4 @@
-"""recallk.score.data.RetrievalData: one retrieval problem's data, checked once when built (every rule named
+"""recallk.score.retrieval_data.RetrievalData: one retrieval problem's data, checked once when built (every rule named
 by argument), held as the engine reads it, and the warnings pointed at the caller's line."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 
 from recallk import recall_at_k
 from recallk.errors import InputError
-from recallk.score.data import RetrievalData
 from recallk.score.metrics import Scorer
+from recallk.score.retrieval_data import RetrievalData
 
 Q, G = np.ones((2, 3)), np.eye(3)
 NAN_ROW1 = np.eye(3)

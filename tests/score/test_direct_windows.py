@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from recallk.score.data import RetrievalData
 from recallk.score.passes import Pass
 from recallk.score.ranking import direct
 from recallk.score.ranking.problem import Problem
+from recallk.score.retrieval_data import RetrievalData
 from recallk.score.similarity import cosine_block, l2_normalize
 
 

@@ -10,7 +10,7 @@ import pytest
 from recallk.report.block import format_report
 from recallk.report.provenance import provenance
 from recallk.score import embedding_copies as copies
-from recallk.score.data import RetrievalData
+from recallk.score.retrieval_data import RetrievalData
 from recallk.score.settings import BootstrapSettings, EmbeddingCopySettings, FailureSettings, ScoreSettings
 from recallk.score.suite import SplitSets, score_split
 
@@ -24,9 +24,9 @@ def test_flagged_pairs_and_metrics_without_them():
     assert pairs[["image_id", "rank", "gallery_id"]].values.tolist() == [["q0", 1, "g1"]]
     flagged = np.array([True, False, False])
     values = {"recall@1": np.array([1.0, 0.0, np.nan])}
-    assert copies.without(values, flagged, ["recall@1"]) == {"recall@1_without_near_duplicates": 0.0}
+    assert copies.without(values, flagged, ["recall@1"]) == {"recall@1_without_embedding_copies": 0.0}
     assert copies.without(values, np.array([True, True, False]), ["recall@1"]) == {
-        "recall@1_without_near_duplicates": None}
+        "recall@1_without_embedding_copies": None}
 
 
 def _suite(min_cosine, whiten="none"):
@@ -48,13 +48,13 @@ def _suite(min_cosine, whiten="none"):
 def test_score_split_flags_near_copies_and_reports_without_them():
     metrics, tables = _suite(0.999)
     assert tables["embedding_copies"][["image_id", "gallery_id", "rank"]].values.tolist() == [["i1", "i0", 1]]
-    assert metrics["num_near_duplicate_queries"] == 1
+    assert metrics["num_embedding_copy_queries"] == 1
     per_query = tables["per_query"].set_index("image_id")
     others = per_query.drop(index="i1")
-    assert metrics["recall@1_without_near_duplicates"] == pytest.approx(others["hit@1"].mean())
-    assert metrics["map@r_without_near_duplicates"] == pytest.approx(others["ap@r"].mean())
+    assert metrics["recall@1_without_embedding_copies"] == pytest.approx(others["hit@1"].mean())
+    assert metrics["map@r_without_embedding_copies"] == pytest.approx(others["ap@r"].mean())
     off, off_tables = _suite(None)
-    assert "num_near_duplicate_queries" not in off and off_tables["embedding_copies"].empty
+    assert "num_embedding_copy_queries" not in off and off_tables["embedding_copies"].empty
     assert {k: off[k] for k in off} == {k: metrics[k] for k in off}  # the check changes no other number
 
 

@@ -21,10 +21,10 @@ from ranking_cases import (
     tile_count,
 )
 from recallk.errors import InputError
-from recallk.score.data import RetrievalData
 from recallk.score.metrics import METRICS
 from recallk.score.ranking import Budget, Problem
 from recallk.score.ranking import engine as ranking
+from recallk.score.retrieval_data import RetrievalData
 
 
 @pytest.mark.parametrize("mb, rule, args, expected", [

@@ -19,9 +19,9 @@ import json
 import numpy as np
 import pytest
 
-from recallk.score.data import RetrievalData
 from recallk.score.metrics import METRICS, rank, retrieval_summary
 from recallk.score.passes import Pass
+from recallk.score.retrieval_data import RetrievalData
 from recallk.score.settings import ScoreSettings
 
 _MATMUL = np.matmul

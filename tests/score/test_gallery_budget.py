@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from ranking_cases import BIG_KINDS, KINDS, METRICS, assert_same_ranking, make_big_case, make_case, rank_case
-from recallk.score.data import RetrievalData
 from recallk.score.metrics import retrieval_summary
 from recallk.score.passes import Pass
 from recallk.score.ranking import Budget, Problem, rank_positives
 from recallk.score.ranking import fast as fast_module
 from recallk.score.ranking import schedule as schedule_module
 from recallk.score.ranking.problem import UnitRows
+from recallk.score.retrieval_data import RetrievalData
 from recallk.score.similarity import l2_normalize
 
 MIB = 2**20

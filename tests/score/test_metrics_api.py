@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from recallk import recall_at_k, retrieval_summary
-from recallk.score.data import RetrievalData
 from recallk.score.metrics import first_positive_ranks, rank, retrieval_metrics
+from recallk.score.retrieval_data import RetrievalData
 from recallk.score.settings import ScoreSettings
 
 # --------------------------------------------------------------------------- the wrappers

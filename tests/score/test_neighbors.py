@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from recallk.errors import InputError
-from recallk.score.data import RetrievalData
 from recallk.score.metrics import first_positive_ranks
 from recallk.score.ranking.neighbors import top_k
+from recallk.score.retrieval_data import RetrievalData
 from recallk.score.similarity import cosine_block, l2_normalize
 
 

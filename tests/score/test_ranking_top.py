@@ -25,7 +25,6 @@ from ranking_cases import (
 )
 from ranking_strategies import integer_problems
 from recallk.score import metrics as metrics_module
-from recallk.score.data import RetrievalData
 from recallk.score.metrics import METRICS, metric_keys, per_query, retrieval_metrics
 from recallk.score.passes import Pass
 from recallk.score.ranking import Budget, Problem
@@ -33,6 +32,7 @@ from recallk.score.ranking import engine as ranking
 from recallk.score.ranking import top as top_module
 from recallk.score.ranking.problem import UnitRows
 from recallk.score.ranking.schedule import threads
+from recallk.score.retrieval_data import RetrievalData
 from recallk.score.settings import ScoreSettings
 
 #: The metrics the top-L pass serves (everything but full map).

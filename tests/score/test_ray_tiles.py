@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from recallk.score.data import RetrievalData
 from recallk.score.metrics import rank
 from recallk.score.passes import Pass
 from recallk.score.ranking import rank_positives
 from recallk.score.ranking.ray_tiles import RayTiles
+from recallk.score.retrieval_data import RetrievalData
 from recallk.score.settings import RaySettings, ScoreSettings
 
 pytestmark = pytest.mark.ray

@@ -186,8 +186,8 @@ def test_leave_one_out_agrees_with_pytorch_metric_learnings_own_accuracy_calcula
 
 @pytest.mark.ray
 def test_ray_engine_honours_the_reid_rules(ray_cluster):
-    from recallk.score.data import RetrievalData
     from recallk.score.metrics import rank
+    from recallk.score.retrieval_data import RetrievalData
     from recallk.score.settings import RaySettings, ScoreSettings
 
     rng = np.random.default_rng(8)
@@ -209,7 +209,7 @@ def test_ray_engine_honours_the_reid_rules(ray_cluster):
 ])
 def test_exclusion_pairs_refused(exclude, same_set, message):
     from recallk.errors import InputError
-    from recallk.score.data import RetrievalData
+    from recallk.score.retrieval_data import RetrievalData
 
     x = np.eye(4, dtype=np.float32)
     ids = np.arange(4)

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from recallk.checks import distinct_ids, same_values
-from recallk.score.data import ids_match
 from recallk.score.metrics import summarize
 from recallk.score.passes import Pass
 from recallk.score.ranking import rank_positives
 from recallk.score.ranking.problem import code_columns, own_rows
+from recallk.score.retrieval_data import ids_match
 from recallk.score.settings import ScoreSettings
 from recallk.score.similarity import l2_normalize
 

@@ -17,7 +17,6 @@ from extras import extra
 from ranking_cases import PROPERTY
 from ranking_strategies import integer_problems
 from recallk.errors import InputError
-from recallk.score.data import RetrievalData
 from recallk.score.metrics import Scorer, first_positive_ranks, rank, recall_at_k, retrieval_metrics
 from recallk.score.passes import Pass
 from recallk.score.ranking import torch_tiles as tt
@@ -26,6 +25,7 @@ from recallk.score.ranking.torch_api import stand_in
 from recallk.score.ranking.torch_backend import TorchOptions, rank_data_torch
 from recallk.score.ranking.torch_device import resolve
 from recallk.score.ranking.torch_tiles import matmul_bound, near_ties
+from recallk.score.retrieval_data import RetrievalData
 from recallk.score.settings import ScoreSettings
 from recallk.score.similarity import float32_dot_error_bound
 from recallk.score.values import per_query

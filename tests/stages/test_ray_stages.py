@@ -56,8 +56,8 @@ def test_resources_the_cluster_lacks_are_named(ray_cluster, tmp_path):
     from recallk.encode.ray_engine import ray_source
     from recallk.encode.registry import get_backbone
     from recallk.encode.settings import EncodeRaySettings
-    from recallk.score.data import RetrievalData
     from recallk.score.metrics import rank
+    from recallk.score.retrieval_data import RetrievalData
     from recallk.score.settings import RaySettings, ScoreSettings
 
     cat, backbone = image_catalog(tmp_path, range(2)), get_backbone("pixels", {"resolution": 2})

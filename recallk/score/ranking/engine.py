@@ -8,7 +8,7 @@ positive would rank with ties broken the other way (tie sensitivity).
 
 How (FAISS-contrib style, flat numpy, blocked under a memory bound), module by module:
 
-* :mod:`~recallk.score.ranking.problem`: the checked :class:`~recallk.score.data.RetrievalData`
+* :mod:`~recallk.score.ranking.problem`: the checked :class:`~recallk.score.retrieval_data.RetrievalData`
   prepared once (unit vectors, the gallery sorted by label, exclusions, the leave-one-out flag).
 * :class:`~recallk.score.passes.Pass`: which ranks to compute (the first positive's, the top
   max(R, depth), or every one), one explicit value.
@@ -59,7 +59,6 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 
 from recallk.checks import check_memory
-from recallk.score.data import RetrievalData
 from recallk.score.passes import Pass, Ranks
 from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.counting import HAND_OVER, RankCounter
@@ -70,6 +69,7 @@ from recallk.score.ranking.positives import find_positives, positive_counts
 from recallk.score.ranking.problem import Problem
 from recallk.score.ranking.schedule import Select, query_chunks, rows_to_csr, spans
 from recallk.score.ranking.top import deepest, top_ranks
+from recallk.score.retrieval_data import RetrievalData
 
 __all__ = ["Ranking", "rank_data", "rank_positives"]
 
@@ -137,12 +137,12 @@ def rank_positives(query_emb: np.ndarray, gallery_emb: np.ndarray, query_labels:
                    same_set: bool | None = None, ranks: Pass = EVERY, max_memory_mb: float | None = None,
                    count_tiles: CountTiles | None = None) -> Ranking:
     """Exact ranks of every query's positives (or those ``ranks`` asks for): :func:`rank_data` of the
-    :class:`~recallk.score.data.RetrievalData` of the arguments, checked.
+    :class:`~recallk.score.retrieval_data.RetrievalData` of the arguments, checked.
 
     Parameters
     ----------
     query_emb, gallery_emb, query_labels, gallery_labels, query_ids, gallery_ids, exclude, same_set
-        As for :class:`~recallk.score.data.RetrievalData`.
+        As for :class:`~recallk.score.retrieval_data.RetrievalData`.
     ranks : Pass, default Pass.every()
         The pass (:class:`~recallk.score.passes.Pass`): every positive's rank, each query's first positive
         only (``Pass.first(cap=None)``: recall@K, MRR), or the positives within its first ``max(R, depth)``

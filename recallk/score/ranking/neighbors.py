@@ -19,10 +19,10 @@ import numpy as np
 
 from recallk.checks import check_memory, is_int
 from recallk.errors import InputError
-from recallk.score.data import RetrievalData
 from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.problem import code_columns
 from recallk.score.ranking.scan import exact_pairs
+from recallk.score.retrieval_data import RetrievalData
 from recallk.score.similarity import float32_dot_error_bound, l2_normalize
 
 

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from recallk.checks import integer_ids, is_missing, same_values
-from recallk.score.data import RetrievalData, ids_match
+from recallk.score.retrieval_data import RetrievalData, ids_match
 from recallk.score.similarity import float32_dot_error_bound, l2_normalize
 
 #: One exclusion column: each query's code, the sorted gallery columns of each code, each column's code.

@@ -8,11 +8,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from recallk.score.data import RetrievalData
 from recallk.score.passes import Pass
 from recallk.score.ranking.engine import Ranking
 from recallk.score.ranking.torch_backend import TorchOptions, import_torch, rank_data_torch
 from recallk.score.ranking.torch_device import check_tensor, is_tensor, resolve
+from recallk.score.retrieval_data import RetrievalData
 
 
 def stand_in(x: Any) -> np.ndarray:
@@ -23,7 +23,7 @@ def stand_in(x: Any) -> np.ndarray:
 def torch_data(query_emb: Any, gallery_emb: Any, query_labels: Sequence[Any], gallery_labels: Sequence[Any], *,
                query_ids: Sequence[Any] | None = None, gallery_ids: Sequence[Any] | None = None,
                exclude: Sequence[tuple[Any, Any]] = ()) -> tuple[RetrievalData, tuple | None]:
-    """:class:`~recallk.score.data.RetrievalData` of the arguments, and the embeddings as they are when both are
+    """:class:`RetrievalData` of the arguments, and the embeddings as they are when both are
     torch tensors off the CPU (else None: the data holds them as arrays, as for every backend).
 
     Off-CPU tensors are checked where they live (:func:`~recallk.score.ranking.torch_device.check_tensor`)

@@ -38,7 +38,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from recallk.errors import MissingExtraError
-from recallk.score.data import RetrievalData
 from recallk.score.passes import Pass, Ranks
 from recallk.score.ranking import torch_tiles as tt
 from recallk.score.ranking.budget import Budget
@@ -48,6 +47,7 @@ from recallk.score.ranking.engine import Ranking, rank_data, rank_problem
 from recallk.score.ranking.positives import positive_counts
 from recallk.score.ranking.problem import Problem
 from recallk.score.ranking.schedule import rows_to_csr, spans
+from recallk.score.retrieval_data import RetrievalData
 
 log = logging.getLogger(__name__)
 
