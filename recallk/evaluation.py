@@ -33,7 +33,8 @@ def evaluate(query_images: Sequence[Any], gallery_images: Sequence[Any], query_l
     Parameters
     ----------
     query_images, gallery_images : sequence of str, os.PathLike or PIL.Image.Image
-        File paths are decoded like the pipeline (EXIF orientation applied, RGB).
+        File paths are decoded like the pipeline (EXIF orientation applied, transparency composited over
+        white, the ``split.background`` default, RGB).
     query_labels : sequence of length len(query_images)
     gallery_labels : sequence of length len(gallery_images)
     encoder_fn : callable

@@ -22,6 +22,7 @@ from recallk.encode.settings import EncodeSettings
 from stages.params import load_settings
 from stages.runner import (
     EMBEDDING_FILES,
+    background_of,
     data_root_of,
     json_file,
     output_paths,
@@ -33,7 +34,8 @@ from stages.runner import (
 )
 
 #: What the stage reads and writes, by option name (``--catalog PATH`` ...): dvc.yaml's deps and outs
-#: (tests/test_dvc_yaml.py; the split provenance's data_root by its param, split.data_root). The output is one
+#: (tests/test_dvc_yaml.py; the split provenance's data_root and background by their params, split.data_root and
+#: split.background). The output is one
 #: folder of :data:`~stages.runner.EMBEDDING_FILES`.
 INPUTS = {"catalog": "data/prepared/catalog.csv", "split-provenance": "data/prepared/provenance.json"}
 OUTPUTS = {"embeddings": "data/embeddings"}
@@ -52,9 +54,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     remove_outputs(output_paths(args, OUTPUTS))
     settings = load_settings(EncodeSettings, args.params)
     # the split stage's path rule: a tampered catalog never makes encode open a file outside the data root
-    catalog = read_catalog(args.catalog, data_root_of(read_provenance(args.split_provenance)))
-    try:
-        emb, provenance = embed(catalog, settings)
+    split_provenance = read_provenance(args.split_provenance)
+    catalog = read_catalog(args.catalog, data_root_of(split_provenance))
+    try:  # transparency composited over the colour split hashed the images with (split.background, a params dep)
+        emb, provenance = embed(catalog, settings, background_of(split_provenance))
     except EncodeInterrupted as exc:  # Ctrl-C: say what is kept, exit 130 as a shell does for SIGINT
         sys.stderr.write(f"error: {exc}\n")
         sys.exit(130)

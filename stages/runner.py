@@ -14,6 +14,7 @@ import logging
 import os
 import sqlite3
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -22,6 +23,7 @@ import pandas as pd
 from recallk.atomic import remove_outputs  # noqa: F401  (the stages' first step, here with the rest)
 from recallk.data import contract
 from recallk.errors import InputError, os_advice, sqlite_advice
+from recallk.images import DEFAULT_BACKGROUND, background_problem
 
 #: The files of the encode stage's folder output (``data/embeddings``, one DVC out), by role; score and index read
 #: them from ``--embeddings DIR``.
@@ -99,6 +101,18 @@ def data_root_of(split_provenance: dict | None) -> str | None:
     return root if isinstance(root, str) and root else None
 
 
+def background_of(split_provenance: dict | None) -> str:
+    """The colour the split stage composited transparency over (its provenance.json's ``background``, a copy of
+    the ``split.background`` param, on which encode depends in dvc.yaml as on ``split.data_root``), so encode
+    embeds and score draws each image as split hashed it; the default when that file is absent or predates it."""
+    value = (split_provenance or {}).get("background", DEFAULT_BACKGROUND)
+    problem = background_problem(value)
+    if problem:
+        raise InputError(f"the split stage's provenance.json: `background` {problem} Re-run the split stage "
+                         "(`dvc repro -f split`).")
+    return value
+
+
 def read_split(path: str | os.PathLike) -> pd.DataFrame:
     """The split CSV as text, checked by :func:`recallk.data.contract.split_schema`."""
     return read_table(path, contract.split_schema(), "split")
@@ -133,10 +147,37 @@ def stage_name(main: Callable) -> str:
     return f"the {name} stage" if name and name != "__main__" else "the stage"
 
 
+#: The folders of this project's code (``recallk``, ``stages``): a warning attributed to a file in them is ours.
+PROJECT_CODE = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), name) + os.sep
+                     for name in ("recallk", "stages"))
+
+
+def warning_line(message: Warning | str, category: type[Warning], filename: str, lineno: int, file=None,
+                 line: str | None = None) -> None:
+    """:func:`warnings.showwarning` of a stage run: one ``warning: <message>`` line on stderr, no source line.
+    A warning of the library is attributed to the stage script that called it (``stacklevel``), whose code line
+    says nothing to a user; one from another package (Pillow, torch) keeps its category and origin on the line."""
+    text = str(message)
+    if not os.path.abspath(filename).startswith(PROJECT_CODE):
+        text += f" ({category.__name__} from {filename}:{lineno})"
+    try:
+        (file or sys.stderr).write(f"warning: {text}\n")
+    except OSError:  # stderr closed: the warning is lost, as Python's own showwarning does
+        pass
+
+
 def run_stage(main: Callable[[Sequence[str] | None], None], argv: Sequence[str] | None = None) -> None:
     """Run a stage ``main``; turn an :class:`InputError` into one message and exit code 2, Ctrl-C into one
-    message and exit code 130."""
+    message and exit code 130. Each Python warning raised meanwhile is one ``warning:`` line
+    (:func:`warning_line`); the library's own callers still get real :mod:`warnings`."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    with warnings.catch_warnings():  # restores showwarning afterwards (a stage run in process by a test)
+        warnings.showwarning = warning_line
+        _run(main, argv)
+
+
+def _run(main: Callable[[Sequence[str] | None], None], argv: Sequence[str] | None) -> None:
+    """:func:`run_stage`'s exits."""
     try:
         main(argv)
     except KeyboardInterrupt:  # Ctrl-C (SIGINT): the writes are all or none, so nothing of this run is left

@@ -31,6 +31,7 @@ from stages.params import load_settings
 from stages.runner import (
     EMBEDDING_FILES,
     SCORE_FILES,
+    background_of,
     data_root_of,
     inside,
     json_file,
@@ -101,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                          data_root=data_root_of(split_provenance))
     # an embeddings-only catalog has no image to draw: the failure gallery stays a placeholder; each drawn
     # image is checked against the catalog's sha256
-    load = verified_loader(inputs.catalog) if has_files(inputs.catalog) else None
+    load = verified_loader(inputs.catalog, background_of(split_provenance)) if has_files(inputs.catalog) else None
     metrics, tables = score_split(inputs.sets, inputs.catalog, settings)
     pair_counts = (split_provenance or {}).get("near_duplicates") or {}  # the split stage's pHash pairs
     metrics.update({k: pair_counts[k] for k in PAIR_COUNTS if k in pair_counts})

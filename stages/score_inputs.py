@@ -101,10 +101,11 @@ def check_finite(emb: np.ndarray, rows: np.ndarray, image_ids: np.ndarray, embed
                          f"then {REENCODE}.")
 
 
-def verified_loader(catalog: pd.DataFrame) -> Callable[[str], Image.Image]:
+def verified_loader(catalog: pd.DataFrame,
+                    background: str = images.DEFAULT_BACKGROUND) -> Callable[[str], Image.Image]:
     """``image_id -> image`` for the failure sheet: each file is read once, its sha256 checked against the
-    catalog's (what split saw and encode embedded) before it is decoded and drawn; a changed file is an
-    InputError naming it."""
+    catalog's (what split saw and encode embedded) before it is decoded and drawn, its transparency composited
+    over ``background`` (``split.background``: as the backbone saw it); a changed file is an InputError naming it."""
     def load(image_id: str) -> Image.Image:
         path, want = catalog.at[image_id, "path"], catalog.at[image_id, "sha256"]
         try:
@@ -117,5 +118,5 @@ def verified_loader(catalog: pd.DataFrame) -> Callable[[str], Image.Image]:
             raise InputError(f"image {quote(path)} (image_id {quote(image_id)}) changed since split: its sha256 is "
                              f"{got[:12]}…, the catalog's {str(want)[:12]}…; the scores describe the old file. "
                              "Run `dvc repro` (split and encode see the new file).")
-        return images.decode(data)
+        return images.decode(data, background=background)
     return load

@@ -3,7 +3,8 @@
 argv -> the ``split`` section of params.yaml (:class:`~recallk.data.settings.SplitSettings`)
 -> :func:`recallk.data.prepare.prepare_all`
 -> the catalog, the split, the skipped-images and the near-duplicate CSVs, and what they describe
-(``provenance.json``: data root, strategy, protocol, counts, the near-duplicate counts), all or none.
+(``provenance.json``: data root, strategy, protocol, counts, the background transparency is composited over
+and how many images have any, the near-duplicate counts), all or none.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                   "protocol": settings.protocol, "seed": settings.seed, "num_images": len(cat),
                   "num_labels": int(cat["label"].nunique()), "num_skipped_images": len(skipped),
                   "images": "files" if out.files else "none",
+                  # how transparency was shown (split.background, copied verbatim: encode and score decode with it,
+                  # as data_root) and how many images it changed (null for an embeddings-only catalog)
+                  "background": settings.background, "num_transparent_images": out.transparent,
                   # null for an embeddings-only catalog: no file, so no exact or near-duplicate check
                   "near_duplicates": out.summary}
     write_outputs([cat, split, skipped, pairs], outputs, provenance)

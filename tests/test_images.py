@@ -31,8 +31,8 @@ def _exif_rotated_jpeg(path):
 
 @pytest.mark.parametrize("mode, extra", [
     ("L", {}),                      # grayscale -> RGB
-    ("RGBA", {}),                   # alpha dropped
-    ("P", {"transparency": 0}),     # palette with transparency goes through RGBA
+    ("RGBA", {}),                   # alpha composited over the background (tests/test_transparency.py)
+    ("P", {"transparency": 0}),     # palette with transparency goes through RGBA, composited the same way
     ("CMYK", {}),                   # CMYK -> RGB
 ])
 def test_decode_gives_rgb(tmp_path, mode, extra):

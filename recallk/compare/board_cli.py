@@ -20,10 +20,11 @@ from recallk.atomic import write_all
 from recallk.compare import family, leaderboard, systems
 from recallk.compare.outputs import strict
 from recallk.errors import InputError
+from recallk.stats import fixed
 
 
 def _f(x: float | None, signed: bool = False) -> str:
-    return "" if x is None else (f"{x:+.4f}" if signed else f"{x:.4f}")
+    return "" if x is None else fixed(x, signed=signed)
 
 
 def _p(x: float | None) -> str:
@@ -68,18 +69,94 @@ def preamble(result: dict[str, Any]) -> list[str]:
                                  "the runs"}[result["case"]]
     ref = f"--baseline {result['baseline']}" if result["baseline"] else "the best system on each metric"
     unit = "labels (clusters of queries)" if result["by"] == "label" else result["units"]
+    groups = (f"group: systems sharing a letter are not told apart by the randomized Tukey HSD "
+              f"({result['permutations']} permutations, α = {result['alpha']})")
+    if result.get("vs_reference") == "tukey":  # track: Δ vs the best in the groups' family
+        vs = (f"Δ vs {ref}: in the family of the groups, its interval the Tukey HSD simultaneous one (Δ ± the "
+              "critical range) and p adj the pair's Tukey p (a point shares a letter with the best exactly when p adj "
+              f">= α and that interval holds 0); p: the paired sign-flip p, unadjusted; {groups}")
+    else:
+        vs = (f"Δ vs {ref}: paired bootstrap interval, sign-flip p, {result['adjust']} over all "
+              f"{sum(len(e['rows']) - 1 for e in result['metrics'].values())} comparisons; {groups}")
     lines += [f"case: {case}", f"{result['queries']} queries ({result['excluded']} without a positive left out); "
               f"resampling {unit}; {result['confidence']:.0%} bootstrap intervals; run SD = between-run standard "
-              "deviation of the per-run means (of Δ: runs paired by position)",
-              f"Δ vs {ref}: paired bootstrap interval, sign-flip p, {result['adjust']} over all "
-              f"{sum(len(e['rows']) - 1 for e in result['metrics'].values())} comparisons; group: systems sharing a "
-              f"letter are not told apart by the randomized Tukey HSD ({result['permutations']} permutations, "
-              f"α = {result['alpha']})"]
+              "deviation of the per-run means (of Δ: runs paired by position)", vs]
     return lines
 
 
+#: Pairs of systems never told apart that the summary names (the rest are counted).
+SUMMARY_PAIRS = 4
+
+
+def _names(names: Sequence[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def summary(result: dict[str, Any]) -> str:
+    """One paragraph: which system is best on how many metrics, whether the best is told apart from every other
+    system, and which pairs are not told apart on any metric, all from the groups (randomized Tukey HSD), e.g.
+    ``effnet best on all 10 metrics, told apart from every other system on 8 of them; pixels and pixels8 not told
+    apart on any metric (groups: randomized Tukey HSD, α = 0.05).``"""
+    metrics = result["metrics"]
+    n = len(metrics)
+    best_of: dict[str, list[str]] = {}
+    for metric, entry in metrics.items():
+        best_of.setdefault(entry["best"], []).append(metric)
+    winners = sorted(best_of.items(), key=lambda item: -len(item[1]))  # stable: first best first among equals
+    mates = {}  # per metric: the systems sharing a letter with the best
+    for metric, entry in metrics.items():
+        letters = {row["system"]: set(row["group"]) for row in entry["rows"]}
+        mates[metric] = [row["system"] for row in entry["rows"]
+                         if row["system"] != entry["best"] and letters[row["system"]] & letters[entry["best"]]]
+    alone = [metric for metric in metrics if not mates[metric]]
+    if n == 1:
+        (metric, entry), = metrics.items()
+        lead = (f"{entry['best']} best on {metric}, " + ("told apart from every other system" if not mates[metric]
+                                                         else f"not told apart from {_names(mates[metric])}"))
+    else:
+        first, *rest = winners
+        lead = (f"{first[0]} best on {'both metrics' if n == 2 else f'all {n} metrics'}" if not rest else
+                f"{first[0]} best on {len(first[1])} of {n} metrics, "
+                + ", ".join(f"{name} on {len(ms)} ({', '.join(ms)})" for name, ms in rest))
+        shared = [m for m in metrics if m not in alone]
+        if rest:
+            lead += f"; the best told apart from every other system on {len(alone)} of them"
+        elif not shared:
+            lead += ", told apart from every other system on each"
+        elif not alone:
+            lead += ", on each sharing its group with another system"
+        else:
+            lead += (f", told apart from every other system on {len(alone)} of them (not on "
+                     + (_names(shared) if len(shared) <= SUMMARY_PAIRS else f"the other {len(shared)}") + ")")
+    told: dict[frozenset, tuple[tuple[str, str], bool]] = {}  # every pair: as first listed, told apart on some metric
+    for entry in metrics.values():
+        for pair in entry["pairs"]:
+            key = frozenset((pair["a"], pair["b"]))
+            named, apart = told.get(key, ((pair["a"], pair["b"]), False))
+            told[key] = named, apart or pair["significant"]
+    if n == 1:  # the pairs with the best are said above
+        told = {key: value for key, value in told.items() if entry["best"] not in key}
+    never = [pair for pair, apart in told.values() if not apart]
+    where, among = ("", " of the others") if n == 1 else (" on any metric", "")
+    if not told:
+        tail = ""
+    elif not never:
+        tail = f"every two{among} systems told apart{'' if n == 1 else ' on at least one metric'}"
+    elif len(never) == len(told) and len(told) > 1:
+        tail = f"no two{among} systems told apart{where}"
+    elif len(never) == 1:
+        tail = f"{never[0][0]} and {never[0][1]} not told apart{where}"
+    else:
+        more = f" and {len(never) - SUMMARY_PAIRS} more" if len(never) > SUMMARY_PAIRS else ""
+        tail = (f"{len(never)} pairs not told apart{where}: "
+                + ", ".join(f"{a} / {b}" for a, b in never[:SUMMARY_PAIRS]) + more)
+    return f"{lead}{'; ' + tail if tail else ''} (groups: randomized Tukey HSD, α = {result['alpha']})."
+
+
 def text_report(result: dict[str, Any]) -> str:
-    lines = preamble(result)
+    """The printed tables, opening with the one-paragraph :func:`summary`."""
+    lines = [summary(result), ""] + preamble(result)
     for metric, entry in result["metrics"].items():
         lines += ["", metric] + _aligned_table(HEADER, board_rows(entry))
         if "series" in entry:
@@ -95,24 +172,27 @@ def track_lines(entry: dict[str, Any]) -> list[str]:
         rows.append([point["system"], _f(point["mean"]), "" if step is None else _f(step["delta"], True),
                      "" if step is None else f"[{_f(step['delta_low'], True)}, {_f(step['delta_high'], True)}]",
                      "" if step is None else _p(step["p_adjusted"])])
-    table = [["point", "mean", "Δ vs previous", "interval", "p adj"]] + rows
+    table = [["point", "mean", "Δ vs previous", "adj. interval", "p adj"]] + rows
     widths = [max(len(r[i]) for r in table) for i in range(5)]
     lines = ["  series: " + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(table[0],
                                                                                                     widths)))]
     lines += ["          " + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
               for r in rows]
-    lines.append(f"  best: {entry['best']}; indistinguishable from it: {', '.join(entry['indistinguishable'])}")
+    lines.append("  (Δ vs previous: its interval and its p both adjusted over the steps)")
+    lines.append(f"  best: {entry['best']}; indistinguishable from it (sharing its group): "
+                 f"{', '.join(entry['indistinguishable'])}")
     return lines
 
 
 def markdown(result: dict[str, Any]) -> str:
-    """The tables as markdown (for a pull request or a notebook)."""
-    lines = [line + "  " for line in preamble(result)]
+    """The tables as markdown (for a pull request or a notebook), opening with the one-paragraph :func:`summary`."""
+    lines = [summary(result), ""] + [line + "  " for line in preamble(result)]
     for metric, entry in result["metrics"].items():
         lines += ["", f"**{metric}**", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in board_rows(entry)]
         if "series" in entry:
-            lines += ["", f"best: {entry['best']}; indistinguishable from it: {', '.join(entry['indistinguishable'])}"]
+            lines += ["", f"best: {entry['best']}; indistinguishable from it (sharing its group): "
+                          f"{', '.join(entry['indistinguishable'])}"]
     return "\n".join(lines) + "\n"
 
 

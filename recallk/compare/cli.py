@@ -3,7 +3,8 @@
 A and B are each a per-query CSV, a folder of score outputs, a git revision or a DVC
 experiment name. Prints a table (Δ = B − A with a paired bootstrap interval, a paired
 sign-flip p-value, Holm-adjusted p-values, exact McNemar for recall@K, Cohen's d_z and
-win/tie/loss counts, the minimum detectable Δ at 80% power), one verdict line per metric, the
+win/tie/loss counts, the minimum detectable Δ at 80% power), one verdict line per metric (from
+the Holm p and the interval adjusted for the metrics as that p is, both printed in the line), the
 queries whose hit flipped, and optionally writes JSON and a markdown table.
 
 Gates (``--fail-if-worse``, repeatable) and exit codes (stable; docs/compare.md):
@@ -12,6 +13,9 @@ Gates (``--fail-if-worse``, repeatable) and exit codes (stable; docs/compare.md)
   below ``--alpha``); otherwise it passes (a regression that is merely not significant passes).
 - ``--fail-if-worse METRIC:MARGIN`` (non-inferiority): B passes only when the interval's lower end is
   above ``-MARGIN``; it fails when the whole interval is below ``-MARGIN``; otherwise it is inconclusive.
+
+Every gate's outcome is printed with its rule: ``pass: …`` on stdout (so a CI log shows the gate ran), the
+others on stderr; all of them in ``--md`` and ``--json``.
 
 Exit 0: every gate passes (or none given); 1: some gate fails; 2: an input error (one ``error:``
 line); 3: no gate fails but some is inconclusive (more queries would decide it).
@@ -26,6 +30,7 @@ from typing import Any, Sequence
 
 from recallk.compare import outputs, paired, sources
 from recallk.errors import InputError
+from recallk.stats import fixed
 from recallk.stats import inference as stats
 
 #: Flipped queries listed per K and direction in the text output (all of them go to --json).
@@ -40,7 +45,7 @@ UNIT_WORDS = {"query": "queries", "label": "labels (clusters of queries)",
 
 
 def _signed(x: float) -> str:
-    return f"{x:+.4f}"
+    return fixed(x, signed=True)
 
 
 def _p(x: float | None) -> str:
@@ -51,11 +56,11 @@ def rows(result: dict[str, Any]) -> list[list[str]]:
     """One row of text cells per metric: the table both outputs print."""
     out = []
     for name, m in result["metrics"].items():
-        dz = "undefined" if m["dz"] is None else f"{m['dz']:.2f}"
-        row = [name, f"{m['mean_a']:.4f}", f"{m['mean_b']:.4f}", _signed(m["delta"]),
+        dz = "undefined" if m["dz"] is None else fixed(m["dz"], 2)
+        row = [name, fixed(m["mean_a"]), fixed(m["mean_b"]), _signed(m["delta"]),
                f"[{_signed(m['ci_low'])}, {_signed(m['ci_high'])}]", _p(m["p"]), _p(m["p_holm"]),
                _p(m.get("p_mcnemar")), dz, f"{m['wins']}/{m['ties']}/{m['losses']}",
-               "" if m["wins"] == m["losses"] == 0 else f"{m['mde']:.4f}"]
+               "" if m["wins"] == m["losses"] == 0 else fixed(m["mde"])]
         if "queries_needed" in m:
             row.append("" if m["queries_needed"] is None else str(m["queries_needed"]))
         out.append(row)
@@ -71,16 +76,47 @@ def header(result: dict[str, Any]) -> list[str]:
     return HEADER + ([f"queries for Δ={delta:g}"] if delta is not None else [])
 
 
-def verdict(name: str, m: dict[str, Any], alpha: float) -> str:
-    """One line: B better or worse on ``name`` (Holm p below ``alpha``), else what the interval allows."""
-    interval = f"[{_signed(m['ci_low'])}, {_signed(m['ci_high'])}]"
+def _level(confidence: float) -> str:
+    """A confidence level as a percentage: 0.995 -> '99.5%', 0.98333 -> '98.33%'."""
+    return f"{100 * confidence:.4g}%"
+
+
+def verdict(name: str, m: dict[str, Any], alpha: float, family: int = 1) -> str:
+    """One line per metric, from the two adjusted numbers it prints: the Holm-adjusted p and the interval at
+    the metric's level in Holm's procedure (``ci_holm_*``, adjusted for the ``family`` metrics as the p is).
+
+    B better or worse when Holm p is below ``alpha`` and that interval excludes 0; no detectable difference
+    when Holm p is at least ``alpha`` and the interval holds 0; inconclusive when the two disagree (the
+    sign-flip test and the bootstrap part ways near the boundary), saying which says what."""
     if m.get("wins") == m.get("losses") == 0 and "wins" in m:
         return f"{name}: the same on every query"
-    if m["p_holm"] < alpha and m["delta"] != 0:
-        word = "better" if m["delta"] > 0 else "worse"
-        return f"B {word} on {name}: {_signed(m['delta'])} {interval}, Holm p {_p(m['p_holm'])}"
-    return (f"{name}: no detectable difference: the interval allows {_signed(m['ci_low'])} to "
-            f"{_signed(m['ci_high'])} (Holm p {_p(m['p_holm'])}; detectable at 80% power: ±{m['mde']:.4f})")
+    low, high = m["ci_holm_low"], m["ci_holm_high"]
+    interval = f"[{_signed(low)}, {_signed(high)}]"
+    which = f"{_level(m['ci_holm_level'])} interval, Holm-adjusted for {family} metric{'s' if family != 1 else ''}"
+    significant, excludes = m["p_holm"] < alpha, low > 0 or high < 0
+    if significant and excludes:
+        word = "better" if low > 0 else "worse"
+        return f"B {word} on {name}: {_signed(m['delta'])} {interval} ({which}), Holm p {_p(m['p_holm'])}"
+    if not significant and not excludes:
+        return (f"{name}: no detectable difference: the {which}, allows {_signed(low)} to {_signed(high)} "
+                f"(Holm p {_p(m['p_holm'])}; detectable at 80% power: ±{fixed(m['mde'])})")
+    said = (f"Holm p {_p(m['p_holm'])} < {alpha} but the {which}, {interval}, holds 0" if significant else
+            f"the {which}, {interval}, excludes 0 but Holm p {_p(m['p_holm'])} >= {alpha}")
+    return (f"{name}: inconclusive: {said} (the sign-flip test and the bootstrap disagree this close to the "
+            "boundary; more queries would decide)")
+
+
+def verdicts(result: dict[str, Any]) -> list[str]:
+    """The verdict of every metric (:func:`verdict`), each adjusted for all of them."""
+    return [verdict(name, m, result["power"]["alpha"], len(result["metrics"])) for name, m in result["metrics"].items()]
+
+
+def verdict_rule(result: dict[str, Any]) -> str:
+    """What the verdicts rest on (said once above them)."""
+    m = len(result["metrics"])
+    return (f"verdicts: better or worse when Holm p < {result['power']['alpha']} and the interval Holm-adjusted "
+            f"for the {m} metric{'s' if m != 1 else ''} (at 1 - alpha/(m - i + 1) for the i-th smallest p) "
+            "excludes 0, inconclusive when the two disagree; the table's CI is not adjusted")
 
 
 def draws_line(result: dict[str, Any]) -> str:
@@ -108,8 +144,8 @@ def text_report(result: dict[str, Any], origin: Sequence[str]) -> str:
               + "".join(f"; {n} only in {side} dropped" for side, n in result["dropped"].items() if n)
               + f"); resampling {unit}; {result['confidence']:.0%} paired bootstrap interval; two-sided paired "
               "sign-flip p; Holm over the metrics below; MDE: the minimum detectable |Δ| at 80% power "
-              f"(alpha {result['power']['alpha']})", draws_line(result), ""]
-    lines += [verdict(name, m, result["power"]["alpha"]) for name, m in result["metrics"].items()] + [""]
+              f"(alpha {result['power']['alpha']})", draws_line(result), verdict_rule(result), ""]
+    lines += verdicts(result) + [""]
     lines += ["  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(r, widths)))
               for r in table]
     for name, flips in result["flips"].items():
@@ -129,8 +165,9 @@ def markdown(result: dict[str, Any], origin: Sequence[str]) -> str:
     lines = [f"**A**: `{origin[0]}`  ", f"**B**: `{origin[1]}`  ",
              f"{result['queries']} queries, resampling {UNIT_WORDS[result['by']]}, {result['confidence']:.0%} paired "
              "bootstrap interval of Δ = B − A, sign-flip p with Holm adjustment; " + draws_line(result), ""]
+    lines += [verdict_rule(result), ""]
     lines += [f"- **{g['outcome']}**: {g['rule']}" for g in result.get("gates", [])]
-    lines += [f"- {verdict(name, m, result['power']['alpha'])}" for name, m in result["metrics"].items()]
+    lines += [f"- {line}" for line in verdicts(result)]
     lines += ["", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(r) + " |" for r in rows(result)]
     return "\n".join(lines) + "\n"
@@ -167,13 +204,18 @@ def gate(result: dict[str, Any], spec: str, alpha: float) -> dict[str, Any]:
     if margin is None:
         outcome = "worse" if m["delta"] < 0 and m["p_holm"] < alpha else "pass"
         rule = (f"{'B is significantly worse than A' if outcome == 'worse' else 'B is not significantly worse'} on "
-                f"{metric}: Δ {_signed(m['delta'])}, Holm p {_p(m['p_holm'])} "
-                f"{'<' if m['p_holm'] < alpha else '>='} {alpha}")
+                f"{metric} (no margin: fails when Δ < 0 and Holm p < {alpha}): Δ {_signed(m['delta'])}, Holm p "
+                f"{_p(m['p_holm'])} {'<' if m['p_holm'] < alpha else '>='} {alpha}")
     else:
+        bound = _signed(-margin)
         outcome = ("pass" if m["ci_low"] > -margin else "worse" if m["ci_high"] < -margin else "inconclusive")
-        said = {"pass": "B is not worse by more than", "worse": "B is worse by more than",
-                "inconclusive": "cannot tell whether B is worse by more than"}[outcome]
-        rule = f"{said} the margin {margin:g} on {metric}: the interval of Δ is {interval}"
+        said = {"pass": f"B is not worse by more than the margin {margin:g} on {metric}: the interval's lower end "
+                        f"{_signed(m['ci_low'])} is above the bound {bound}",
+                "worse": f"B is worse by more than the margin {margin:g} on {metric}: the interval's upper end "
+                         f"{_signed(m['ci_high'])} is below the bound {bound}",
+                "inconclusive": f"cannot tell whether B is worse by more than the margin {margin:g} on {metric}: "
+                                f"the interval holds the bound {bound}"}[outcome]
+        rule = f"{said} (the {_level(result.get('confidence', 0.95))} interval of Δ, {interval})"
     return {"gate": spec, "metric": metric, "margin": margin, "outcome": outcome, "rule": rule}
 
 
@@ -237,7 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_INPUT
     print(text_report(result, (origin_a, origin_b)))
-    for g in result["gates"]:
-        if g["outcome"] != "pass":
+    for g in result["gates"]:  # a passing gate says so too: a CI log shows that every gate ran
+        if g["outcome"] == "pass":
+            print(f"pass: {g['rule']}")
+        else:
             sys.stderr.write(f"{g['outcome']}: {g['rule']}\n")
     return exit_code(result["gates"])

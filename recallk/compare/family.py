@@ -173,8 +173,23 @@ def randomized_tukey_hsd_many(values: np.ndarray, permutations: int = 10_000, se
         p = (1.0 + reached) / (ranges.size + 1.0)
         np.fill_diagonal(p, 1.0)
         means = sums[:, m] / n
-        results.append({"means": means, "diff": means[None, :] - means[:, None], "p": p, "ranges": ranges / n})
+        results.append({"means": means, "diff": means[None, :] - means[:, None], "p": p, "ranges": ranges / n,
+                        "tol": tol / n})
     return results
+
+
+def tukey_half_width(tukey: dict[str, np.ndarray], alpha: float) -> float:
+    """The half-width ``h`` of the Tukey HSD simultaneous intervals ``diff ± h`` at level ``alpha``: the
+    critical range of the randomization null, such that a pair's p (``(1 + #{range >= |diff| - tol}) / (B + 1)``)
+    is below ``alpha`` exactly when ``|diff| > h`` (up to the float rounding of the difference); infinite when
+    no p can be below ``alpha`` with these draws."""
+    ranges = np.asarray(tukey["ranges"])
+    counts = np.arange(ranges.size + 1)
+    allowed = counts[(1.0 + counts) / (ranges.size + 1.0) < alpha]  # the draws reaching |diff| a finding allows
+    if not allowed.size:
+        return math.inf
+    most = int(allowed.max())
+    return 0.0 if most >= ranges.size else float(ranges[ranges.size - most - 1]) + float(tukey.get("tol", 0.0))
 
 
 def compact_letters(order: Sequence[int], significant: np.ndarray) -> list[str]:
@@ -231,6 +246,17 @@ def adjust(pvalues: Sequence[float], method: str) -> list[float]:
     if not len(pvalues):
         return []
     return ADJUSTMENTS[method](list(pvalues))
+
+
+def adjusted_levels(pvalues: Sequence[float], alpha: float, method: str) -> list[float]:
+    """The level of each test's interval, adjusted as :func:`adjust` adjusts its p: ``holm``, the test's level at
+    its step of Holm's procedure (:func:`recallk.stats.inference.holm_levels`); ``bh``, ``alpha * R / m`` for
+    every test, R the number the adjusted p-values reject (at least 1): Benjamini and Yekutieli's (2005)
+    false-coverage-rate intervals."""
+    if method == "holm":
+        return stats.holm_levels(pvalues, alpha)
+    rejected = sum(p < alpha for p in adjust(pvalues, method))
+    return [alpha * max(rejected, 1) / len(pvalues)] * len(pvalues)
 
 
 def between_run_sd(run_means: Sequence[float]) -> float | None:

@@ -6,10 +6,12 @@ best system, or ``baseline``) with a paired bootstrap interval and a paired sign
 adjusted over the whole vs-reference family (every metric times every other system) by Holm or
 Benjamini-Hochberg; and the all-pairs randomized Tukey HSD (:func:`recallk.compare.family.
 randomized_tukey_hsd`, per metric; one permutation per query serves every metric) with its compact letter
-display. ``track`` adds, for an ordered
-series, each point's paired Δ against the previous one and the set of points indistinguishable from
-the best (vs-best adjusted p at least ``alpha``). A long run shows its progress (draws done, rate, time
-left: :class:`recallk.progress.Progress`).
+display. ``track`` adds, for an ordered series, each point's paired Δ against the previous one and the
+set of points indistinguishable from the best; there Δ against the best comes from the groups' family (the
+pair's Tukey p and the Tukey HSD simultaneous interval), so a point shares a letter with the best, is listed
+indistinguishable from it, has a vs-best adjusted p of at least ``alpha`` and a vs-best interval holding 0:
+all four or none. A long run shows its progress (draws done, rate, time left:
+:class:`recallk.progress.Progress`).
 """
 
 from __future__ import annotations
@@ -94,13 +96,20 @@ def _order(values: np.ndarray) -> tuple[list[float], list[int]]:
 
 
 def metric_board(board: Panel, metric: str, settings: BoardSettings, ref: int, tukey: dict[str, np.ndarray],
-                 boots: np.ndarray, flips: dict[int, tuple[float, bool]]) -> dict[str, Any]:
+                 boots: np.ndarray, flips: dict[int, tuple[float, bool]], tukey_vs_ref: bool = False
+                 ) -> dict[str, Any]:
     """One metric's leaderboard (see the module docstring) given its reference, its Tukey HSD, the
-    bootstrap means of its systems (resamples, systems) and the sign-flip p of each other system."""
+    bootstrap means of its systems (resamples, systems) and the sign-flip p of each other system.
+
+    ``tukey_vs_ref`` (``track``): Δ against the reference from the family of the groups: its interval the Tukey
+    HSD simultaneous interval (Δ ± the critical range, :func:`recallk.compare.family.tukey_half_width`) and its
+    ``p_adjusted`` the pair's Tukey p, so that a system shares a letter with the reference exactly when that p is
+    at least ``alpha`` and that interval holds 0."""
     values = board.values[metric]
     k = values.shape[1]
     means, order = _order(values)
     letters = family.compact_letters(order, tukey["p"] < settings.alpha)
+    half_width = family.tukey_half_width(tukey, settings.alpha) if tukey_vs_ref else 0.0
     sds = board.run_sd(metric)
     rows = []
     for rank, s in enumerate(order, start=1):
@@ -108,13 +117,26 @@ def metric_board(board: Panel, metric: str, settings: BoardSettings, ref: int, t
         row = {"system": board.names[s], "rank": rank, "mean": means[s], "ci_low": low, "ci_high": high,
                "run_sd": sds[s], "runs": len(board.run_means[metric][s]), "group": letters[s]}
         if s != ref:  # the paired interval from the same resamples: mean of the differences = difference of means
+            delta = means[s] - means[ref]
             delta_low, delta_high = percentile_interval(boots[:, s] - boots[:, ref], settings.confidence)
-            row.update(delta=means[s] - means[ref], delta_low=delta_low, delta_high=delta_high, p=flips[s][0],
+            row.update(delta=delta, delta_low=delta_low, delta_high=delta_high, p=flips[s][0],
                        p_exact=flips[s][1], delta_run_sd=_paired_run_sd(board.run_means[metric], s, ref))
+            if tukey_vs_ref:
+                row.update(p_adjusted=float(tukey["p"][s, ref]),
+                           **_tukey_interval(delta, half_width, bool(tukey["p"][s, ref] < settings.alpha)))
         rows.append(row)
     pairs = [{"a": board.names[i], "b": board.names[j], "diff": means[j] - means[i], "p_tukey": float(tukey["p"][i, j]),
               "significant": bool(tukey["p"][i, j] < settings.alpha)} for i, j in itertools.combinations(range(k), 2)]
     return {"reference": board.names[ref], "best": board.names[order[0]], "rows": rows, "pairs": pairs}
+
+
+def _tukey_interval(delta: float, half_width: float, significant: bool) -> dict[str, float]:
+    """``delta ± half_width``; where float rounding of Δ (float64 means; the test sums float32 values) puts
+    ``|delta|`` on the other side of the critical range than the pair's p, the half-width is set to ``|delta|``
+    (held 0: not significant) or just below it (significant), so the interval never contradicts the p."""
+    if (abs(delta) > half_width) != significant:
+        half_width = abs(delta) if not significant else float(np.nextafter(abs(delta), 0.0))
+    return {"delta_low": delta - half_width, "delta_high": delta + half_width}
 
 
 def _paired_run_sd(run_means: list[list[float]], s: int, ref: int) -> float | None:
@@ -127,11 +149,13 @@ def _paired_run_sd(run_means: list[list[float]], s: int, ref: int) -> float | No
 
 def vs_reference(delta: np.ndarray, settings: BoardSettings, groups: np.ndarray | None,
                  tick: stats.Tick | None = None) -> dict[str, Any]:
-    """Paired bootstrap interval and sign-flip p of ``delta`` (system minus reference, per unit)."""
-    low, high = stats.paired_bootstrap_ci(delta, settings.resamples, settings.seed, settings.confidence, groups,
-                                          tick)
+    """Paired bootstrap interval and sign-flip p of ``delta`` (system minus reference, per unit), and the
+    bootstrap means (``boot``, for an interval at another level)."""
+    boot = stats.bootstrap_deltas(np.asarray(delta, dtype=np.float64), settings.resamples, settings.seed, groups,
+                                  tick=tick)[:, 0]
+    low, high = percentile_interval(boot, settings.confidence)
     p, exact = stats.sign_flip_pvalue(delta, settings.permutations, settings.seed, groups, tick)
-    return {"delta_low": low, "delta_high": high, "p": p, "p_exact": exact}
+    return {"delta_low": low, "delta_high": high, "p": p, "p_exact": exact, "boot": boot}
 
 
 def leaderboard(board: Panel, settings: BoardSettings | None = None) -> dict[str, Any]:
@@ -163,7 +187,8 @@ def board_draws(settings: BoardSettings) -> int:
     return 2 * settings.permutations + settings.resamples
 
 
-def _leaderboard(board: Panel, settings: BoardSettings, tick: stats.Tick) -> dict[str, Any]:
+def _leaderboard(board: Panel, settings: BoardSettings, tick: stats.Tick, tukey_vs_ref: bool = False
+                 ) -> dict[str, Any]:
     reference = None if settings.baseline is None else board.names.index(settings.baseline)
     groups = _groups(board, settings)
     names, k = board.metrics, len(board.names)
@@ -179,10 +204,11 @@ def _leaderboard(board: Panel, settings: BoardSettings, tick: stats.Tick) -> dic
     p_values, exact = stats.sign_flip_pvalues(deltas, settings.permutations, settings.seed, groups, tick)
     flips = iter([(float(p), exact) for p in p_values])
     metrics = {m: metric_board(board, m, settings, refs[i], tukeys[i], boots[:, i * k:(i + 1) * k],
-                               {s: next(flips) for s in others[i]}) for i, m in enumerate(names)}
+                               {s: next(flips) for s in others[i]}, tukey_vs_ref) for i, m in enumerate(names)}
     family_rows = [row for entry in metrics.values() for row in entry["rows"] if "p" in row]
-    for row, adjusted in zip(family_rows, family.adjust([row["p"] for row in family_rows], settings.adjust)):
-        row["p_adjusted"] = adjusted
+    if not tukey_vs_ref:
+        for row, adjusted in zip(family_rows, family.adjust([row["p"] for row in family_rows], settings.adjust)):
+            row["p_adjusted"] = adjusted
     for entry in metrics.values():
         adjusted_of = {row["system"]: row["p_adjusted"] for row in entry["rows"] if "p" in row}
         for pair in entry["pairs"]:
@@ -193,14 +219,18 @@ def _leaderboard(board: Panel, settings: BoardSettings, tick: stats.Tick) -> dic
             "case": board.case, "units": board.units, "queries": board.queries, "excluded": board.excluded,
             "by": settings.by, "confidence": settings.confidence, "alpha": settings.alpha, "adjust": settings.adjust,
             "permutations": settings.permutations, "resamples": settings.resamples, "baseline": settings.baseline,
-            "metrics": metrics}
+            "vs_reference": "tukey" if tukey_vs_ref else settings.adjust, "metrics": metrics}
 
 
 def track(board: Panel, settings: BoardSettings | None = None) -> dict[str, Any]:
     """:func:`leaderboard` against the best point plus, per metric in the given order, ``series``: each
-    point's ``mean`` and interval, ``delta_prev`` with its paired interval and p (adjusted over the
-    steps by ``settings.adjust``), and ``indistinguishable`` (the best and every point whose vs-best
-    adjusted p is at least ``alpha``)."""
+    point's ``mean`` and interval, ``delta_prev`` with its paired p and interval, both adjusted over the steps
+    by ``settings.adjust`` (the interval at ``level``: :func:`recallk.compare.family.adjusted_levels`), and
+    ``indistinguishable`` (the points sharing a group letter with the best).
+
+    Δ against the best is tested in the family of the letters (``vs_reference``: ``tukey``): its ``p_adjusted``
+    is the pair's randomized Tukey HSD p and its interval the HSD simultaneous interval, so the groups, the
+    indistinguishable set and the vs-best numbers never disagree."""
     settings = settings or BoardSettings()
     if settings.baseline is not None:
         raise InputError("track compares each point with the best and with the previous one; it takes no --baseline.")
@@ -210,15 +240,19 @@ def track(board: Panel, settings: BoardSettings | None = None) -> dict[str, Any]
 
 
 def _track(board: Panel, settings: BoardSettings, tick: stats.Tick) -> dict[str, Any]:
-    result = _leaderboard(board, settings, tick)
+    result = _leaderboard(board, settings, tick, tukey_vs_ref=True)
     groups = _groups(board, settings)
     for metric, entry in result["metrics"].items():
         values = board.values[metric]
         by_name = {row["system"]: row for row in entry["rows"]}
         steps = [vs_reference(values[:, s] - values[:, s - 1], settings, groups, tick)
                  for s in range(1, len(board.names))]
-        for step, adjusted in zip(steps, family.adjust([s["p"] for s in steps], settings.adjust)):
-            step["p_adjusted"] = adjusted
+        p_values = [step["p"] for step in steps]
+        for step, adjusted, level in zip(steps, family.adjust(p_values, settings.adjust),
+                                         family.adjusted_levels(p_values, settings.alpha, settings.adjust)):
+            # the interval printed beside the adjusted p is adjusted as it is (the steps are one family)
+            step.update(p_adjusted=adjusted, level=1.0 - level)
+            step["delta_low"], step["delta_high"] = percentile_interval(step.pop("boot"), 1.0 - level)
         series = []
         for s, name in enumerate(board.names):
             row = by_name[name]
@@ -228,9 +262,10 @@ def _track(board: Panel, settings: BoardSettings, tick: stats.Tick) -> dict[str,
             if s:
                 step = steps[s - 1]
                 point["delta_prev"] = {"delta": row["mean"] - by_name[board.names[s - 1]]["mean"],
-                                       **{key: step[key] for key in ("delta_low", "delta_high", "p", "p_adjusted")}}
+                                       **{key: step[key] for key in ("delta_low", "delta_high", "level", "p",
+                                                                     "p_adjusted")}}
             series.append(point)
         entry["series"] = series
-        entry["indistinguishable"] = [p["system"] for p in series if p["system"] == entry["best"]
-                                      or p["vs_best"]["p_adjusted"] >= settings.alpha]
+        best_letters = set(by_name[entry["best"]]["group"])  # one family: the groups' (Tukey HSD)
+        entry["indistinguishable"] = [p["system"] for p in series if set(p["group"]) & best_letters]
     return result

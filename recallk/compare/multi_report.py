@@ -1,10 +1,11 @@
 """``recallk report A B C ...``: one self-contained offline HTML page comparing many runs (no CDN, nothing fetched).
 
-The page holds the overlaid recall@K curves of every system with their bootstrap bands (inline SVG),
-the leaderboard of every metric (ranks, intervals, between-run SD, Tukey letters, Δ against the
-reference), the trend over the points when ``--ordered`` (the systems are a series: checkpoints,
-epochs), the per-label Δ against the reference on one metric, and each run's provenance (its source
-and the score stage's ``evaluated.json``). Same inputs, same bytes.
+The page opens with a one-paragraph summary (:func:`recallk.compare.board_cli.summary`: the best system on
+how many metrics, and what is not told apart), then holds the overlaid recall@K curves of every system with
+their bootstrap bands (inline SVG), the leaderboard of every metric (ranks, intervals, between-run SD, Tukey
+letters, Δ against the reference), the trend over the points when ``--ordered`` (the systems are a series:
+checkpoints, epochs), the per-label Δ against the reference on one metric, and each run's provenance (its
+source and the score stage's ``evaluated.json``). Same inputs, same bytes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Sequence
 from recallk.compare import board_cli, leaderboard, sources, systems, track_plot
 from recallk.errors import InputError
 from recallk.report.page import STYLE
+from recallk.stats import fixed
 
 #: Labels listed in the per-label table (those with the widest spread of Δ first); the rest are counted.
 SHOWN_LABELS = 100
@@ -80,7 +82,7 @@ def per_label(board: systems.Panel, result: dict[str, Any], metric: str) -> tupl
                      base, deltas))
     rows.sort(key=lambda r: (r[0], r[1]))
     header = ["label", "queries", f"{reference} (reference)"] + [f"Δ {board.names[s]}" for s in others]
-    cells = [[label, str(n), f"{base:.4f}", *(f"{d:+.4f}" for d in deltas)]
+    cells = [[label, str(n), fixed(base), *(fixed(d, signed=True) for d in deltas)]
              for _, label, n, base, deltas in rows[:SHOWN_LABELS]]
     return header, cells, max(0, len(rows) - SHOWN_LABELS)
 
@@ -91,6 +93,7 @@ def page(board: systems.Panel, result: dict[str, Any], provenance: list[list[tup
     parts = ["<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>recallk report: "
              f"{len(board.names)} systems</title><style>{STYLE}</style></head><body>",
              f"<h1>{len(board.names)} systems compared</h1>",
+             f'<p class="summary">{html.escape(board_cli.summary(result))}</p>',
              "".join(f"<p>{html.escape(line)}</p>" for line in board_cli.preamble(result))]
     if any(RECALL.match(m) for m in result["metrics"]):
         parts += ["<h2>recall@K curves</h2>", curves_svg(result)]

@@ -98,13 +98,13 @@ def align(a: pd.DataFrame, b: pd.DataFrame, *, intersect: bool = False, names: t
                              f"{frame.loc[frame['image_id'].duplicated(), 'image_id'].iloc[0]!r}.")
     ids_a, ids_b = set(a["image_id"]), set(b["image_id"])
     only_a, only_b = sorted(ids_a - ids_b), sorted(ids_b - ids_a)
-    if (only_a or only_b) and not intersect:
+    common = sorted(ids_a & ids_b)
+    if (only_a or only_b) and not intersect or not common:  # (different and not --intersect) or nothing shared
+        advice = (f"Pass --intersect to compare the {len(common)} common queries." if common else
+                  "They have no query in common, so --intersect cannot help: score both on the same split.")
         raise InputError(f"{names[0]} and {names[1]} scored different queries ({len(only_a)} only in {names[0]}, "
                          f"e.g. {only_a[:3]}; {len(only_b)} only in {names[1]}, e.g. {only_b[:3]}): a paired "
-                         "comparison needs the same split. Pass --intersect to compare the common queries.")
-    common = sorted(ids_a & ids_b)
-    if not common:
-        raise InputError(f"{names[0]} and {names[1]} have no query in common.")
+                         f"comparison needs the same split. {advice}")
     a = a.set_index("image_id").loc[common]
     b = b.set_index("image_id").loc[common]
     for column in QUERY_TASK:
@@ -137,12 +137,14 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, settings: CompareSettings | None =
         ``queries`` (compared), ``dropped`` (per side), ``by``, and ``metrics``: one entry per
         headline metric with ``mean_a``, ``mean_b``, ``delta`` (B - A), ``ci_low``/``ci_high``
         (paired bootstrap), ``p`` (two-sided paired sign-flip randomization) with ``p_exact``,
-        ``p_holm`` (Holm over the metrics), ``p_mcnemar`` with ``discordant`` [A only hits,
-        B only hits] for recall@K, ``dz`` (Cohen's d_z), ``wins``/``ties``/``losses``, ``se``
-        (the bootstrap standard error of Δ), ``mde`` (the minimum detectable |Δ| at ``power``,
-        :func:`recallk.stats.inference.detectable`) and, with ``delta``, ``queries_needed``; ``draws``:
-        the resamples and sign patterns drawn (after the cap) and asked; ``power``: alpha, power, delta;
-        ``flips``: per K the queries whose hit changed; ``per_label``: per label and metric.
+        ``p_holm`` (Holm over the metrics), ``ci_holm_low``/``ci_holm_high`` (the interval at the metric's
+        level in Holm's procedure, ``ci_holm_level``: :func:`~recallk.stats.inference.holm_levels`; the
+        verdicts use it), ``p_mcnemar`` with ``discordant`` [A only hits, B only hits] for recall@K, ``dz``
+        (Cohen's d_z), ``wins``/``ties``/``losses``, ``se`` (the bootstrap standard error of Δ), ``mde`` (the minimum
+        detectable |Δ| at ``power``, :func:`recallk.stats.inference.detectable`) and, with ``delta``,
+        ``queries_needed``; ``draws``: the resamples and sign patterns drawn (after the cap) and asked;
+        ``power``: alpha, power, delta; ``flips``: per K the queries whose hit changed; ``per_label``: per
+        label and metric.
     """
     settings = settings or CompareSettings()
     by = settings.by
@@ -183,8 +185,11 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, settings: CompareSettings | None =
             p_mc, only_a, only_b = stats.mcnemar_exact(va[:, j] > 0, vb[:, j] > 0)
             entry.update(p_mcnemar=p_mc, discordant=[only_a, only_b])
         results[headline_key(column)] = entry
-    for entry, adjusted in zip(results.values(), stats.holm([e["p"] for e in results.values()])):
-        entry["p_holm"] = adjusted
+    p_values = [e["p"] for e in results.values()]
+    for j, (entry, adjusted, level) in enumerate(zip(results.values(), stats.holm(p_values),
+                                                     stats.holm_levels(p_values, settings.alpha))):
+        low, high = stats.percentile_interval(boot[:, j], 1.0 - level)
+        entry.update(p_holm=adjusted, ci_holm_low=low, ci_holm_high=high, ci_holm_level=1.0 - level)
     return {"names": list(names), "queries": int(included.sum()), "excluded": int((~included).sum()),
             "dropped": dropped, "by": by, "confidence": settings.confidence, "draws": draws,
             "power": {"alpha": settings.alpha, "power": settings.power, "delta": settings.delta},

@@ -142,10 +142,15 @@ def panel(loaded: Sequence[tuple[str, list[pd.DataFrame], list[str]]], *, inters
     counts = {len(tables) for tables in runs}
     if not same and len(counts) == 1 and min(counts) >= 2:
         return _per_run(names, origins, runs, columns, metrics, intersect)
-    if not same and not intersect:
-        raise InputError(f"the runs scored different queries, and the systems have {sorted(counts)} runs: runs on "
-                         "other splits are paired by position, which needs the same number of runs (m >= 2) per "
-                         "system; otherwise pass --intersect to keep the queries every run shares.")
+    shared = set.intersection(*(set(t["image_id"]) for t in flat))
+    if not same and (not intersect or not shared):
+        pairing = ("" if intersect else " Runs on other splits are paired by position only when every system has "
+                   "the same number m >= 2 of runs (" + ("one run each" if counts == {1} else
+                                                        f"runs per system here: {sorted(counts)}") + ").")
+        raise InputError(differing_queries(flat, flat_names) + pairing + " " + (
+            f"Pass --intersect to keep the {len(shared)} queries every run shares." if shared else
+            "No query is shared by every run, so --intersect cannot help: leave out the runs of another split or "
+            "data set, or score them on the same one."))
     aligned = _aligned(flat, flat_names, intersect)
     values = [_numeric(frame, columns) for frame in aligned]
     included = np.logical_and.reduce([v.notna().all(axis=1).to_numpy() for v in values])
@@ -171,6 +176,32 @@ def panel(loaded: Sequence[tuple[str, list[pd.DataFrame], list[str]]], *, inters
         frame.insert(0, "label", labels)
     return Panel(names, origins, case, "queries", metrics, matrices, run_means, labels, int(included.sum()),
                  int((~included).sum()), frames)
+
+
+#: Query ids quoted per differing run in an error.
+SHOWN_IDS = 3
+
+
+def differing_queries(tables: Sequence[pd.DataFrame], names: Sequence[str]) -> str:
+    """Which runs scored other queries than the rest: the query set most runs share is the reference (the first
+    such on a tie); every other run is named with its count, how many of its queries the reference lacks and how
+    many of the reference's it lacks, a few ids of each."""
+    sets = [frozenset(t["image_id"].astype(str)) for t in tables]
+    tally: dict[frozenset, int] = {}
+    for ids in sets:
+        tally[ids] = tally.get(ids, 0) + 1
+    reference = max(tally, key=lambda ids: (tally[ids], -sets.index(ids)))
+    holders = [name for name, ids in zip(names, sets) if ids == reference]
+    shown = holders[:3] + ([f"{len(holders) - 3} more"] if len(holders) > 3 else [])
+    who = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+    parts = []
+    for name, ids in zip(names, sets):
+        if ids != reference:
+            extra, missing = sorted(ids - reference), sorted(reference - ids)
+            said = [f"{len(q)} {what} (e.g. {', '.join(q[:SHOWN_IDS])})"
+                    for q, what in ((extra, "not in those"), (missing, "of those missing")) if q]
+            parts.append(f"{name} scored {len(ids)}: {'; '.join(said)}")
+    return (f"the runs scored different queries: {who} scored {len(reference)}; " + "; ".join(parts) + ".")
 
 
 def _per_run(names: list[str], origins: list[list[str]], runs: list[list[pd.DataFrame]], columns: list[str],

@@ -2,8 +2,9 @@
 
 :func:`read_source` gives one row per image (``image_id, path, label`` plus any
 extra CSV columns and the CSV's ``split``), and :func:`probe` adds what the file
-itself says (``sha256, width, height, phash``, a ``problem`` when it cannot be used, and its
-``real_path``, the file's identity). A manifest of ids without image files (no ``path``
+itself says (``sha256, width, height, phash``, a ``problem`` when it cannot be used, its
+``real_path``, the file's identity, and whether it has ``transparent`` pixels, composited over
+``split.background`` before the pHash is taken). A manifest of ids without image files (no ``path``
 column, or ``split.images: none``) gets those columns empty from :func:`without_files`.
 Nothing is judged here; :mod:`recallk.data.contract` decides what is acceptable.
 """
@@ -25,7 +26,7 @@ from recallk.data import nearcopy
 from recallk.data.contract import is_safe_relative
 from recallk.data.phash import phash
 from recallk.errors import InputError, clip, quote
-from recallk.images import DECODE_ERRORS, decode, describe_error
+from recallk.images import DECODE_ERRORS, DEFAULT_BACKGROUND, decode_noting_transparency, describe_error
 from recallk.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -170,7 +171,8 @@ def read_manifest(root: Path, csv_name: str, images: str = "files") -> pd.DataFr
     without one as ids only (``image_id,label``: embeddings-only); ``none`` never reads images (a
     ``path`` column is dropped).
 
-    Every column is read as text, so label ``1`` and ``1.0`` stay different, and
+    Every column is read as text, so label ``1`` and ``1.0`` stay different (the split stage warns, naming them:
+    :func:`recallk.data.contract.same_number_labels`), and
     empty cells become missing values for the contract to report.
     """
     check_root(root)
@@ -261,12 +263,16 @@ def unreadable(frame: pd.DataFrame) -> pd.Series:
     return frame["problem"].fillna("").astype(str).str.startswith(UNREADABLE)
 
 
-def probe_file(root: Path, rel: object, resolved_root: Path | None = None,
-               ) -> tuple[str | None, int | None, int | None, str | None, str | None, str | None, bytes | None]:
-    """Return ``(sha256, width, height, phash, problem, real_path, thumb)`` for one image path relative to ``root``.
+def probe_file(root: Path, rel: object, resolved_root: Path | None = None, background: str = DEFAULT_BACKGROUND,
+               ) -> tuple[str | None, int | None, int | None, str | None, str | None, str | None, bytes | None,
+                          bool | None]:
+    """Return ``(sha256, width, height, phash, problem, real_path, thumb, transparent)`` for one image path
+    relative to ``root``.
 
-    ``phash`` is :func:`recallk.data.phash.phash` of the decoded (upright RGB) image, ``thumb`` its
-    :func:`recallk.data.nearcopy.thumbnail` (the near-duplicate check's second measure; not kept in the catalog).
+    ``phash`` is :func:`recallk.data.phash.phash` of the decoded (upright RGB) image, its transparency composited
+    over ``background`` (``split.background``, as encode decodes it), ``thumb`` its
+    :func:`recallk.data.nearcopy.thumbnail` (the near-duplicate check's second measure; not kept in the catalog),
+    ``transparent`` whether compositing changed a pixel (:func:`recallk.images.decode_noting_transparency`).
 
     ``real_path`` is the file's absolute path with ``.``, ``//`` and symlinks resolved, the
     identity the contract's path-once rule compares (``a/./0.png``, ``a//0.png`` and a
@@ -274,53 +280,56 @@ def probe_file(root: Path, rel: object, resolved_root: Path | None = None,
     opened at all (the contract reports them); files that resolve outside ``root`` are not read.
     """
     if not is_safe_relative(rel):
-        return None, None, None, None, None, None, None
+        return None, None, None, None, None, None, None, None
     full = root / str(rel)
     real = os.path.realpath(full)  # never raises: a symlink loop stays unresolved and fails the stat below
     if not Path(real).is_relative_to(resolved_root or root.resolve()):
         return (None, None, None, None, "resolves outside the data root (a symlink?); copy the file into the data root",
-                real, None)
+                real, None, None)
     try:
         mode = os.stat(full).st_mode
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            return None, None, None, None, "is a symlink loop; point the link at a file or remove it", real, None
+            return None, None, None, None, "is a symlink loop; point the link at a file or remove it", real, None, None
         if exc.errno in (errno.EACCES, errno.EPERM):
             return (None, None, None, None, f"cannot be reached ({exc.strerror}: a folder on its path is not "
-                    "readable); fix the folder's permissions", real, None)
+                    "readable); fix the folder's permissions", real, None, None)
         if exc.errno == errno.ENAMETOOLONG:
-            return None, None, None, None, "the path is too long for the file system; shorten it", real, None
-        return None, None, None, None, "file does not exist; fix the path or remove the row", real, None
+            return None, None, None, None, "the path is too long for the file system; shorten it", real, None, None
+        return None, None, None, None, "file does not exist; fix the path or remove the row", real, None, None
     if stat.S_ISDIR(mode):
-        return None, None, None, None, "is a folder, not an image file; name a file or remove the row", real, None
+        return (None, None, None, None, "is a folder, not an image file; name a file or remove the row", real, None,
+                None)
     if not stat.S_ISREG(mode):
         return (None, None, None, None, "is not a regular file (a FIFO, socket or device); name an image file or "
-                "remove the row", real, None)
+                "remove the row", real, None, None)
     try:
         data = full.read_bytes()
     except OSError as exc:
         return (None, None, None, None, f"cannot read the file ({exc.strerror}); fix its permissions or remove it",
-                real, None)
+                real, None, None)
     digest = hashlib.sha256(data).hexdigest()
     try:
-        image = decode(data, name=location(root, rel))
+        image, transparent = decode_noting_transparency(data, name=location(root, rel), background=background)
     except DECODE_ERRORS as exc:
         return (digest, None, None, None,
-                f"Pillow cannot decode it ({describe_error(exc)}); replace or remove the file", real, None)
-    return digest, image.width, image.height, phash(image), None, real, nearcopy.thumbnail(image)
+                f"Pillow cannot decode it ({describe_error(exc)}); replace or remove the file", real, None, None)
+    return digest, image.width, image.height, phash(image), None, real, nearcopy.thumbnail(image), transparent
 
 
-#: Columns :func:`probe` adds that only the contract reads (the catalog file does not keep them).
-PROBE_ONLY_COLUMNS = ("problem", "real_path", "thumb")
+#: Columns :func:`probe` adds that the catalog file does not keep (the contract reads the first two, the
+#: near-duplicate check the thumbnails, the split stage's provenance counts the transparent images).
+PROBE_ONLY_COLUMNS = ("problem", "real_path", "thumb", "transparent")
 
 
-def probe(root: Path, frame: pd.DataFrame, workers: int = 4) -> pd.DataFrame:
-    """Add ``sha256, width, height, phash, problem, real_path, thumb`` columns by reading every image once (threads)."""
+def probe(root: Path, frame: pd.DataFrame, workers: int = 4, background: str = DEFAULT_BACKGROUND) -> pd.DataFrame:
+    """Add ``sha256, width, height, phash, problem, real_path, thumb, transparent`` columns by reading every image
+    once (threads), its transparency composited over ``background`` (``split.background``)."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
         resolved = root.resolve()
         results = []
         with Progress(len(frame), "hash+decode", "img", log) as bar:
-            for result in pool.map(lambda rel: probe_file(root, rel, resolved), frame["path"]):
+            for result in pool.map(lambda rel: probe_file(root, rel, resolved, background), frame["path"]):
                 results.append(result)
                 bar.update(1)
     out = frame.copy()

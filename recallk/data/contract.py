@@ -27,6 +27,9 @@ EVAL_SPLITS = ("val", "gallery")
 
 #: How many failing rows to list per rule before summarising the rest.
 MAX_ROWS_PER_RULE = 20
+#: How many groups (one file under several rows) to list per rule before summarising the rest, and how many
+#: rows of each group.
+MAX_GROUPS_PER_RULE, MAX_ROWS_PER_GROUP = 10, 10
 
 #: Longest image_id, in characters: ids are stored as fixed-width strings (ids.npy), so one very long id
 #: would make every row that wide (a 1 MB id times 50,000 rows is 200 GB).
@@ -242,10 +245,53 @@ def split_schema() -> pa.DataFrameSchema:
                               strict=False, name="split")
 
 
+#: A label that is a decimal number as written (``7``, ``07``, ``7.0``, ``-7``, ``7e0``): no sign of ``nan`` or ``inf``.
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+#: Groups of labels :func:`same_number_labels` names before summarising the rest.
+MAX_LABEL_GROUPS = 5
+
+
+def same_number_labels(labels: pd.Series) -> str | None:
+    """The warning for labels that are one number written differently (``7``, ``7.0``, ``07``), or None.
+
+    Labels are text (a folder name, a manifest cell read as text), so such labels are different classes: a
+    query of ``7`` never counts a gallery image of ``07`` as a match, and recall drops with nothing said. The
+    number is compared exactly (:class:`decimal.Decimal`), so ``10000000000000001`` is not ``1e16``. Each group
+    is named with its labels' image counts, in the order the labels first occur."""
+    from decimal import Decimal
+
+    counts = labels.dropna().astype(str).value_counts(sort=False)
+    by_number: dict[Decimal, list[str]] = {}
+    for label in counts.index:
+        if _NUMBER.fullmatch(label.strip()):
+            by_number.setdefault(Decimal(label.strip()), []).append(label)  # equal and hashed by value
+    groups = [names for names in by_number.values() if len(names) > 1]
+    if not groups:
+        return None
+
+    def shown(label: str) -> str:  # quoted when spaces around it are what differs
+        return label if label == label.strip() else quote(label)
+
+    def listed(names: list[str]) -> str:
+        return f"{', '.join(map(shown, names[:-1]))} and {shown(names[-1])}"
+
+    said = [f"labels {listed(names)} are the same number but different text: "
+            f"{sum(int(counts[n]) for n in names)} images in {len(names)} classes "
+            f"({', '.join(f'{shown(n)}: {int(counts[n])}' for n in names)})" for names in groups[:MAX_LABEL_GROUPS]]
+    if len(groups) > MAX_LABEL_GROUPS:
+        said.append(f"and {len(groups) - MAX_LABEL_GROUPS} more such group(s)")
+    return ("; ".join(said) + "; they are scored as different labels (a query never counts an image of the other "
+            "spelling as a match). Write each number one way in the manifest (or the label folders' names).")
+
+
 def as_text(frame: pd.DataFrame) -> pd.DataFrame:
     """The text each CSV cell of ``frame`` will hold (what :func:`catalog_schema` and :func:`split_schema` check)."""
     return frame.astype(object).where(frame.notna(), None).map(lambda v: v if v is None else str(v))
 
+
+#: The rules about one file under several rows: their failing rows are listed by file, one line per group,
+#: with the column that tells the rows of one file apart: its content or its resolved path.
+_GROUPED_RULES = {EVAL_ONCE_RULE: "sha256", LEAK_RULE: "sha256", PATH_ONCE_RULE: "real_path"}
 
 _BUILTIN_RULES = {
     "field_uniqueness": "must be unique (give every row its own value)",
@@ -287,12 +333,41 @@ def format_failures(frame: pd.DataFrame, failures: pd.DataFrame, *, source: str,
     lines = [f"data contract failed for {source} ({len(per_rule)} rule(s) broken):"]
     for rule, rows in per_rule.items():
         ordered = sorted(rows)
+        if rule in _GROUPED_RULES and _GROUPED_RULES[rule] in frame.columns:
+            lines.extend(_grouped_lines(frame, rule, ordered, csv_lines))
+            continue
         lines.append(f"  - {rule}: {len(ordered)} row(s)")
         lines.extend(f"      {_describe_row(frame, i, csv_lines)}{given.get((rule, i), '')}"
                      for i in ordered[:MAX_ROWS_PER_RULE])
         if len(ordered) > MAX_ROWS_PER_RULE:
             lines.append(f"      ... and {len(ordered) - MAX_ROWS_PER_RULE} more")
     return "\n".join(lines)
+
+
+def _grouped_lines(frame: pd.DataFrame, rule: str, rows: list[int], csv_lines: bool) -> list[str]:
+    """A rule of :data:`_GROUPED_RULES`: its failing ``rows`` by file (equal sha256, or equal resolved path),
+    one line per file naming its rows, the first :data:`MAX_GROUPS_PER_RULE` files."""
+    column = _GROUPED_RULES[rule]
+    keys = frame.loc[rows, column]
+    if column == "real_path":  # as _same_file: the path text where the probe could not resolve it
+        keys = keys.where(keys.notna(), "path:" + frame.loc[rows, "path"].astype(str))
+    groups: dict[str, list[int]] = {}
+    for index, key in zip(rows, keys):
+        groups.setdefault(str(key), []).append(index)
+    what = "file content" if column == "sha256" else "file"
+    lines = [f"  - {rule}: {len(rows)} row(s), {len(groups)} {what}(s)"]
+    for key, members in list(groups.items())[:MAX_GROUPS_PER_RULE]:
+        named = (f"sha256 {key[:12]}..." if column == "sha256" else
+                 f"file {quote(key.removeprefix('path:'))}")
+        described = [_describe_row(frame, i, csv_lines) + (f" ({frame.at[i, 'split']})" if column == "sha256"
+                                                           and "split" in frame.columns else "")
+                     for i in members[:MAX_ROWS_PER_GROUP]]
+        more = [f"and {len(members) - MAX_ROWS_PER_GROUP} more"] if len(members) > MAX_ROWS_PER_GROUP else []
+        lines.append(f"      {named} ({len(members)} rows): {'; '.join(described + more)}")
+    if len(groups) > MAX_GROUPS_PER_RULE:
+        rest = list(groups.values())[MAX_GROUPS_PER_RULE:]
+        lines.append(f"      ... and {len(rest)} more {what}(s) ({sum(map(len, rest))} rows)")
+    return lines
 
 
 def validate(frame: pd.DataFrame, schema: pa.DataFrameSchema, *, source: str, csv_lines: bool) -> None:

@@ -1,7 +1,8 @@
 """The split stage's computation: the catalog and the split assignment of a data root.
 
 The catalog (``image_id, path, label, sha256, width, height, phash`` + extra manifest
-columns) depends only on the images, never on split params, so a split-only
+columns) depends only on the images, never on split params (but ``split.background``, the colour
+transparency is composited over before the pHash is taken: how the images look), so a split-only
 change leaves it byte-identical and the encode stage is skipped. The split table
 is ``image_id, split, query, gallery``; the skipped table ``path, reason``; both tables give paths as
 :func:`recallk.data.catalog.location` does (relative to the working directory when inside it).
@@ -30,6 +31,7 @@ import pandas as pd
 from recallk.data import catalog, contract, nearcopy, phash, splitting
 from recallk.data.settings import NearDuplicateSettings, SplitSettings
 from recallk.errors import InputError, quote
+from recallk.images import DEFAULT_BACKGROUND
 from recallk.settings.base import as_params
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,9 @@ class Prepared:
     near_duplicates: pd.DataFrame | None
     #: For provenance.json: policy, max_distance, pairs and the three counts (None without image files).
     summary: dict[str, Any] | None = field(default=None)
+    #: For provenance.json: how many catalog images have transparency, composited over ``split.background``
+    #: (None without image files).
+    transparent: int | None = None
 
     @property
     def files(self) -> bool:
@@ -89,11 +94,14 @@ def prepare_all(settings: SplitSettings) -> Prepared:
     files = "path" in frame.columns
     skipped = pd.DataFrame({"path": pd.Series(dtype=object), "reason": pd.Series(dtype=object)})
     if files:
-        frame, skipped = _probe(root, frame, settings.on_bad_image)
+        frame, skipped = _probe(root, frame, settings.on_bad_image, settings.background)
     else:
         frame = catalog.without_files(frame)
         log.info("embeddings-only catalog: %d ids from %s, no image read (split.images: %s); exact and "
                  "near-duplicate checks are unavailable", len(frame), root / csv, images)
+    same_number = contract.same_number_labels(frame["label"])  # 7, 7.0 and 07: three classes, said once
+    if same_number:
+        log.warning("%s", same_number)
     pairs = _near_pairs(frame, near.max_distance) if files else None
     groups = None
     if files and near.policy == "group" and strategy != "given":
@@ -125,6 +133,11 @@ def prepare_all(settings: SplitSettings) -> Prepared:
         log.warning("%d queries (labels: %s) have no gallery image of their label other than themselves; "
                     "score will exclude and count them", int(orphans.sum()), ", ".join(labels[:10]))
 
+    transparent = None
+    if files:  # what compositing did, said once (the pHash above and encode's pixels both saw it)
+        transparent = int(frame["transparent"].eq(True).sum())
+        log.info("%d of %d images have transparency; composited over %s (split.background)", transparent,
+                 len(frame), settings.background)
     extras = [c for c in frame.columns if c not in catalog.CATALOG_COLUMNS + catalog.PROBE_ONLY_COLUMNS + ("split",)]
     cat = frame[list(catalog.CATALOG_COLUMNS) + extras].copy()
     if files:
@@ -133,12 +146,14 @@ def prepare_all(settings: SplitSettings) -> Prepared:
                           "query": query, "gallery": gallery})
     for frame, schema in ((cat, contract.catalog_schema()), (split, contract.split_schema())):
         contract.validate(contract.as_text(frame), schema, source=f"the {schema.name} table", csv_lines=True)
-    return Prepared(cat, split, skipped, table, summary)
+    return Prepared(cat, split, skipped, table, summary, transparent)
 
 
-def _probe(root: Path, frame: pd.DataFrame, on_bad_image: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Read every image (:func:`recallk.data.catalog.probe`); drop the unreadable ones under ``skip``."""
-    frame = catalog.probe(root, frame)
+def _probe(root: Path, frame: pd.DataFrame, on_bad_image: str,
+           background: str = DEFAULT_BACKGROUND) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Read every image (:func:`recallk.data.catalog.probe`, transparency composited over ``background``); drop
+    the unreadable ones under ``skip``."""
+    frame = catalog.probe(root, frame, background=background)
     bad = catalog.unreadable(frame) if on_bad_image == "skip" else pd.Series(False, index=frame.index)
     # the catalog's path convention (where a stage run from the working directory finds the file)
     skipped = pd.DataFrame({"path": [catalog.location(root, p) for p in frame.loc[bad, "path"]],

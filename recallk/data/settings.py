@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from functools import partial
 
 from recallk.checks import choice, fraction_problem, integer, path_problem
+from recallk.images import DEFAULT_BACKGROUND, background_problem
 from recallk.settings.base import setting
 
 #: Largest `split.near_duplicates.max_distance` (of 64 bits): beyond it unrelated photos match and the search slows.
@@ -71,5 +72,10 @@ class SplitSettings:
                           "`auto`: a manifest without a `path` column is a list of ids (embeddings-only); `files`: "
                           "every manifest row needs an image file; `none`: never read images (a `path` column is "
                           "ignored)")
+    background: str = setting(DEFAULT_BACKGROUND, background_problem,
+                              "the colour transparency (alpha, LA, palette) is composited over, in split's pHash "
+                              "and encode's pixels (a params dep of encode too): `white`, `black` or `\"#rrggbb\"` "
+                              "(quoted); white as transformers' image processors do, where timm, torchvision and "
+                              "open_clip loaders drop the alpha ([transparent images](data.md#transparent-images))")
     near_duplicates: NearDuplicateSettings = setting(NearDuplicateSettings)
     fractions: FractionSettings = setting(FractionSettings)

@@ -3,11 +3,13 @@
 A :class:`Backbone` wraps ``encode(images) -> (n, dim) float32``, a pure function
 over a list of upright RGB :class:`PIL.Image.Image`, plus a ``fingerprint`` that
 changes whenever its output could change (code version, weights, preprocessing
-params, the image decoder and the libraries). The embedding cache keys on it.
+params, the image decoder and the background it composites transparency over, and the
+libraries). The embedding cache keys on it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ import numpy as np
 import PIL
 from PIL import Image
 
-from recallk.images import DECODE_VERSION
+from recallk.images import DECODE_VERSION, DEFAULT_BACKGROUND, background_hex
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,9 @@ class Backbone:
     fingerprint: str
     input_size: int | None = None  # side the backbone resizes to; loaders may decode JPEGs at reduced size down to it
     user_code: bool = False  # a user's callable: whatever it raises (even sys.exit) is a message, not a traceback
+    #: The colour the encode stage composites its images' transparency over (``split.background``, the value
+    #: split hashed them with); part of ``fingerprint`` (:func:`composited_over`).
+    background: str = DEFAULT_BACKGROUND
 
 
 def fingerprint(name: str, version: str, **options: Any) -> str:
@@ -43,6 +48,21 @@ def fingerprint(name: str, version: str, **options: Any) -> str:
     blob = json.dumps({"name": name, "version": version, "options": options, "decode": DECODE_VERSION,
                        "libs": libs}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def composited_over(backbone: Backbone, background: str) -> Backbone:
+    """``backbone`` fed images whose transparency is composited over ``background`` (a ``split.background``
+    value): its fingerprint covers the colour, as the pixels it sees depend on it. The default, white, is what
+    :data:`~recallk.images.DECODE_VERSION` 4 (in every fingerprint) decodes, so it leaves the fingerprint as the
+    backbone made it; any other colour is hashed in, by its ``#rrggbb`` (``white`` and ``"#FFFFFF"`` are one
+    colour and share cached embeddings). Every backbone the encode stage builds goes through here
+    (:func:`recallk.encode.registry.get_backbone`)."""
+    colour = background_hex(background)
+    if colour == background_hex(DEFAULT_BACKGROUND):
+        return dataclasses.replace(backbone, background=background)
+    blob = json.dumps({"backbone": backbone.fingerprint, "background": colour}, sort_keys=True)
+    return dataclasses.replace(backbone, background=background,
+                               fingerprint=hashlib.sha256(blob.encode()).hexdigest()[:16])
 
 
 @dataclass(frozen=True)

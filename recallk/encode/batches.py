@@ -24,14 +24,16 @@ from recallk.encode import verify
 from recallk.encode.base import Backbone
 from recallk.encode.cache import EmbeddingCache
 from recallk.errors import InputError, clip, quote
-from recallk.images import DECODE_ERRORS, decode
+from recallk.images import DECODE_ERRORS, DEFAULT_BACKGROUND, decode
 from recallk.progress import Progress
 
 log = logging.getLogger(__name__)
 
 
-def read_checked(path: str, sha256: str, min_side: int | None = None, shown: str | None = None) -> Image.Image:
-    """Load one catalog image, refusing a file that changed since the catalog was built.
+def read_checked(path: str, sha256: str, min_side: int | None = None, shown: str | None = None,
+                 background: str = DEFAULT_BACKGROUND) -> Image.Image:
+    """Load one catalog image, refusing a file that changed since the catalog was built; its transparency
+    composited over ``background`` (the backbone's, ``split.background``).
     Messages name it ``shown`` (default ``path``): the catalog's path when ``path`` was made absolute."""
     name = quote(shown if shown is not None else path)
     try:
@@ -44,7 +46,7 @@ def read_checked(path: str, sha256: str, min_side: int | None = None, shown: str
         raise InputError(f"image {name} changed since the catalog was built; rebuild the catalog "
                          "(the split stage).")
     try:
-        return decode(data, min_side=min_side, name=shown if shown is not None else path)
+        return decode(data, min_side=min_side, name=shown if shown is not None else path, background=background)
     except DECODE_ERRORS as exc:
         raise InputError(f"image {name} no longer decodes ({exc}); rebuild the catalog "
                          "(the split stage).") from None
@@ -71,8 +73,10 @@ def byte_bounded_chunks(sizes: Sequence[int], batch_size: int, max_bytes: int) -
 
 def decoded_batches(paths: Sequence[str], shas: Sequence[str], *, batch_size: int, num_workers: int,
                     min_side: int | None = None, prefetch: int = 2, sizes: Sequence[int] | None = None,
-                    max_bytes: int = MAX_DECODED_BYTES) -> Iterator[tuple[int, list[Image.Image]]]:
-    """Yield ``(start, images)`` batches in order, decoding up to ``prefetch`` batches ahead in threads.
+                    max_bytes: int = MAX_DECODED_BYTES,
+                    background: str = DEFAULT_BACKGROUND) -> Iterator[tuple[int, list[Image.Image]]]:
+    """Yield ``(start, images)`` batches in order, decoding up to ``prefetch`` batches ahead in threads
+    (:func:`read_checked`, transparency composited over ``background``).
 
     Memory is bounded in bytes, not only in images: with ``sizes`` (each image's decoded bytes, e.g.
     4 x width x height from the catalog), a batch holds at most ``batch_size`` images and
@@ -89,7 +93,7 @@ def decoded_batches(paths: Sequence[str], shas: Sequence[str], *, batch_size: in
             while chunks and len(pending) <= prefetch and (not pending or held + chunks[0][2] <= max_bytes):
                 s, e, b = chunks.popleft()
                 held += b
-                pending.append((s, b, [pool.submit(read_checked, p, h, min_side)
+                pending.append((s, b, [pool.submit(read_checked, p, h, min_side, background=background)
                                        for p, h in zip(paths[s:e], shas[s:e])]))
             start, _, futures = pending.popleft()
             yield start, [f.result() for f in futures]
@@ -135,7 +139,7 @@ def local_source(backbone: Backbone, *, batch_size: int, num_workers: int,
     at most :data:`MAX_DECODED_BYTES` of images by ``sizes`` (sha256 -> decoded bytes; unknown: 0)."""
     def source(todo: list[str], paths: list[str], dim: int | None) -> Iterator[tuple[Sequence[str], np.ndarray]]:
         for start, images in decoded_batches(paths, todo, batch_size=batch_size, num_workers=num_workers,
-                                             min_side=backbone.input_size,
+                                             min_side=backbone.input_size, background=backbone.background,
                                              sizes=[(sizes or {}).get(sha, 0) for sha in todo]):
             emb = run_backbone(backbone, images, dim)
             dim = emb.shape[1]

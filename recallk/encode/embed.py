@@ -17,11 +17,13 @@ from recallk.encode.device import Request
 from recallk.encode.registry import get_backbone, options_key
 from recallk.encode.settings import EncodeSettings
 from recallk.errors import InputError, clip
+from recallk.images import DEFAULT_BACKGROUND
 
 log = logging.getLogger(__name__)
 
 
-def embed(catalog: pd.DataFrame, settings: EncodeSettings) -> tuple[np.ndarray, dict[str, Any]]:
+def embed(catalog: pd.DataFrame, settings: EncodeSettings,
+          background: str = DEFAULT_BACKGROUND) -> tuple[np.ndarray, dict[str, Any]]:
     """Embeddings of the catalog's images in catalog order, for the ``encode`` settings.
 
     Parameters
@@ -38,6 +40,10 @@ def embed(catalog: pd.DataFrame, settings: EncodeSettings) -> tuple[np.ndarray, 
         are encoded, this process or Ray Data actors (:mod:`recallk.encode.ray_engine`, with
         ``settings.ray``). Both engines give the same bytes. ``verify_cache``: cache hits encoded again
         and compared (:func:`recallk.encode.batches.encode_catalog`).
+    background : str
+        The colour each image's transparency is composited over (``split.background``, as the split stage
+        recorded it: its pHash saw the same pixels); part of the backbone's fingerprint, so cached embeddings
+        of another background are never served. A ``precomputed`` backbone decodes nothing and ignores it.
 
     Returns
     -------
@@ -62,7 +68,7 @@ def embed(catalog: pd.DataFrame, settings: EncodeSettings) -> tuple[np.ndarray, 
     runtime = Request(device=settings.device, dtype=settings.dtype, reproducible=settings.reproducible,
                       batch_size=settings.batch_size)
     options = settings.backbone_options(options_key(backbone))
-    model = get_backbone(backbone, options, runtime=runtime)
+    model = get_backbone(backbone, options, runtime=runtime, background=background)
     source = None
     if settings.engine == "ray":
         from recallk.encode.ray_engine import ray_source

@@ -29,6 +29,7 @@ from recallk.encode.batches import BatchSource, read_checked, run_backbone
 from recallk.encode.registry import get_backbone
 from recallk.encode.settings import EncodeRaySettings
 from recallk.errors import InputError
+from recallk.images import DEFAULT_BACKGROUND
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,9 @@ class BatchEncoder:
 
     Parameters
     ----------
-    name, options, runtime
-        As for :func:`~recallk.encode.registry.get_backbone` (``runtime``: the device request of torch backbones).
+    name, options, runtime, background
+        As for :func:`~recallk.encode.registry.get_backbone` (``runtime``: the device request of torch backbones;
+        ``background``: the colour images' transparency is composited over, ``split.background``).
     fingerprint : str
         The driver's fingerprint of the backbone: a worker whose code, weights or libraries differ
         (another fingerprint) refuses to encode, so the cache never mixes two backbones.
@@ -61,10 +63,10 @@ class BatchEncoder:
     """
 
     def __init__(self, name: str, options: dict[str, Any] | None, fingerprint: str, dim: int | None,
-                 runtime: Any = None) -> None:
+                 runtime: Any = None, background: str = DEFAULT_BACKGROUND) -> None:
         self.dim, self.error = dim, ""
         try:
-            self.backbone = get_backbone(name, options, runtime=runtime)
+            self.backbone = get_backbone(name, options, runtime=runtime, background=background)
         except InputError as exc:
             self.error = str(exc)
             return
@@ -80,7 +82,7 @@ class BatchEncoder:
         try:
             if self.error:
                 raise InputError(self.error)
-            images = [read_checked(str(path), str(sha), self.backbone.input_size, str(shown))
+            images = [read_checked(str(path), str(sha), self.backbone.input_size, str(shown), self.backbone.background)
                       for path, sha, shown in zip(batch["path"], batch["sha256"], batch["shown"])]
             emb = np.ascontiguousarray(run_backbone(self.backbone, images, self.dim), dtype="<f4")
         except InputError as exc:
@@ -97,8 +99,8 @@ def ray_source(backbone: Backbone, name: str, options: dict[str, Any] | None, ra
     Parameters
     ----------
     backbone : Backbone
-        The driver's backbone (its fingerprint and dimension); each actor builds its own from
-        ``name`` and ``options``.
+        The driver's backbone (its fingerprint, dimension and background); each actor builds its own from
+        ``name``, ``options`` and that background.
     ray_settings : EncodeRaySettings
         ``encode.ray``: ``address``, the cluster (:func:`recallk.cluster.connect`), joined only when there
         is a miss to encode; ``concurrency``, encoder actors (each builds the backbone once); ``num_gpus``,
@@ -128,7 +130,8 @@ def ray_source(backbone: Backbone, name: str, options: dict[str, Any] | None, ra
         with warnings.catch_warnings():  # Ray 2.60 takes actor restarts only as ray_remote_args (deprecated)
             warnings.simplefilter("ignore", DeprecationWarning)
             mapped = rows.map_batches(BatchEncoder,
-                                      fn_constructor_args=(name, options, backbone.fingerprint, dim, runtime),
+                                      fn_constructor_args=(name, options, backbone.fingerprint, dim, runtime,
+                                                           backbone.background),
                                       batch_size=batch_size, batch_format="numpy",
                                       compute=ray.data.ActorPoolStrategy(size=concurrency),
                                       num_cpus=0 if num_gpus else 1, num_gpus=num_gpus or None, **remote)

@@ -23,8 +23,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from recallk.encode.base import Backbone, fingerprint, is_no_file
+from recallk.encode.base import Backbone, composited_over, fingerprint, is_no_file
 from recallk.errors import InputError, clip, did_you_mean, quote
+from recallk.images import DEFAULT_BACKGROUND
 
 REGISTRY: dict[str, Callable[..., Backbone]] = {}
 #: ``family -> factory(model, **options)`` for ``encode.backbone: <family>:<model>``.
@@ -189,12 +190,20 @@ def user_callable(spec: str, module_file: str | None = None) -> Backbone:
                     fingerprint=fingerprint("callable", "1", target=target, source_sha256=digest))
 
 
-def get_backbone(name: str, options: dict[str, Any] | None = None, runtime: Any = None) -> Backbone:
+def get_backbone(name: str, options: dict[str, Any] | None = None, runtime: Any = None,
+                 background: str = DEFAULT_BACKGROUND) -> Backbone:
     """Build the registered backbone ``name`` with ``options``; a InputError names the fix.
 
     ``runtime`` (a :class:`recallk.encode.device.Request`, or None for the CPU in float32) goes to torch
-    backbones only; the others (pixels, ``callable:``) run where they run and ignore it.
+    backbones only; the others (pixels, ``callable:``) run where they run and ignore it. ``background`` is the
+    colour its images' transparency is composited over (``split.background``), part of its fingerprint
+    (:func:`recallk.encode.base.composited_over`).
     """
+    return composited_over(_build(name, options, runtime), background)
+
+
+def _build(name: str, options: dict[str, Any] | None, runtime: Any) -> Backbone:
+    """:func:`get_backbone`'s backbone, before its decoding background is set."""
     if name.startswith(CALLABLE_PREFIX):
         return user_callable(name, **(options or {}))
     family, sep, model = name.partition(":")

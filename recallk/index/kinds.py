@@ -9,6 +9,7 @@ product of unit rows, i.e. the cosine) or ``hnswlib`` / ``hnswlib,M<m>`` / ``hns
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import tempfile
@@ -28,12 +29,19 @@ EXAMPLES = "`Flat`, `IVF1024,Flat`, `IVF1024,PQ32`, `HNSW32`, `hnswlib,M16`"
 
 
 def faiss_module() -> Any:
-    """faiss, or an InputError naming the extra."""
+    """faiss, or an InputError naming the extra. Its loader's INFO lines while it is imported (``Could not load
+    library with AVX512 support due to: ModuleNotFoundError ...``, one per instruction set it tries: noise in
+    a stage's log, where INFO is on) are held back; its errors are not."""
+    loader = logging.getLogger("faiss.loader")
+    level = loader.level
+    loader.setLevel(max(level, logging.WARNING))
     try:
         import faiss
     except ImportError:
         raise InputError("`index.kinds` names a FAISS index but faiss is not installed; "
                          "`pip install 'recall-at-k-runner[faiss]'`.") from None
+    finally:
+        loader.setLevel(level)
     return faiss
 
 

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from PIL import Image, ImageDraw, ImageFont
 
 from recallk.report.page import STYLE, png_data_uri
+from recallk.stats import fixed
 
 #: One colour per kind, in ``index.kinds`` order (tab10).
 PALETTE = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
@@ -112,8 +113,9 @@ def page(summary: dict[str, Any], points: Sequence[dict[str, Any]], keys: Sequen
         for p in points:
             cells = [p["point"], p["trained_on"], p["queries_per_second"], p["queries_per_second_one_thread"],
                      p["build_seconds"], p["memory_bytes"] / 2**20, p["short_lists"], *[p[k] for k in knn]]
-            cells += [f"{p[k]:.4f}: {p[f'delta_{k}']:+.4f} [{p[f'delta_{k}_ci_low']:+.4f}, "
-                      f"{p[f'delta_{k}_ci_high']:+.4f}]" for k in keys]
+            cells += [f"{p[k]:.4f}: {fixed(p[f'delta_{k}'], signed=True)} "
+                      f"[{fixed(p[f'delta_{k}_ci_low'], signed=True)}, {fixed(p[f'delta_{k}_ci_high'], signed=True)}]"
+                      for k in keys]
             rows.append(cells + [p["non_inferior"]])
         table = ("<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead><tbody>"
                  + "".join("<tr>" + "".join(f"<td>{html.escape(_cell(c))}</td>" for c in r) + "</tr>" for r in rows)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from recallk.stats import fixed
+
 #: Keys that go to metrics/intervals.json: each metric's interval and class mean (and, with
 #: score.embedding_copies.min_cosine, its value without the flagged queries, ``WITHOUT_SUFFIX``).
 DETAIL_SUFFIXES = ("_ci_low", "_ci_high", "_class_mean")
@@ -16,7 +18,9 @@ PAIR_COUNTS = {"near_duplicates_train_eval": "train-eval pairs",        # one in
                "near_duplicates_cross_label": "cross-label pairs"}
 #: Keys that go to metrics/counts.json: what was counted (queries, gallery, dimension, ties, skipped
 #: images, near-duplicates), not a metric.
-COUNT_PREFIXES = ("num_", "tie_sensitive@", "embedding_dim", *PAIR_COUNTS)
+COUNT_PREFIXES = ("num_", "tie_sensitive@", "embedding_dim", "capped_ks", *PAIR_COUNTS)
+#: How the report marks a metric at a K of ``capped_ks`` (at or above every query's gallery: it measures nothing).
+CAPPED_MARK = "(K >= gallery: every query's whole gallery)"
 
 
 def split_metrics(metrics: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -39,9 +43,11 @@ def format_report(metrics: dict[str, Any], evaluated: dict[str, str] | None = No
     the counts, then each metric.
 
     Each metric line shows the mean, then its bootstrap interval and class mean
-    when the dict has them; ``tie_sensitive@K`` counts follow the recall lines.
+    when the dict has them; ``tie_sensitive@K`` counts follow the recall lines. A metric at a K of
+    ``capped_ks`` (at or above every query's gallery) is marked :data:`CAPPED_MARK`, and one line names those Ks.
     """
     suffixes = DETAIL_SUFFIXES + (WITHOUT_SUFFIX,)
+    capped = {str(k) for k in metrics.get("capped_ks") or ()}  # absent in a counts.json of an older run
     headline = [k for k, v in metrics.items() if isinstance(v, float) and not k.endswith(suffixes)]
     width = max((len(k) for k in headline), default=0) + 1
 
@@ -51,6 +57,8 @@ def format_report(metrics: dict[str, Any], evaluated: dict[str, str] | None = No
             text += f"  [{format_float(metrics[key + '_ci_low'])}, {format_float(metrics[key + '_ci_high'])}]"
         if f"{key}_class_mean" in metrics:
             text += f"  class mean {format_float(metrics[key + '_class_mean'])}"
+        if key.rpartition("@")[2] in capped:  # recall@500 of a 449-image gallery: 1.0 by construction
+            text += f"  {CAPPED_MARK}"
         return text
 
     lines = []
@@ -68,6 +76,9 @@ def format_report(metrics: dict[str, Any], evaluated: dict[str, str] | None = No
     if ties:
         lines.append("  queries whose hit flips under the opposite tie rule: "
                      + ", ".join(f"@{k.split('@')[1]} {v}" for k, v in ties.items()))
+    if capped:
+        lines.append(f"  K = {', '.join(map(str, metrics['capped_ks']))}: at or above every query's gallery, recall@K "
+                     "is 1.0 by construction; use a smaller K (score.ks)")
     others = [k for k in headline if not k.startswith("recall@")]
     if others:
         lines += ["", "[metrics]"] + [line(k) for k in others]
@@ -97,6 +108,6 @@ def near_duplicate_lines(metrics: dict[str, Any], keys: list[str]) -> list[str]:
         for key in keys:
             without = metrics[f"{key}{WITHOUT_SUFFIX}"]
             rest = ("n/a (every query is flagged)" if without is None else
-                    f"{format_float(without)} without them ({without - metrics[key]:+.4f})")
+                    f"{format_float(without)} without them ({fixed(without - metrics[key], signed=True)})")
             lines.append(f"  {(key + ':').ljust(width)}  {format_float(metrics[key])} with them, {rest}")
     return ["", "[near-duplicates]"] + lines if lines else []

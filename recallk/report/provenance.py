@@ -8,8 +8,9 @@ from typing import Any
 
 
 def provenance(split: dict[str, Any] | None, encode: dict[str, Any] | None, score: dict[str, Any]) -> dict[str, str]:
-    """What was evaluated, one line each: the backbone and its fingerprint, the data, the split and
-    the score settings; ``split`` / ``encode`` are those stages' ``provenance.json`` (None: unknown)."""
+    """What was evaluated, one line each: the backbone and its fingerprint, the data, how transparency was shown
+    (the background, and how many images it changed), the split and the score settings; ``split`` / ``encode`` are
+    those stages' ``provenance.json`` (None: unknown)."""
     out: dict[str, str] = {}
     if encode:
         out["backbone"] = f"{encode['backbone']} (fingerprint {encode['fingerprint']}, dim {encode['embedding_dim']})"
@@ -17,6 +18,9 @@ def provenance(split: dict[str, Any] | None, encode: dict[str, Any] | None, scor
         manifest = f", manifest {split['manifest']}" if split.get("manifest") else ""
         out["data"] = (f"{split['data_root']}{manifest}: {split['num_images']} images, {split['num_labels']} labels, "
                        f"{split['num_skipped_images']} skipped")
+        if split.get("images") != "none" and split.get("background"):  # a split that predates it: no line
+            out["transparency"] = (f"{split.get('num_transparent_images')} of {split['num_images']} images have "
+                                   f"transparency, composited over {split['background']} (split.background)")
         out["split"] = f"{split['strategy']}, {split['protocol']}, seed {split['seed']}"
         nd = split.get("near_duplicates")
         if split.get("images") == "none":

@@ -25,7 +25,7 @@ from recallk.score.registry import metric_keys
 from recallk.score.retrieval_data import RetrievalData
 from recallk.score.settings import FailureSettings, ScoreSettings
 from recallk.score.similarity import cosine_block, l2_normalize
-from recallk.score.values import summarize
+from recallk.score.values import capped_ks, summarize
 from recallk.score.whitening import pca_whitening
 from recallk.stats.resample import content_order
 
@@ -85,7 +85,8 @@ def score_split(sets: SplitSets, catalog: pd.DataFrame,
     -------
     (metrics, tables)
         ``metrics``: each metric key's mean, ``<key>_class_mean``, ``<key>_ci_low`` /
-        ``<key>_ci_high``, the counts and ``tie_sensitive@K``. ``tables``: ``per_class``,
+        ``<key>_ci_high``, the counts, ``tie_sensitive@K`` and ``capped_ks`` (the Ks at or above every query's
+        gallery: :func:`~recallk.score.values.capped_ks`). ``tables``: ``per_class``,
         ``curve``, ``per_query``, ``neighbors`` (each query's top max(ks) items), ``confusions`` and
         ``embedding_copies`` (the flagged pairs; empty when the check is off) frames, and ``failures``: the
         rows of the failure gallery (:func:`failure_rows`; empty when ``failures.queries`` is 0), which the
@@ -120,7 +121,8 @@ def score_split(sets: SplitSets, catalog: pd.DataFrame,
     order = content_order(content, queries)  # resample by content, so renaming files never moves a bound
     out.update(tables.bootstrap_ci({k: values[k] for k in keys}, **bootstrap, labels=q_labels, order=order))
     out.update({k: v for k, v in summary.items() if k not in out})
-    out.update(num_gallery=int(g_emb.shape[0]), embedding_dim=int(g_emb.shape[1]))
+    out.update(num_gallery=int(g_emb.shape[0]), embedding_dim=int(g_emb.shape[1]),
+               capped_ks=capped_ks(settings.ks, ranking.n_retrievable))
     failures = settings.failures
     cols, scores = top_k(data, max(depth, failures.k), settings.max_memory_mb)
     neighbors = tables.neighbors(queries, q_labels, gallery, g_labels, cols, scores)

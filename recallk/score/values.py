@@ -94,6 +94,15 @@ def tie_sensitivity(ranking: Ranking, ks: Sequence[int]) -> dict[str, int]:
     return {f"tie_sensitive@{k}": int(np.count_nonzero((first < k) != (other < k))) for k in ks}
 
 
+def capped_ks(ks: Sequence[int], n_retrievable: np.ndarray) -> list[int]:
+    """The Ks at or above the largest number of items any query may retrieve: at such a K every query's
+    whole gallery is within its top K (recall@K is 1.0 for every query with a positive), so the value
+    measures nothing. The score stage writes them to metrics/counts.json (``capped_ks``) and the report
+    block marks their lines."""
+    most = int(n_retrievable.max()) if n_retrievable.size else 0
+    return [int(k) for k in ks if k >= most] if n_retrievable.size else []
+
+
 def warn_if_k_beyond_gallery(ks: Sequence[int], n_retrievable: np.ndarray) -> None:
     """One warning naming every K larger than what any query may retrieve: at such a K recall is 1 for every
     query with a positive and precision@K divides by K items that do not exist, so the number says nothing."""

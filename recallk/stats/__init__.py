@@ -1,7 +1,8 @@
 """Paired statistics and resampling, one low room that the score stage (intervals), the index stage (each
 point against exact) and the compare commands all use: :mod:`~recallk.stats.resample` (bootstrap means and
 intervals, the content order) and :mod:`~recallk.stats.inference` (paired bootstrap, sign-flip and McNemar
-tests, Holm, power)."""
+tests, Holm, power); :func:`mean`, the one mean of every reported value, and :func:`fixed`, its one printed
+form."""
 
 from __future__ import annotations
 
@@ -22,3 +23,15 @@ def mean(values: np.ndarray) -> float:
         return math.nan
     return float(min(max(math.fsum(kept.tolist()) / kept.size, kept.min()), kept.max()))
 
+
+
+def fixed(x: float, digits: int = 4, signed: bool = False) -> str:
+    """The one printed form of a reported value: ``digits`` decimals (with its sign, ``+`` included, when
+    ``signed``), a value that rounds to zero printed as zero (``0.0000``, or ``+0.0000`` signed: never
+    ``-0.0000``, which reads as a loss where there is none); NaN as ``nan``."""
+    if x != x:
+        return "nan"
+    text = f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
+    if float(text) == 0.0:
+        text = f"{0.0:+.{digits}f}" if signed else f"{0.0:.{digits}f}"
+    return text

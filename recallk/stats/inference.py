@@ -328,6 +328,19 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return out.tolist()
 
 
+def holm_levels(pvalues: Sequence[float], alpha: float) -> list[float]:
+    """Each test's level at its step of Holm's procedure: ``alpha / (m - i + 1)`` for the i-th smallest of the
+    ``m`` p-values (tied p-values share the level of the first of them, as they share their adjusted p). An
+    interval at this level (``recallk compare``'s verdicts: ``ci_holm_*``) is adjusted as the Holm p is: it
+    excludes 0 when this test's own step of the procedure rejects (where the interval and the test agree)."""
+    order = sorted(range(len(pvalues)), key=lambda j: pvalues[j])
+    levels = [0.0] * len(pvalues)
+    for i, j in enumerate(order):
+        tied = i and pvalues[j] == pvalues[order[i - 1]]
+        levels[j] = levels[order[i - 1]] if tied else alpha / (len(pvalues) - i)
+    return levels
+
+
 def cohens_dz(delta: np.ndarray) -> float | None:
     """Cohen's d_z = mean(delta) / sd(delta) (ddof 1): 0 when every difference is 0, None when the
     differences are all equal but not 0 (no spread: d_z is unbounded) or there are fewer than 2."""

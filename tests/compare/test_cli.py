@@ -12,10 +12,15 @@ import pytest
 from helpers import ROOT
 from recallk.compare import cli, outputs, paired
 from recallk.errors import InputError
+from recallk.stats import inference as stats
 
 
-def metric(delta: float, low: float, high: float, p_holm: float, mde: float = 0.01) -> dict:
-    return {"delta": delta, "ci_low": low, "ci_high": high, "p_holm": p_holm, "mde": mde}
+def metric(delta: float, low: float, high: float, p_holm: float, mde: float = 0.01, adjusted=None,
+           level: float = 0.995) -> dict:
+    """A metric's result; ``adjusted``: the Holm-level interval of the verdicts (default: the table's)."""
+    adj_low, adj_high = adjusted or (low, high)
+    return {"delta": delta, "ci_low": low, "ci_high": high, "p_holm": p_holm, "mde": mde, "ci_holm_low": adj_low,
+            "ci_holm_high": adj_high, "ci_holm_level": level}
 
 
 @pytest.mark.parametrize("spec, m, outcome", [
@@ -53,14 +58,76 @@ def test_bad_gates_are_refused(spec, message):
 
 
 @pytest.mark.parametrize("m, want", [
-    (metric(0.041, 0.02, 0.06, 0.001), "B better on recall@1: +0.0410 [+0.0200, +0.0600], Holm p 0.0010"),
-    (metric(-0.041, -0.06, -0.02, 0.001), "B worse on recall@1: -0.0410 [-0.0600, -0.0200], Holm p 0.0010"),
-    (metric(0.002, -0.008, 0.012, 0.6, 0.015),
-     "recall@1: no detectable difference: the interval allows -0.0080 to +0.0120 (Holm p 0.6000; "
-     "detectable at 80% power: ±0.0150)"),
+    (metric(0.041, 0.02, 0.06, 0.001, adjusted=(0.01, 0.07)),
+     "B better on recall@1: +0.0410 [+0.0100, +0.0700] (99.5% interval, Holm-adjusted for 10 metrics), Holm p 0.0010"),
+    (metric(-0.041, -0.06, -0.02, 0.001, adjusted=(-0.07, -0.01)),
+     "B worse on recall@1: -0.0410 [-0.0700, -0.0100] (99.5% interval, Holm-adjusted for 10 metrics), Holm p 0.0010"),
+    (metric(0.002, -0.008, 0.012, 0.6, 0.015, adjusted=(-0.01, 0.014)),
+     "recall@1: no detectable difference: the 99.5% interval, Holm-adjusted for 10 metrics, allows -0.0100 to "
+     "+0.0140 (Holm p 0.6000; detectable at 80% power: ±0.0150)"),
+    # issue 38, ckpt4 vs ckpt5: the interval the verdict prints excludes 0 while Holm p is 0.061: not "no
+    # detectable difference" beside an interval that excludes 0, but inconclusive, saying which says what
+    (metric(0.008, 0.0024, 0.0139, 0.061, adjusted=(0.0003, 0.0161)),
+     "recall@1: inconclusive: the 99.5% interval, Holm-adjusted for 10 metrics, [+0.0003, +0.0161], excludes 0 but "
+     "Holm p 0.0610 >= 0.05 (the sign-flip test and the bootstrap disagree this close to the boundary; more "
+     "queries would decide)"),
+    (metric(0.008, 0.0024, 0.0139, 0.03, adjusted=(-0.0011, 0.0161)),
+     "recall@1: inconclusive: Holm p 0.0300 < 0.05 but the 99.5% interval, Holm-adjusted for 10 metrics, "
+     "[-0.0011, +0.0161], holds 0 (the sign-flip test and the bootstrap disagree this close to the boundary; more "
+     "queries would decide)"),
+    # no "-0.0000": a bound that rounds to zero prints as +0.0000
+    (metric(-0.004, -0.0148, -0.00001, 0.2, adjusted=(-0.0148, -0.00001)),
+     "recall@1: inconclusive: the 99.5% interval, Holm-adjusted for 10 metrics, [-0.0148, +0.0000], excludes 0 "
+     "but Holm p 0.2000 >= 0.05 (the sign-flip test and the bootstrap disagree this close to the boundary; more "
+     "queries would decide)"),
 ])
 def test_verdict_lines(m, want):
-    assert cli.verdict("recall@1", m, 0.05) == want
+    assert cli.verdict("recall@1", m, 0.05, 10) == want
+
+
+def test_every_verdict_agrees_with_the_interval_and_the_p_it_prints():
+    """On real comparisons: "better"/"worse" only when the printed (adjusted) interval excludes 0 and Holm p < alpha,
+    "no detectable difference" only when it holds 0 and Holm p >= alpha; the interval is adjusted for the metrics
+    (Holm's level of each: the smallest p at alpha / m)."""
+    rng = np.random.default_rng(5)
+    seen = set()
+    for shift in (0.0, 0.01, 0.02, 0.03, 0.05):
+        n = 150
+        frame = pd.DataFrame({"image_id": [f"q{i}" for i in range(n)], "label": "x", "num_positives": "2",
+                              "num_retrievable": "9", "hit@1": rng.integers(0, 2, n).astype(float),
+                              "ap": rng.random(n)})
+        other = frame.assign(ap=(frame["ap"] + rng.normal(shift, 0.08, n)).clip(0, 1),
+                             **{"hit@1": np.where(rng.random(n) < 0.1, 1 - frame["hit@1"], frame["hit@1"])})
+        result = paired.compare(frame, other, paired.CompareSettings(resamples=1000, permutations=1000))
+        levels = sorted(m["ci_holm_level"] for m in result["metrics"].values())
+        assert levels in ([0.95, 0.975], [0.975, 0.975])
+        for name, m in result["metrics"].items():
+            line = cli.verdict(name, m, 0.05, 2)
+            assert cli._signed(m["ci_holm_low"]) in line and "Holm-adjusted for 2 metrics" in line, line
+            excludes = m["ci_holm_low"] > 0 or m["ci_holm_high"] < 0
+            if line.startswith(("B better", "B worse")):
+                assert excludes and m["p_holm"] < 0.05
+                seen.add("significant")
+            else:
+                assert ("no detectable difference" in line) == (not excludes and m["p_holm"] >= 0.05), line
+                seen.add("not")
+    assert seen == {"significant", "not"}
+
+
+def test_holm_levels_step_down_and_ties_share_one():
+    assert stats.holm_levels([0.01, 0.04, 0.03, 0.01], 0.05) == pytest.approx([0.0125, 0.05, 0.025, 0.0125])
+
+
+def test_no_negative_zero_in_any_printed_number():
+    from recallk.stats import fixed
+
+    assert [fixed(-0.0), fixed(-1e-9, signed=True), fixed(1e-9, signed=True), fixed(-4e-5, 2)] == \
+        ["0.0000", "+0.0000", "+0.0000", "0.00"]
+    assert fixed(-0.00005, signed=True) == "-0.0001" and fixed(0.25) == "0.2500"
+    m = {**metric(-0.00002, -0.0148, -0.00001, 0.3), "mean_a": 0.5, "mean_b": 0.49998, "p": 0.3, "p_mcnemar": None,
+         "dz": -1e-9, "wins": 1, "ties": 5, "losses": 2}
+    cells = cli.rows({"metrics": {"map": m}})[0]
+    assert "-0.0000" not in " ".join(cells) and "-0.00" not in cells[8] and cells[4] == "[-0.0148, +0.0000]"
 
 
 def test_no_difference_on_any_query_is_said_so_and_has_no_mde():
@@ -98,6 +165,25 @@ def test_cli_margins_exit_codes_and_rendering(tmp_path, capsys):
     assert result["gates"][0]["outcome"] == "inconclusive" and result["by"] == "two-level"
     assert result["draws"]["units"] == 6 and result["metrics"]["map"]["queries_needed"] >= 1
     assert cli.main([a, b, "--fail-if-worse", "map:-1", *small]) == 2  # bad margin: input error
+
+
+def test_a_passing_gate_says_so_on_stdout_and_in_the_markdown(tmp_path, capsys):
+    """Issue 38: a CI log shows that a passing gate ran, naming the metric, the margin and the bound."""
+    labels = [f"l{i % 6}" for i in range(40)]
+    hits = [i % 2 for i in range(40)]
+    a = write(tmp_path / "a.csv", hits, [0.5] * 40, labels)
+    b = write(tmp_path / "b.csv", hits, [0.5 + 0.01 * (i % 3 - 1) for i in range(40)], labels)
+    code = cli.main([a, b, "--fail-if-worse", "recall@1:0.01", "--fail-if-worse", "map", "--md",
+                     str(tmp_path / "c.md"), "--resamples", "300", "--permutations", "300"])
+    out, err = capsys.readouterr()
+    assert code == 0 and err == ""
+    margin = ("pass: B is not worse by more than the margin 0.01 on recall@1: the interval's lower end +0.0000 is "
+              "above the bound -0.0100 (the 95% interval of Δ, [+0.0000, +0.0000])")
+    assert margin in out.splitlines()
+    assert any(line.startswith("pass: B is not significantly worse on map (no margin: fails when Δ < 0 and Holm p "
+                               "< 0.05): Δ ") for line in out.splitlines()), out
+    md = (tmp_path / "c.md").read_text()
+    assert "- **pass**: " + margin.removeprefix("pass: ") in md and md.count("- **pass**") == 2
 
 
 def test_undefined_d_z_is_printed_as_undefined():

@@ -142,8 +142,9 @@ def test_patterns_counted_by_hand_for_the_example_above():
 
 
 @pytest.mark.parametrize("b_changes, message", [
-    (lambda t: t.assign(image_id=[f"x{i}" for i in range(len(t))]), "scored different queries"),   # other split
-    (lambda t: t.iloc[1:], r"1 only in A, e\.g\. \['q00'\]"),                                    # a query dropped
+    (lambda t: t.assign(image_id=[f"x{i}" for i in range(len(t))]),                               # other split:
+     r"scored different queries .*no query in common, so --intersect cannot help"),              # no --intersect
+    (lambda t: t.iloc[1:], r"1 only in A, e\.g\. \['q00'\].* Pass --intersect to compare the 3 common"),  # dropped
     (lambda t: t.assign(num_retrievable="8"), "differ in `num_retrievable`"),                   # another gallery
     (lambda t: t.assign(label=["z"] * len(t)), "differ in `label`"),                            # relabelled
     (lambda t: t.drop(columns=["hit@1", "ap"]), "share no per-query metric column"),            # old table

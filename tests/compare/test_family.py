@@ -170,3 +170,12 @@ def test_more_systems_than_the_tables_serve_are_permuted_uniformly_too():
     assert np.all(np.sort(draws, axis=1) == np.arange(k))  # every draw a permutation of the one unit
     counts = np.array([np.bincount(draws[:, j].astype(int), minlength=k) for j in range(k)])
     assert counts.min() > 1000 - 4 * 31 and counts.max() < 1000 + 4 * 31  # each value at each position 1/13
+
+
+@pytest.mark.parametrize("pvalues, method, want", [
+    ([0.01, 0.04, 0.03], "holm", [0.05 / 3, 0.05, 0.025]),  # Holm: each test's level at its step
+    ([0.01, 0.04, 0.03], "bh", [0.05] * 3),                 # BH rejects all 3: alpha * 3 / 3 (FCR intervals)
+    ([0.01, 0.5, 0.9], "bh", [0.05 / 3] * 3),               # BH rejects 1: alpha * 1 / 3
+])
+def test_adjusted_levels(pvalues, method, want):
+    assert family.adjusted_levels(pvalues, 0.05, method) == pytest.approx(want)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import numpy as np
@@ -10,7 +11,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from recallk.compare import board_cli, leaderboard, paired, systems
+from recallk.compare import board_cli, family, leaderboard, paired, systems
 from recallk.errors import InputError
 from recallk.stats import inference as stats
 
@@ -98,13 +99,32 @@ def test_repeated_runs_on_different_queries_are_paired_by_run():
 @pytest.mark.parametrize("runs, message", [
     ([[MIDDLE]], "at least two systems; got 1"),                                               # one system
     ([[MIDDLE], [table([1] * 20, [0.5] * 20, ids=[f"x{i}" for i in range(20)])]],
-     "different queries, and the systems have \\[1\\] runs"),                                  # other split, 1 run
-    ([[MIDDLE, MIDDLE], [MIDDLE.iloc[2:]]], "different queries, and the systems have \\[1, 2\\] runs"),
+     "S0 scored 20; S1 scored 20: 20 not in those \\(e.g. x0, x1, x10\\); 20 of those missing \\(e.g. q00, q01, "
+     "q02\\)\\. .*\\(one run each\\)\\. No query is shared by every run, so --intersect cannot help"),  # other split
+    ([[MIDDLE, MIDDLE], [MIDDLE.iloc[2:]]], "S0 run 1 and S0 run 2 scored 20; S1 scored 18: 2 of those missing "
+     "\\(e.g. q00, q01\\)\\. .*\\(runs per system here: \\[1, 2\\]\\)\\. Pass --intersect to keep the 18 queries"),
     ([[MIDDLE], [MIDDLE.assign(num_retrievable="8")]], "differ in `num_retrievable`"),           # another gallery
 ])
 def test_runs_that_fit_no_case_are_refused(runs, message):
     with pytest.raises(InputError, match=message):
         board_of(*runs)
+
+
+def test_a_leaderboard_error_names_the_odd_system_and_its_queries():
+    """Issue 38 (`recallk leaderboard HEAD --experiments '*'`): the error names the system whose queries differ from
+    the rest, with counts and a few ids, and suggests --intersect only when some query is shared by every run."""
+    odd = table([1] * 20, [0.5] * 20, ids=[f"q{i:02d}" for i in range(5, 25)])
+    with pytest.raises(InputError) as caught:
+        board_of(MIDDLE, STRONG, odd, WEAK, names=["HEAD", "effnet", "seed3", "pixels"])
+    message = str(caught.value)
+    assert message.startswith("the runs scored different queries: HEAD, effnet and pixels scored 20; seed3 scored "
+                              "20: 5 not in those (e.g. q20, q21, q22); 5 of those missing (e.g. q00, q01, q02).")
+    assert message.endswith("Pass --intersect to keep the 15 queries every run shares.")
+    elsewhere = table([1] * 20, [0.5] * 20, ids=[f"x{i:02d}" for i in range(20)])
+    for intersect in (False, True):  # nothing shared: --intersect is not suggested, and cannot help
+        with pytest.raises(InputError, match="seed3 scored 20: 20 not in those.*--intersect cannot help") as caught:
+            board_of(MIDDLE, STRONG, elsewhere, names=["HEAD", "effnet", "seed3"], intersect=intersect)
+        assert "Pass --intersect" not in str(caught.value)
 
 
 def test_intersect_keeps_the_queries_every_run_shares():
@@ -194,7 +214,8 @@ def test_every_experiment_of_a_repository_by_pattern(tmp_path, capsys):
     code = board_cli.main(["--experiments", "lr-*", "--repo", str(tmp_path), "--permutations", "300",
                            "--resamples", "200", "--metric", "recall@1"])
     out = capsys.readouterr().out
-    assert code == 0 and "lr-big: lr-big (" in out and "lr-small" in out and "other" not in out
+    assert code == 0 and "lr-big: lr-big (" in out and "lr-small" in out
+    assert re.search(r"\bother\b(?! system)", out) is None  # the experiment "other" is not matched
 
 
 @pytest.mark.parametrize("command", ["leaderboard", "track"])
@@ -257,3 +278,89 @@ def test_a_long_board_shows_its_progress_in_the_console_command(tmp_path, capsys
     assert bar.total == 2 * 300 + 200 + 2 * 2 * (200 + 300) and bar.done == bar.total  # 2 metrics x 2 steps
     lines = [line for line in err.splitlines() if line.startswith("INFO recallk.compare.leaderboard: track: ")]
     assert lines and all(" draws (" in line and "s left" in line for line in lines), err
+
+
+def checkpoints() -> systems.Panel:
+    """Five checkpoints of 60 queries closing in on the last (issue 38's shape): on map, e2 shares the group of the
+    best (Tukey) while its Holm-adjusted sign-flip p against the best is 0.004."""
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.2, 0.8, 60)
+    runs = []
+    for shift in (0.0, 0.05, 0.08, 0.10, 0.11):
+        ap = np.clip(base + shift + rng.normal(0, 0.04, 60), 0, 1).round(4)
+        runs.append(table((rng.random(60) < 0.4 + shift * 2).astype(int), ap))
+    return board_of(*runs, names=[f"e{i}" for i in range(5)])
+
+
+def test_track_groups_indistinguishable_and_vs_best_come_from_one_family():
+    board = checkpoints()
+    rows = leaderboard.leaderboard(board, FAST)["metrics"]["map"]["rows"]
+    e2 = next(row for row in rows if row["system"] == "e2")
+    assert e2["group"] == rows[0]["group"] == "a" and e2["p_adjusted"] < 0.05  # two families part ways here
+    result = leaderboard.track(board, FAST)
+    assert result["vs_reference"] == "tukey"
+    for metric, entry in result["metrics"].items():
+        best = set(next(p for p in entry["series"] if p["system"] == entry["best"])["group"])
+        tukey = {frozenset((p["a"], p["b"])): p["p_tukey"] for p in entry["pairs"]}
+        for point in entry["series"]:
+            shares = bool(set(point["group"]) & best)
+            assert (point["system"] in entry["indistinguishable"]) == shares, (metric, point)
+            if point["system"] != entry["best"]:
+                vs = point["vs_best"]
+                assert vs["p_adjusted"] == tukey[frozenset((point["system"], entry["best"]))]
+                assert (vs["p_adjusted"] >= FAST.alpha) == shares == (vs["delta_low"] <= 0 <= vs["delta_high"])
+    assert "e2" in result["metrics"]["map"]["indistinguishable"]
+    steps = [point["delta_prev"] for point in result["metrics"]["map"]["series"][1:]]  # one family, the steps:
+    levels = stats.holm_levels([step["p"] for step in steps], FAST.alpha)  # their intervals adjusted as their p
+    assert [step["level"] for step in steps] == pytest.approx([1 - level for level in levels])
+    assert max(step["level"] for step in steps) == pytest.approx(1 - FAST.alpha / 4)
+
+
+def test_tukey_half_width_is_the_critical_range_of_the_pairs_p():
+    values = np.random.default_rng(3).normal(0, 0.3, size=(40, 4)) + np.array([0, 0.1, 0.3, 0.6])
+    tukey = family.randomized_tukey_hsd(values, 2000, 0)
+    half = family.tukey_half_width(tukey, 0.05)
+    assert 0 < half < np.abs(tukey["diff"]).max()
+    significant = tukey["p"] < 0.05
+    assert np.array_equal(significant, np.abs(tukey["diff"]) > half)
+    assert family.tukey_half_width(tukey, 1 / 4000) == np.inf  # no p can be that small with 2000 draws
+
+
+def entry(best, groups, apart=()):
+    """A metric's result as summary() reads it: rows with their letters, pairs with whether they are told apart."""
+    names = list(groups)
+    return {"best": best, "rows": [{"system": n, "group": g} for n, g in groups.items()],
+            "pairs": [{"a": a, "b": b, "significant": (a, b) in apart or (b, a) in apart}
+                      for i, a in enumerate(names) for b in names[i + 1:]]}
+
+
+@pytest.mark.parametrize("metrics, want", [
+    ({f"m{i}": entry("effnet", {"effnet": "a", "pixels": "b", "pixels8": "b"},
+                     [("effnet", "pixels"), ("effnet", "pixels8")]) for i in range(10)},
+     "effnet best on all 10 metrics, told apart from every other system on each; pixels and pixels8 not told apart "
+     "on any metric (groups: randomized Tukey HSD, α = 0.05)."),
+    ({"recall@1": entry("S1", {"S1": "a", "S0": "ab", "S2": "b"}, [("S1", "S2")]),
+      "map": entry("S0", {"S0": "a", "S1": "b", "S2": "b"}, [("S0", "S1"), ("S0", "S2")])},
+     "S1 best on 1 of 2 metrics, S0 on 1 (map); the best told apart from every other system on 1 of them; every two "
+     "systems told apart on at least one metric (groups: randomized Tukey HSD, α = 0.05)."),
+    ({"recall@1": entry("S1", {"S1": "a", "S0": "a"})},
+     "S1 best on recall@1, not told apart from S0 (groups: randomized Tukey HSD, α = 0.05)."),
+    ({"recall@1": entry("S1", {"S1": "a", "S0": "b", "S2": "b", "S3": "c"},
+                        [("S1", "S0"), ("S1", "S2"), ("S1", "S3"), ("S0", "S3"), ("S2", "S3")])},
+     "S1 best on recall@1, told apart from every other system; S0 and S2 not told apart (groups"),
+    ({f"m{i}": entry("A", {"A": "a", "B": "ab", "C": "b", "D": "ab"}, [("A", "C")] if i < 3 else [])
+      for i in range(12)},
+     "A best on all 12 metrics, on each sharing its group with another system; 5 pairs not told apart on any metric: "
+     "A / B, A / D, B / C, B / D and 1 more (groups"),
+])
+def test_the_summary_paragraph(metrics, want):
+    text = board_cli.summary({"metrics": metrics, "alpha": 0.05})
+    assert text.startswith(want) or text == want, text
+
+
+def test_leaderboard_text_and_markdown_open_with_the_summary(tmp_path, capsys):
+    paths = [write(tmp_path, f"{n}.csv", t) for n, t in (("mid", MIDDLE), ("strong", STRONG), ("weak", WEAK))]
+    assert board_cli.main([*paths, "--md", str(tmp_path / "b.md"), "--permutations", "500", "--resamples", "300"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"{paths[1]} best on both metrics, told apart from every other system on each; ")
+    assert (tmp_path / "b.md").read_text().splitlines()[0] == first

@@ -148,7 +148,7 @@ def test_decoded_batches_hold_a_bounded_number_of_bytes(monkeypatch):
     lock, state = threading.Lock(), {"decoded": 0, "done": 0, "peak": 0}
     size = 300  # bytes per image (4 x pixels in the encode stage)
 
-    def fake_read(path, sha, min_side=None):
+    def fake_read(path, sha, min_side=None, background=None):
         with lock:
             state["decoded"] += 1
             state["peak"] = max(state["peak"], (state["decoded"] - state["done"]) * size)

@@ -11,8 +11,10 @@ import hashlib
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
 
 from helpers import DIGITS, image_catalog, image_row, save_image
 from recallk.encode.batches import encode_catalog
@@ -65,6 +67,27 @@ def test_ray_embeddings_byte_identical_to_local_and_cached(ray_cluster, tmp_path
             assert held[sha].tobytes() == row.tobytes()
         again, n_encoded, n_cached = ray_encode(cat, "pixels", options, cache)  # all hits: Ray is not asked
         assert again.tobytes() == local.tobytes() and (n_encoded, n_cached) == (0, len(cat) - 3)
+
+
+def test_ray_workers_composite_over_the_drivers_background(ray_cluster, tmp_path):
+    """`split.background` travels to the actors: RGBA files encoded on Ray over black are the local engine's bytes
+    over black (and not over white); a worker builds the same fingerprint, so it encodes."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(6):
+        rgba = rng.integers(0, 256, size=(12, 12, 4), dtype=np.uint8)
+        rgba[::2, :, 3] = 0  # garbage under transparent rows
+        path = tmp_path / f"t{i}.png"
+        Image.fromarray(rgba, "RGBA").save(path)
+        rows.append(image_row(path, f"t{i}"))
+    cat = pd.DataFrame(rows)
+    options = {"resolution": 4}
+    backbone = get_backbone("pixels", options, background="black")
+    local, *_ = encode_catalog(cat, backbone, batch_size=4, num_workers=1)
+    white, *_ = encode_catalog(cat, get_backbone("pixels", options), batch_size=4, num_workers=1)
+    source = ray_source(backbone, "pixels", options, EncodeRaySettings(concurrency=1, batch_size=4))
+    got, *_ = encode_catalog(cat, backbone, batch_size=4, num_workers=1, source=source)
+    assert got.tobytes() == local.tobytes() and got.tobytes() != white.tobytes()
 
 
 def test_ray_resumes_from_cache_after_a_killed_worker(ray_cluster, tmp_path):

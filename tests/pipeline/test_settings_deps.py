@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ALSO_READS, EMBEDDINGS, STAGES, dvc, read_bytes, repro
+from helpers import ALSO_READS, EMBEDDINGS, METRICS, STAGES, dvc, read_bytes, repro, set_params
 
 pytestmark = pytest.mark.pipeline
 
@@ -48,3 +48,17 @@ def test_an_encode_only_rule_change_reruns_encode_alone(repo: Path) -> None:
     assert ran == {"encode"}, out
     assert skipped == {"split", "score", "index"}, out
     assert read_bytes(repo, [EMBEDDINGS]) == before
+
+
+def test_split_background_is_a_param_of_split_and_encode(repo: Path) -> None:
+    """`split.background` decides the pixels split hashes and encode embeds (docs/data.md#transparent-images): DVC
+    sees it as a param of both (encode's params dep `split.background`, dvc.yaml), so neither is silently stale.
+    The digits have no transparency, so their metrics stay as they were."""
+    set_params(repo, {"split.background": "black"})
+    status = changed(repo)
+    assert set(status) == {"split", "encode"}, status
+    assert status["encode"] == [{"changed deps": {"params.yaml": {"split.background": "modified"}}}], status
+    before = read_bytes(repo, [METRICS])
+    ran, _, out = repro(repo)
+    assert {"split", "encode"} <= ran, out
+    assert read_bytes(repo, [METRICS]) == before

@@ -26,13 +26,31 @@ def test_split_metrics_declares_the_means_alone():
     from recallk.report.block import split_metrics
 
     metrics = {"recall@1": 0.5, "map@r": 0.25, "num_queries": 4, "num_excluded_queries": 0, "tie_sensitive@1": 1,
-               "num_gallery": 9, "embedding_dim": 3, "near_duplicates_train_eval": 2, "num_skipped_images": 0,
+               "num_gallery": 9, "embedding_dim": 3, "capped_ks": [10], "near_duplicates_train_eval": 2,
+               "num_skipped_images": 0,
                "num_embedding_copy_queries": 1, "recall@1_ci_low": 0.1, "recall@1_ci_high": 0.9,
                "recall@1_class_mean": 0.5, "recall@1_without_embedding_copies": 0.4}
     headline, counts, detail = split_metrics(metrics)
     assert headline == {"recall@1": 0.5, "map@r": 0.25}
     assert list(counts) == ["num_queries", "num_excluded_queries", "tie_sensitive@1", "num_gallery", "embedding_dim",
-                            "near_duplicates_train_eval", "num_skipped_images", "num_embedding_copy_queries"]
+                            "capped_ks", "near_duplicates_train_eval", "num_skipped_images",
+                            "num_embedding_copy_queries"]
     assert set(detail) == {"recall@1_ci_low", "recall@1_ci_high", "recall@1_class_mean",
                            "recall@1_without_embedding_copies"}
     assert {**headline, **counts, **detail} == metrics
+
+
+def test_a_capped_k_is_marked_and_named():
+    """issue 38: recall@K at a K holding every query's whole gallery (``capped_ks``) is marked on its lines and
+    named once; the other Ks, and a metrics dict without the key (an older counts.json), are not marked."""
+    from recallk.report.block import CAPPED_MARK
+
+    metrics = {"recall@1": 0.5, "recall@10": 1.0, "precision@10": 0.3, "map@r": 0.4, "num_queries": 4,
+               "num_excluded_queries": 0, "num_gallery": 9, "embedding_dim": 3, "capped_ks": [10]}
+    lines = format_report(metrics).splitlines()
+    assert sorted(line.split(":")[0].strip() for line in lines if line.endswith(CAPPED_MARK)) == [
+        "precision@10", "recall@10"]
+    assert "  K = 10: at or above every query's gallery, recall@K is 1.0 by construction; use a smaller K (score.ks)" \
+        in lines
+    older = format_report({k: v for k, v in metrics.items() if k != "capped_ks"})
+    assert CAPPED_MARK not in older and "K = 10" not in older

@@ -40,6 +40,9 @@ def test_the_multi_run_report_is_offline_complete_and_renders(tmp_path, capsys):
                     "Per label: Δ on recall@1", "Provenance", "not told apart from it"):
         assert section in text, section
     assert "epoch0 &lt;b&gt;bold&lt;/b&gt;" in text  # provenance escaped
+    summary = re.search(r'<h1>3 systems compared</h1><p class="summary">([^<]*) \(groups: randomized Tukey', text)
+    assert summary and " best on " in summary.group(1), text[:600]  # the page opens with the summary paragraph
+    assert text.index('class="summary"') < text.index("<h2>")
     assert text.count("<polyline") == 3 + 4  # three recall curves, four metrics in the trend
     assert probe(out, tmp_path) == {"failed": [], "errors": [], "fetched": []}
     proc, shot = render(out, tmp_path)

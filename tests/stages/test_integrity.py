@@ -7,6 +7,7 @@ test_params_yaml.py.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import re
@@ -97,6 +98,28 @@ def test_byte_identical_files_in_val_gallery_are_refused(work, protocol, splits)
     message = str(info.value)
     assert contract.EVAL_ONCE_RULE in message
     assert "path 'a/0.png'" in message and "path 'a/copy.png'" in message
+
+
+def test_byte_identical_files_are_listed_by_content(work):
+    """issue 38: 3 copies of one file and 2 of another were 5 rows, listed one by one; they are 2 files: one line
+    per content (its sha256), naming its rows, with the counts."""
+    make_images(work / "data", {"a": 3, "b": 3})
+    for src, copies in (("a/0.png", ("a/copy1.png", "a/copy2.png")), ("b/1.png", ("b/copy.png",))):
+        for dest in copies:
+            shutil.copy(work / "data" / src, work / "data" / dest)
+    with pytest.raises(InputError) as info:
+        build()
+    lines = str(info.value).splitlines()
+    rule = [i for i, line in enumerate(lines) if contract.EVAL_ONCE_RULE in line]
+    assert len(rule) == 1 and lines[rule[0]].endswith(": 5 row(s), 2 file content(s)")
+    groups = lines[rule[0] + 1:rule[0] + 3]
+    sha = {name: hashlib.sha256((work / "data" / name).read_bytes()).hexdigest()[:12]
+           for name in ("a/0.png", "b/1.png")}
+    assert groups[0].strip().startswith(f"sha256 {sha['a/0.png']}... (3 rows): path 'a/0.png' (")
+    assert all(f"path '{p}'" in groups[0] for p in ("a/copy1.png", "a/copy2.png")) and "b/" not in groups[0]
+    assert groups[1].strip().startswith(f"sha256 {sha['b/1.png']}... (2 rows): path 'b/1.png' (")
+    assert "path 'b/copy.png'" in groups[1] and "a/" not in groups[1]
+    assert sum(line.count("path '") for line in lines[rule[0] + 1:]) == 5  # each row named once
 
 
 def test_byte_identical_files_in_train_only_are_fine(work):

@@ -10,6 +10,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,37 @@ def test_permission_error_raised_in_a_stage_gets_the_permission_advice(capsys):
         runner.run_stage(main, [])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "fix the permissions" in err and "disk space" not in err
+
+
+# ---------------------------------------------------------------- warnings, one line each (issue 38)
+# A library warning was printed as Python prints it: `stages/score.py:105: UserWarning: ...` and the code line.
+
+
+def test_a_library_warning_in_a_stage_run_is_one_line(scored_project: Path) -> None:
+    """The real stderr of `python -m stages.score` with a K above the gallery: one `warning:` line, no source
+    line, no category, no code."""
+    set_params(scored_project, {"score.ks": [1, 5000]})
+    proc = _stage(scored_project, "score", tool_env(RECALLK_CACHE_DIR=str(scored_project / ".cache" / "recallk")))
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "5000" in line]
+    assert len(said) == 1 and said[0].startswith("warning: K = 5000 is larger than every query's gallery"), proc.stderr
+    assert "UserWarning" not in proc.stderr and "score.py:" not in proc.stderr and "score_split(" not in proc.stderr
+
+
+def test_run_stage_names_the_origin_of_another_package_s_warning_and_restores_showwarning(capsys) -> None:
+    """Ours: the message alone; another package's (Pillow, torch): on the same one line, its category and where.
+    Outside run_stage, Python's own warnings are back (the library API warns as ever)."""
+    before = warnings.showwarning
+
+    def main(argv):
+        warnings.warn_explicit("K = 9 is larger than every query's gallery", UserWarning, runner.__file__, 1)
+        warnings.warn_explicit("Corrupt EXIF data", UserWarning, "/venv/site-packages/PIL/TiffImagePlugin.py", 9)
+
+    runner.run_stage(main, [])
+    assert capsys.readouterr().err.splitlines() == [
+        "warning: K = 9 is larger than every query's gallery",
+        "warning: Corrupt EXIF data (UserWarning from /venv/site-packages/PIL/TiffImagePlugin.py:9)"]
+    assert warnings.showwarning is before
+    with pytest.warns(UserWarning, match="larger than every query's gallery"):
+        from recallk import retrieval_metrics
+        retrieval_metrics([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], [0], [0, 1], ks=[1, 5])

@@ -6,6 +6,8 @@ Read-only tests use the session's ``scored_base``; the others a private copy of 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -42,7 +44,9 @@ def test_metrics_file_is_flat_and_matches_the_api(scored_base):
     headline = ["recall@1", "recall@5", "recall@10", "precision@1", "precision@5", "precision@10", "r_precision",
                 "map@r", "map", "mrr"]
     assert list(metrics)[:10] == headline
-    assert all(isinstance(v, (int, float)) for v in metrics.values())  # flat: dvc metrics diff shows every key
+    # flat: dvc metrics diff shows every key (but counts.json's capped_ks, a list of K, which DVC skips)
+    assert all(isinstance(v, (int, float)) for k, v in metrics.items() if k != "capped_ks")
+    assert metrics["capped_ks"] == []  # ks 1, 5, 10 against a 50-image gallery
     split = pd.read_csv(scored_base / SPLIT)
     cat = pd.read_csv(scored_base / CATALOG, dtype=str).set_index("image_id")
     emb = np.load(scored_base / EMBEDDINGS)
@@ -62,6 +66,28 @@ def test_report_block_is_printed(scored_base, scored_stdout):
         assert line in scored_stdout
     shown = run_module("stages.score", "--show", cwd=scored_base)
     assert shown.returncode == 0 and shown.stdout.strip() == scored_stdout.strip()
+
+
+def test_a_k_at_or_above_the_gallery_is_marked(scored_project):
+    """issue 38: recall@K at a K that holds every query's whole gallery is 1.0 by construction: counts.json names
+    those K (capped_ks; recall.json, the declared metrics file, gains no key), the report block marks their lines
+    and says which they are, and the K above the gallery is one warning line."""
+    from recallk.report.block import CAPPED_MARK
+
+    n = read_metrics(scored_project)["num_gallery"]  # query_gallery: every query may retrieve the whole gallery
+    set_params(scored_project, {"score.ks": [1, n - 1, n, 5000]})
+    proc = run_ok(scored_project, "score")
+    metrics = read_metrics(scored_project)
+    assert metrics["capped_ks"] == [n, 5000] and metrics[f"recall@{n}"] == metrics["recall@5000"] == 1.0
+    assert "capped_ks" not in json.loads((scored_project / METRICS).read_text(encoding="utf-8"))
+    marked = {line.split(":")[0].strip() for line in proc.stdout.splitlines() if line.endswith(CAPPED_MARK)}
+    assert marked == {f"recall@{n}", "recall@5000", f"precision@{n}", "precision@5000"}
+    assert f"  K = {n}, 5000: at or above every query's gallery, recall@K is 1.0 by construction" in proc.stdout
+    assert [line for line in proc.stderr.splitlines() if "5000" in line] == [
+        f"warning: K = 5000 is larger than every query's gallery (at most {n} retrievable items): recall@K is 1.0 "
+        f"for every query with a positive there; use K up to {n} (`ks` / `score.ks`)."]
+    shown = run_in_process("score", "--show", cwd=scored_project)  # the marks come back from counts.json
+    assert shown.returncode == 0 and shown.stdout.strip() == proc.stdout.strip()
 
 
 def test_leave_one_out_scores_every_eval_image(scored_project):

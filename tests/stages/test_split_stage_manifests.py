@@ -137,7 +137,14 @@ def test_manifest_labels_are_text(proj, texts):
     names = dict(zip(LABELS, texts))
     manifest(proj, [f"{label}/{i}.png,{names[label]}" for label in LABELS for i in range(PER_LABEL)])
     set_params(proj, {"split.fractions": {"train": 0.0, "val": 0.5, "gallery": 0.5}})
-    pipeline(proj)
+    split = pipeline(proj)[0]
+    # issue 38: never silent; one warning naming the labels that are one number, with their counts
+    warned = [line for line in split.stderr.splitlines() if "same number" in line]
+    assert warned == ([] if texts[0] == "NaN" else [
+        "WARNING recallk.data.prepare: labels 1, 1.0, 01 and 1e0 are the same number but different text: 12 images "
+        "in 4 classes (1: 3, 1.0: 3, 01: 3, 1e0: 3); they are scored as different labels (a query never counts an "
+        "image of the other spelling as a match). Write each number one way in the manifest (or the label folders' "
+        "names)."]), split.stderr
     assert sorted(read_csv(proj, CATALOG)["label"].unique()) == sorted(names.values())
     per_class = read_csv(proj, "metrics/per_class.csv")
     assert sorted(per_class["label"]) == sorted(names.values())
@@ -145,6 +152,17 @@ def test_manifest_labels_are_text(proj, texts):
     assert read_metrics(proj)["num_queries"] == 2 * len(LABELS)
     # each query's positives are its own label's single gallery image, never another look-alike label
     assert set(read_csv(proj, "data/scores/per_query.csv")["num_positives"]) == {"1"}
+
+
+def test_label_folders_that_are_one_number_are_warned_once(tmp_path):
+    """issue 38: folders 7, 7.0 and 07 are three classes (recall drops, the labels look alike): one warning names
+    them and their counts; the other labels (x, 8) are not named."""
+    proj = make_project(tmp_path, labels=("7", "7.0", "07", "x", "8"))
+    proc = run_ok(proj, "split")
+    warned = [line for line in proc.stderr.splitlines() if "same number" in line]
+    assert len(warned) == 1, proc.stderr
+    assert ("labels 07, 7 and 7.0 are the same number but different text: 9 images in 3 classes (07: 3, 7: 3, "
+            "7.0: 3); they are scored as different labels") in warned[0] and "8" not in warned[0]
 
 
 def test_manifest_duplicate_rows_are_rejected(proj):
