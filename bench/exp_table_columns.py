@@ -1,8 +1,10 @@
 """How wide is ``dvc exp show --only-changed`` after 16 experiments, and what leads ``dvc metrics diff``?
 
-Copies the pipeline (stages, recallk, the DVC files, ``--per-label`` digits per label) into a temp git
-repo, runs ``dvc repro``, then 16 experiments of the kinds people run (split seeds, pixel resolutions,
-whitening, bootstrap seeds, batch sizes, a second copy of the data root, failure-gallery sizes), and
+Copies the pipeline (stages, recallk, the DVC files, ``--per-label`` digits per label, a tiny numpy backbone
+``encoders/tiny.py``) into a temp git repo, runs ``dvc repro``, then 16 experiments of the kinds people run
+(split seeds, pixel resolutions, whitening, bootstrap seeds, a batch size, a second copy of the data root,
+failure-gallery sizes, a second backbone (``callable:encoders.tiny:gray``), and four index runs: ``Flat``,
+``IVF4,Flat`` with an nprobe sweep, ``HNSW8`` with an efSearch sweep, ``Flat`` beside a split seed), and
 prints the column count of ``dvc exp show --only-changed`` and its columns by kind (intervals, counts,
 headline metrics, params, deps), without the dependency hashes too (``--drop``), and the first rows of
 ``dvc metrics diff`` between two experiments. The pipeline declares one metrics file, metrics/recall.json
@@ -29,14 +31,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FILES = (".dvc/config", ".dvc/.gitignore", ".dvcignore", ".gitignore", "dvc.yaml", "params.yaml")
 EXPERIMENTS = [
-    *([f"split.seed={s}"] for s in (1, 2, 3, 4)),
-    *([f"encode.pixels.resolution={r}"] for r in (8, 12, 20, 24)),
+    *([f"split.seed={s}"] for s in (1, 2)),
+    *([f"encode.pixels.resolution={r}"] for r in (8, 12, 24)),
     ["score.whiten=pca"],
-    *([f"score.bootstrap.seed={s}"] for s in (1, 2)),
-    *([f"encode.batch_size={b}"] for b in (32, 128)),
+    ["score.bootstrap.seed=1"],
+    ["encode.batch_size=32"],
     ["split.data_root=data/digits_copy"],
     *([f"score.failures.queries={q}"] for q in (4, 12)),
+    # a second backbone: a numpy callable (its module folder is a dep of encode, by encode.callable.module_file)
+    ["encode.backbone=callable:encoders.tiny:gray", "encode.callable.module_file=encoders"],
+    # index runs (faiss): the index stage's params and its outs (metrics/index.json, the metrics/index folder)
+    ["index.kinds=[Flat]"],
+    ['index.kinds=["IVF4,Flat"]', "index.sweep.nprobe=[1,2]"],
+    ["index.kinds=[HNSW8]", "index.sweep.efSearch=[16,64]"],
+    ["index.kinds=[Flat]", "split.seed=3"],
 ]
+#: The second backbone's module (a committed folder, as a `callable:` backbone needs).
+TINY = '''import numpy as np
+
+
+def gray(images):
+    """8 x 8 grey levels."""
+    return np.asarray([np.asarray(i.convert("L").resize((8, 8)), dtype=np.float32).ravel() / 255 for i in images])
+'''
 
 
 def sh(*args: str, cwd: Path) -> str:
@@ -52,6 +69,9 @@ def copy_project(dest: Path, per_label: int) -> None:
     for rel in FILES:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, dest / rel)
+    (dest / "encoders").mkdir()
+    (dest / "encoders" / "__init__.py").write_text("")
+    (dest / "encoders" / "tiny.py").write_text(TINY)
     for label_dir in sorted((ROOT / "data" / "digits").iterdir()):
         if label_dir.is_dir():
             for root in ("digits", "digits_copy"):
@@ -73,19 +93,52 @@ def columns(markdown: str) -> list[str]:
     return [c.strip() for c in markdown.splitlines()[0].strip().strip("|").split("|")]
 
 
-def kinds(header: list[str], headline: set[str]) -> dict[str, int]:
-    """The columns counted by kind: intervals, counts, headline metrics (the keys of ``headline``), params, deps,
-    the first two, and ``other`` (a value of another params file, such as a params dep on a key of a JSON out,
-    shown by its bare key)."""
+def kinds(header: list[str], headline: set[str], repo: Path | None = None) -> dict[str, int]:
+    """The columns counted by kind: intervals, counts, headline metrics (the keys of ``headline``), params, deps
+    (a path, or a top-level folder of ``repo`` such as ``encoders``), the first two, and ``other`` (a value of
+    another params file, such as a params dep on a key of a JSON out, shown by its bare key)."""
     out = {"intervals": 0, "counts": 0, "headline": 0, "params": 0, "deps": 0, "experiment/created": 0, "other": 0}
     for column in header:
         kind = ("experiment/created" if column in ("Experiment", "Created") else
-                "deps" if "/" in column else "headline" if column in headline else
+                "deps" if "/" in column or repo is not None and (repo / column).is_dir() else
+                "headline" if column in headline else
                 "params" if "." in column.split("@")[0] and not column.endswith(("_low", "_high", "_mean")) else
                 "intervals" if re.fullmatch(INTERVAL_COLUMNS, column) else
                 "counts" if COUNTS.match(column) else "other")
         out[kind] += 1
     return out
+
+
+def metrics_diff_order(toy: Path, recall_json: Path) -> str:
+    """What leads ``dvc metrics diff``: a toy repo (git and DVC, no stages) with two committed versions of the
+    real metrics/recall.json (its values, and each one 0.01 lower), declared after a file holding recall@K only
+    (metrics/headline.json, its keys in reverse order), so the output shows DVC's order of files (declaration or
+    name) and of keys (the file's or sorted)."""
+    shutil.rmtree(toy, ignore_errors=True)
+    toy.mkdir(parents=True)
+    sh("git", "init", "-q", "-b", "main", cwd=toy)
+    sh("dvc", "init", "-q", cwd=toy)
+    (toy / "dvc.yaml").write_text("metrics:\n  - metrics/recall_headline.json\n  - metrics/recall.json\n")
+    means = json.loads(recall_json.read_text(encoding="utf-8"))
+    (toy / "metrics").mkdir()
+    for step, delta in enumerate((0.0, 0.01)):
+        values = {key: round(value - delta, 5) for key, value in means.items()}
+        headline = {key: values[key] for key in sorted((k for k in values if k.startswith("recall@")),
+                                                       key=lambda k: -int(k.split("@")[1]))}
+        (toy / "metrics" / "recall_headline.json").write_text(json.dumps(headline, indent=2))
+        (toy / "metrics" / "recall.json").write_text(json.dumps(values, indent=2))
+        sh("git", "add", "-A", cwd=toy)
+        sh("git", "-c", "user.name=bench", "-c", "user.email=bench@example.org", "commit", "-qm", f"v{step}",
+           cwd=toy)
+    diff = sh("dvc", "metrics", "diff", "HEAD~1", "HEAD", cwd=toy)
+    orders = [" then ".join(dict.fromkeys(line.split()[0] for line in sh("dvc", "metrics", "diff", "HEAD~1", "HEAD",
+                                                                         cwd=toy).splitlines()[1:]))
+              for _ in range(6)]
+    return ("dvc metrics diff HEAD~1 HEAD in a toy repo declaring metrics/recall_headline.json (keys written "
+            f"{', '.join(headline)}) before metrics/recall.json (keys written {', '.join(values)}):\n" + diff
+            + "file order of 6 more runs of the same `dvc metrics diff` (DVC 3.67 gathers the paths in a Python set, "
+            "dvc/utils/diff.py, so the order changes with each process's string hash seed):\n  "
+            + "\n  ".join(orders))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         sh("git", "add", "-A", cwd=repo)
         sh("git", "-c", "user.name=bench", "-c", "user.email=bench@example.org", "commit", "-qm", "base", cwd=repo)
         for i, changes in enumerate(EXPERIMENTS):
+            # each experiment on the committed params: a workspace `dvc exp run` leaves its changes in params.yaml
+            sh("git", "checkout", "-q", "--", "params.yaml", cwd=repo)
             sh("dvc", "exp", "run", "-q", "-n", f"e{i:02d}", *(x for c in changes for x in ("-S", c)), cwd=repo)
     shown_metrics = json.loads(sh("dvc", "metrics", "show", "--json", cwd=repo) or "{}")  # {"": {"data": {...}}}
     declared = sorted(next(iter(shown_metrics.values()), {}).get("data", {}))
@@ -111,13 +166,14 @@ def main(argv: list[str] | None = None) -> int:
     shown = {}
     for title, extra in (("", []), (", dependency hashes dropped", ["--drop", DEP_COLUMNS])):
         shown[title] = columns(sh("dvc", "exp", "show", "--only-changed", "--md", "--no-pager", *extra, cwd=repo))
-        print(f"dvc exp show --only-changed{title}: {len(shown[title])} columns {kinds(shown[title], headline)}")
+        print(f"dvc exp show --only-changed{title}: {len(shown[title])} columns {kinds(shown[title], headline, repo)}")
     print("  columns: " + ", ".join(shown[""]))
     refs = dict(line.split()[::-1] for line in sh("git", "for-each-ref", "--format=%(objectname) %(refname)",
                                                    "refs/exps", cwd=repo).splitlines())
     shas = {ref.rsplit("/", 1)[-1]: sha for ref, sha in refs.items()}
-    diff = sh("dvc", "metrics", "diff", shas["e00"], shas["e05"], cwd=repo)
-    print("dvc metrics diff e00 e05 (first 14 lines):\n" + "\n".join(diff.splitlines()[:14]))
+    diff = sh("dvc", "metrics", "diff", shas["e00"], shas["e02"], cwd=repo)
+    print("dvc metrics diff e00 e02 (first 14 lines):\n" + "\n".join(diff.splitlines()[:14]))
+    print(metrics_diff_order(work / "order", repo / "metrics" / "recall.json"))
     if not args.keep:
         shutil.rmtree(work)
     return 0

@@ -12,8 +12,9 @@ Three image sets, all made here, nothing downloaded:
 Each base image gets one planted copy per class: ``rescale``, ``jpeg`` (quality 30-95), ``crop`` (5-10%
 of the area) and ``colour`` (brightness, contrast, saturation, gamma, RGB offset); the transforms are
 bench/leakage_bench.py's. Every image goes through the pipeline's decoder. Printed per set, for pHash
-alone and for pHash confirmed by the aligned thumbnail correlation at several thresholds (the shipped one
-marked; and the confirmation's time per pHash pair): the recall of planted (base, copy) pairs, the share
+alone, for pHash confirmed by the grey thumbnail alone (before issue 38), and for pHash confirmed by the
+aligned thumbnail correlation at several thresholds with the colour cells agreeing too (the shipped one
+marked; and the grey confirmation's time per pHash pair): the recall of planted (base, copy) pairs, the share
 of unrelated pairs flagged (pairs of different bases, copies included: one look-alike pair of bases counts
 up to 25 times) and how many images are too small to check; first, the pairs flagged among the clean
 bases alone (no copies: the issue's case). Target: recall >= 0.95 with <= 0.01% of unrelated pairs
@@ -121,6 +122,7 @@ def measure(name: str, bases: list[Image.Image], rng: np.random.Generator, small
     unrelated = n * (n - 1) // 2 - sum(int(c) * (int(c) - 1) // 2 for c in np.bincount(family))
     start = time.perf_counter()
     sim = nearcopy.similarity(thumbs, i, j)
+    colour_ok = nearcopy.colour_distance(thumbs, i, j) <= nearcopy.MAX_COLOUR_DISTANCE
     per_pair = (time.perf_counter() - start) / max(1, i.size)
     both = checkable[i] & checkable[j]
     print(f"\n{name}: {len(bases)} bases x {1 + len(CLASSES)} = {n} images, {unrelated:,} unrelated pairs; "
@@ -139,12 +141,15 @@ def measure(name: str, bases: list[Image.Image], rng: np.random.Generator, small
     d0 = dist <= DEFAULT
     rows = [("pHash alone (every image)", {p for p, ok in zip(pairs, d0) if ok}, same[d0])]
     rows.append(("pHash, too-small skipped", {p for p, ok in zip(pairs, both & d0) if ok}, same & both & d0))
+    grey = d0 & both & (sim >= nearcopy.MIN_SIMILARITY)  # before issue 38: grey levels only
+    rows.append((f"+ thumbnail >= {nearcopy.MIN_SIMILARITY:g}, grey only", set(pairs_sorted(i[grey], j[grey])),
+                 same[grey]))
     for t in THRESHOLDS:
-        keep = d0 & both & (sim >= t)  # nearcopy.confirmed at threshold t
+        keep = d0 & both & (sim >= t) & colour_ok  # nearcopy.confirmed at threshold t
         mark = "  <- shipped" if t == nearcopy.MIN_SIMILARITY else ""
-        rows.append((f"+ thumbnail >= {t:g}{mark}", set(pairs_sorted(i[keep], j[keep])), same[keep]))
+        rows.append((f"+ thumbnail >= {t:g}, colours{mark}", set(pairs_sorted(i[keep], j[keep])), same[keep]))
     shipped = d0 & both & nearcopy.confirmed(thumbs, i, j, dist)
-    assert set(pairs_sorted(i[shipped], j[shipped])) == rows[2 + THRESHOLDS.index(nearcopy.MIN_SIMILARITY)][1]
+    assert set(pairs_sorted(i[shipped], j[shipped])) == rows[3 + THRESHOLDS.index(nearcopy.MIN_SIMILARITY)][1]
     for d in DISTANCES[1:]:  # the shipped rule at a wider split.near_duplicates.max_distance
         keep = (dist <= d) & both & nearcopy.confirmed(thumbs, i, j, dist)
         rows.append((f"shipped rule, max_distance {d}", set(pairs_sorted(i[keep], j[keep])), same[keep]))

@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     document = {**summary, "points": {p["point"]: {**p, "table": n} for p, n in zip(results, names)}}
     rows = summary_rows(points, score.metrics, score.ks).assign(table=names)
     axes = index_page.plotted_metrics(score.ks, score.metrics)
-    plot = index_page.pareto_png(points, summary.get("exact", {}), axes)
+    plot = index_page.pareto_png(points, summary.get("exact", {}), axes, speed["cheapest_non_inferior"])
     page = index_page.page({**summary, "cheapest_non_inferior": speed["cheapest_non_inferior"]}, points,
                        metric_keys(score.metrics, score.ks), plot)
     results_rows = rows.drop(columns=[c for c in TIMING_KEYS if c in rows.columns])
@@ -132,6 +132,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                (args.index_speed, json_file(speed)), (args.speed_points, csv_file(rows, ident)),
                (args.pareto, lambda tmp: plot.save(tmp, format="PNG")),
                (args.index_report, lambda tmp: tmp.write_text(page, encoding="utf-8", newline="\n"))])
+    # the verdict first (issue 38): a short table of the points and the cheapest non-inferior one
+    print(index_page.terminal_table(points, metric_keys(score.metrics, score.ks), settings.margin,
+                                    speed["cheapest_non_inferior"]) if points else SKIPPED)
 
 
 if __name__ == "__main__":

@@ -354,6 +354,12 @@ def run_in_process(stage: str, *args: str, cwd: Path) -> subprocess.CompletedPro
     handler.setFormatter(logging.Formatter(STAGE_LOG_FORMAT))
     root, before_modules, folder = logging.getLogger(), set(sys.modules), str(cwd)
     level = root.level
+    # a console command run in process earlier (recallk.cli.show_progress_lines) leaves a handler on the `recallk`
+    # logger that writes to whatever sys.stderr is: a stage subprocess has none, so it is off while the stage runs
+    library, library_handlers = logging.getLogger("recallk"), []
+    library_handlers[:] = library.handlers
+    for h in library_handlers:
+        library.removeHandler(h)
     root.addHandler(handler)  # before run_stage: its basicConfig then adds none of its own
     root.setLevel(logging.INFO)
     sys.path.insert(0, folder)
@@ -373,6 +379,8 @@ def run_in_process(stage: str, *args: str, cwd: Path) -> subprocess.CompletedPro
         os.chdir(home)
         root.removeHandler(handler)
         root.setLevel(level)
+        for h in library_handlers:
+            library.addHandler(h)
         with contextlib.suppress(ValueError):
             sys.path.remove(folder)
         for name in set(sys.modules) - before_modules:  # a user's module, imported from the project

@@ -242,9 +242,14 @@ def specs_of(args: argparse.Namespace) -> list[systems.SystemSpec]:
     specs = [systems.parse_system(arg) for arg in args.systems]
     if args.experiments:
         names = systems.experiment_names(args.repo, args.experiments)
+        failed = systems.failed_experiment_names(args.repo, args.experiments)
+        if failed:  # `dvc exp run --run-all` exits 0 when a queued experiment fails: say so, once
+            print(f"warning: {len(failed)} queued DVC experiment(s) matching {args.experiments!r} failed and are "
+                  f"not on the board: {', '.join(failed)} (why: `dvc queue logs {failed[0]}`; all: "
+                  "`dvc queue status`)", file=sys.stderr)
         if not names:
-            raise InputError(f"no DVC experiment of {Path(args.repo).resolve()} matches {args.experiments!r}; "
-                             "list them with `dvc exp list`.")
+            raise InputError(f"no DVC experiment of {Path(args.repo).resolve()} matches {args.experiments!r}"
+                             f"{' but the failed ones' if failed else ''}; list them with `dvc exp list`.")
         specs += [systems.SystemSpec(name, (name,)) for name in names if name not in {s.name for s in specs}]
     return specs
 

@@ -2,9 +2,11 @@
 
 The page opens with a one-paragraph summary (:func:`recallk.compare.board_cli.summary`: the best system on
 how many metrics, and what is not told apart), then holds the overlaid recall@K curves of every system with
-their bootstrap bands (inline SVG), the leaderboard of every metric (ranks, intervals, between-run SD, Tukey
-letters, Δ against the reference), the trend over the points when ``--ordered`` (the systems are a series:
-checkpoints, epochs), the per-label Δ against the reference on one metric, and each run's provenance (its
+their bootstrap bands (inline SVG; each system its own colour, dash pattern and marker, later ones shifted by a
+pixel or two, so coinciding curves stay visible), the leaderboard of every metric (ranks, intervals, between-run
+SD, a column left out when no system has one, Tukey letters, Δ against the reference), the trend over the points
+when ``--ordered`` (the systems are a series: checkpoints, epochs), the per-label Δ against the reference on one
+metric, and each run's provenance (its
 source and the score stage's ``evaluated.json``). Same inputs, same bytes.
 """
 
@@ -23,6 +25,11 @@ from recallk.stats import fixed
 #: Labels listed in the per-label table (those with the widest spread of Δ first); the rest are counted.
 SHOWN_LABELS = 100
 RECALL = re.compile(r"recall@(\d+)$")
+#: Per system, after its colour: a dash pattern and a marker, so curves that coincide stay told apart.
+DASHES = ("", "6 3", "2 2", "8 3 2 3", "4 4")
+MARKERS = ("circle", "square", "triangle", "diamond", "cross")
+#: Curves of later systems are shifted this many pixels right (and down) each, so identical ones stay visible.
+OFFSET = 1.5
 
 
 def curves_svg(result: dict[str, Any], width: int = 640, height: int = 320) -> str:
@@ -46,17 +53,44 @@ def curves_svg(result: dict[str, Any], width: int = 640, height: int = 320) -> s
     for number, system in enumerate(result["systems"]):
         colour = track_plot.COLOURS[number % len(track_plot.COLOURS)]
         rows = [next(r for r in result["metrics"][f"recall@{k}"]["rows"] if r["system"] == system["name"]) for k in ks]
-        line = " ".join(f"{x(k):.1f},{y(r['mean']):.1f}" for k, r in zip(ks, rows))
+        shift = OFFSET * (number % 4)
+        line = " ".join(f"{x(k) + shift:.1f},{y(r['mean']) + shift:.1f}" for k, r in zip(ks, rows))
+        dash = DASHES[number % len(DASHES)]
+        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
+        shape = MARKERS[number % len(MARKERS)]
+        marks = "".join(marker(shape, x(k) + shift, y(r["mean"]) + shift, colour) for k, r in zip(ks, rows))
         band = (" ".join(f"{x(k):.1f},{y(r['ci_high']):.1f}" for k, r in zip(ks, rows)) + " "
                 + " ".join(f"{x(k):.1f},{y(r['ci_low']):.1f}" for k, r in zip(ks[::-1], rows[::-1])))
         ly = top + 14 * number
         parts.append(f'<polygon points="{band}" fill="{colour}" fill-opacity="0.15"/>'
-                     f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2"/>'
-                     f'<line x1="{width - right + 10}" x2="{width - right + 30}" y1="{ly + 6}" y2="{ly + 6}" '
-                     f'stroke="{colour}" stroke-width="2"/><text x="{width - right + 36}" y="{ly + 10}">'
+                     f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2"{dash_attr}/>'
+                     f'{marks}<line x1="{width - right + 10}" x2="{width - right + 30}" y1="{ly + 6}" y2="{ly + 6}" '
+                     f'stroke="{colour}" stroke-width="2"{dash_attr}/>'
+                     f'{marker(shape, width - right + 20, ly + 6, colour)}'
+                     f'<text x="{width - right + 36}" y="{ly + 10}">'
                      f'{html.escape(system["name"][:24])}</text>')
     parts.append(f'<text x="{(left + width - right) / 2:.0f}" y="{height - 4}" text-anchor="middle">K</text></svg>')
     return "".join(parts)
+
+
+def marker(shape: str, cx: float, cy: float, colour: str) -> str:
+    """One SVG marker of ``shape`` (:data:`MARKERS`) centred at ``cx, cy``."""
+    if shape == "circle":
+        return f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="3.5" fill="{colour}"/>'
+    if shape == "square":
+        return f'<rect x="{cx - 3.5:.1f}" y="{cy - 3.5:.1f}" width="7" height="7" fill="{colour}"/>'
+    if shape == "cross":
+        return (f'<path d="M{cx - 4:.1f},{cy - 4:.1f}L{cx + 4:.1f},{cy + 4:.1f}M{cx - 4:.1f},{cy + 4:.1f}'
+                f'L{cx + 4:.1f},{cy - 4:.1f}" stroke="{colour}" stroke-width="2"/>')
+    corners = ([(0, -4.5), (4, 3.5), (-4, 3.5)] if shape == "triangle" else [(0, -4.5), (4.5, 0), (0, 4.5), (-4.5, 0)])
+    points = " ".join(f"{cx + dx:.1f},{cy + dy:.1f}" for dx, dy in corners)
+    return f'<polygon points="{points}" fill="{colour}"/>'
+
+
+def non_empty_columns(header: Sequence[str], rows: Sequence[Sequence[str]]) -> tuple[list[str], list[list[str]]]:
+    """``header`` and ``rows`` without the columns whose every cell is empty (e.g. "run SD" with one run each)."""
+    keep = [c for c in range(len(header)) if any(r[c] for r in rows)] if rows else list(range(len(header)))
+    return [header[c] for c in keep], [[r[c] for c in keep] for r in rows]
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -99,7 +133,8 @@ def page(board: systems.Panel, result: dict[str, Any], provenance: list[list[tup
         parts += ["<h2>recall@K curves</h2>", curves_svg(result)]
     parts.append("<h2>Leaderboard</h2>")
     for metric, entry in result["metrics"].items():
-        parts += [f"<h3>{html.escape(metric)}</h3>", _table(board_cli.HEADER, board_cli.board_rows(entry))]
+        header, rows = non_empty_columns(board_cli.HEADER, board_cli.board_rows(entry))
+        parts += [f"<h3>{html.escape(metric)}</h3>", _table(header, rows)]
     if "series" in next(iter(result["metrics"].values())):
         parts += ["<h2>Trend over the ordered points</h2>", track_plot.svg(result)]
         parts += [f"<p>{html.escape(m)}: best {html.escape(e['best'])}; not told apart from it: "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -26,6 +27,12 @@ FULL_TABLE = "data/scores/per_query.csv"
 CANDIDATES = ("per_query.csv", TABLE)
 
 
+#: Where DVC keeps the queued experiments that failed: a git stash, one reflog entry per experiment, its subject
+#: ``commit: dvc-exp:<rev>:<baseline rev>:<name>`` (dvc/repo/experiments/stash.py, ExpStash.MESSAGE_RE).
+FAILED_STASH = "refs/exps/celery/failed"
+_FAILED_RE = re.compile(r"(?:commit: )?dvc-exp:[0-9a-f]+:[0-9a-f]+:(?P<name>[^~^:\\?\[\]*]*)")
+
+
 def _git(*args: str, cwd: Path, binary: bool = False) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=not binary)
 
@@ -38,11 +45,25 @@ def resolve_revision(spec: str, repo: Path) -> str | None:
         return proc.stdout.strip()
     refs = _git("for-each-ref", "--format=%(refname) %(objectname)", "refs/exps", cwd=repo)
     matches = [line.split()[1] for line in refs.stdout.splitlines()
-               if line.split()[0].rsplit("/", 1)[-1] == spec]
+               if _experiment_name(line.split()[0]) == spec]
     if len(matches) > 1:
         raise InputError(f"{len(matches)} DVC experiments are named {spec!r}; name one by its commit instead "
                          "(`dvc exp show --sha`).")
     return matches[0] if matches else None
+
+
+def _experiment_name(ref: str) -> str | None:
+    """The name of an experiment's ref, ``refs/exps/<xx>/<baseline>/<name>``; None for DVC's other refs under
+    refs/exps (the queue's stashes, refs/exps/celery/failed among them)."""
+    parts = ref.split("/")
+    return parts[4] if len(parts) == 5 and len(parts[2]) == 2 else None
+
+
+def failed_experiments(repo: Path) -> set[str]:
+    """The names of the queued DVC experiments that failed (``Failed`` in ``dvc queue status``), as DVC's
+    failed stash lists them (``dvc queue remove --failed`` empties it)."""
+    proc = _git("log", "-g", "--format=%gs", FAILED_STASH, "--", cwd=repo)
+    return {m["name"] for m in map(_FAILED_RE.match, proc.stdout.splitlines()) if m and m["name"]}
 
 
 def decode(data: bytes | str, source: str) -> str:
@@ -149,6 +170,9 @@ def load(spec: str, repo: str | Path = ".") -> tuple[pd.DataFrame, str]:
                          "stage there, or name the CSV file.")
     repo = Path(repo)
     commit = resolve_revision(spec, repo)
+    if commit is None and spec in failed_experiments(repo):
+        raise InputError(f"{spec!r} is a queued DVC experiment that failed (`dvc exp run --run-all` exits 0 all the "
+                         f"same): see why with `dvc queue logs {spec}`, then queue it again.")
     if commit is None:
         raise InputError(f"{spec!r} is not a file, a folder, a git revision or a DVC experiment of {repo.resolve()}; "
                          "list experiments with `dvc exp list`.")

@@ -65,6 +65,14 @@ def experiment_names(repo: str | Path, pattern: str = "*") -> list[str]:
     return sorted(names)
 
 
+def failed_experiment_names(repo: str | Path, pattern: str = "*") -> list[str]:
+    """The queued DVC experiments of ``repo`` that failed (``Failed`` in ``dvc queue status``; ``dvc exp run
+    --run-all`` exits 0 all the same) whose name matches the shell pattern ``pattern`` and that have no
+    experiment of that name (none succeeded since), sorted by name. ``dvc queue remove --failed`` forgets them."""
+    found = sources.failed_experiments(Path(repo))
+    return sorted({n for n in found if fnmatch.fnmatchcase(n, pattern)} - set(experiment_names(repo, pattern)))
+
+
 @dataclass
 class Panel:
     """Systems on common units: ``values[metric]`` is (units, systems), ``run_means[metric][s]`` the

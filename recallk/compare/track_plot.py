@@ -2,7 +2,8 @@
 
 Drawn with Pillow (the project's image library; no plotting dependency), y from 0 to 1, one colour
 per metric, the best point filled large and the points indistinguishable from it ringed. Same
-result, same bytes. :func:`svg` draws the same for the HTML report.
+result, same bytes. :func:`svg` draws the same for the HTML report,
+each metric with its own dash pattern too.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from PIL import Image, ImageDraw, ImageFont
 #: Line colours, one per metric (matplotlib's tab10).
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf"]
+#: One dash pattern per metric in the SVG (after its colour), so lines that coincide stay told apart.
+DASHES = ("", "6 3", "2 2", "8 3 2 3", "4 4")
 WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 900, 480, 56, 170, 16, 70
 
 
@@ -94,15 +97,17 @@ def svg(result: dict[str, Any]) -> str:
         band = (" ".join(f"{x(i):.1f},{y(p['ci_high']):.1f}" for i, p in enumerate(series)) + " "
                 + " ".join(f"{x(i):.1f},{y(p['ci_low']):.1f}" for i, p in reversed(list(enumerate(series)))))
         line = " ".join(f"{x(i):.1f},{y(p['mean']):.1f}" for i, p in enumerate(series))
+        dash = DASHES[number % len(DASHES)]
+        dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
         parts.append(f'<polygon points="{band}" fill="{colour}" fill-opacity="0.2"/>'
-                     f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2"/>')
+                     f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2"{dash_attr}/>')
         for i, p in enumerate(series):
             best, near = p["system"] == entry["best"], p["system"] in entry["indistinguishable"]
             parts.append(f'<circle cx="{x(i):.1f}" cy="{y(p["mean"]):.1f}" r="{6 if best or near else 2.5}" '
                          f'fill="{colour if best or not near else "white"}" stroke="{colour}" stroke-width="2"/>')
         ly = TOP + 14 * number
         parts.append(f'<line x1="{WIDTH - RIGHT + 12}" x2="{WIDTH - RIGHT + 32}" y1="{ly + 6}" y2="{ly + 6}" '
-                     f'stroke="{colour}" stroke-width="2"/><text x="{WIDTH - RIGHT + 38}" y="{ly + 10}">'
-                     f'{html.escape(metric)}</text>')
+                     f'stroke="{colour}" stroke-width="2"{dash_attr}/><text x="{WIDTH - RIGHT + 38}" '
+                     f'y="{ly + 10}">{html.escape(metric)}</text>')
     parts.append(f'<text x="{LEFT}" y="{HEIGHT - 8}">filled: best; ringed: not told apart from it</text></svg>')
     return "".join(parts)

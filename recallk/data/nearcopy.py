@@ -24,6 +24,12 @@ An image whose shorter side is under :data:`MIN_SIDE` pixels is "too small to ch
 32x32 first, so distinct small images (the 8x8 digits) collide, and its thumbnail would be upscaled too.
 Such images take part in no pair and are counted instead (the figures:
 ``bench/near_duplicate_alarm.py``, docs/leakage.md).
+
+pHash and the grey thumbnail both see grey levels only, so a red and a blue circle, or two skin-tone
+swatches of one shape, pass both. The thumbnail therefore also carries the image's colours
+(:func:`colours`: :data:`COLOUR` x :data:`COLOUR` RGB cells of the composited image, after the grey bytes),
+and :func:`confirmed` also requires :func:`colour_distance` of at most :data:`MAX_COLOUR_DISTANCE`: a
+pair whose colours differ is not a copy, however alike its grey levels.
 """
 
 from __future__ import annotations
@@ -45,11 +51,21 @@ MIN_SIMILARITY = 0.94
 FLAT = 2.0
 #: Thumbnail pixels left out at each border when correlating (resampling clamps there).
 MARGIN = 1
+#: Colour cells per side (:func:`colours`), the share of cells :func:`colour_distance` reads (its 75th
+#: percentile cell), and the largest distance of a near copy (mean absolute RGB difference, 0-255).
+#: Measured (docs/leakage.md): planted JPEG, rescale and 5-10% crops stay under 20; colour edits
+#: (brightness, contrast, saturation and gamma within 10%, an RGB offset of 8) are under 24 in 96% of
+#: cases (up to 34); red/green/blue versions of one shape are over 100, and adjacent skin-tone swatches
+#: 20-45 (a swatch one 10% brightness step from the next is a limit: no colour measure tells them apart).
+COLOUR = 8
+_PCT = 75
+MAX_COLOUR_DISTANCE = 24.0
 #: Pairs compared per block (bounds the memory: about 60 KB per pair).
 _BLOCK = 2048
 #: What the check stands for; bump it if :func:`thumbnail` or :func:`similarity` could change their values.
 METHOD = (f"pHash pairs confirmed by a {THUMB}x{THUMB} antialiased grey thumbnail correlation >= {MIN_SIMILARITY}, "
-          f"aligned for crops of up to {MAX_CUT:.0%} of a side; images under {MIN_SIDE} px a side too small to check")
+          f"aligned for crops of up to {MAX_CUT:.0%} of a side, and {COLOUR}x{COLOUR} RGB cells within "
+          f"{MAX_COLOUR_DISTANCE:g} levels; images under {MIN_SIDE} px a side too small to check")
 
 
 def too_small(width: np.ndarray, height: np.ndarray) -> np.ndarray:
@@ -59,12 +75,45 @@ def too_small(width: np.ndarray, height: np.ndarray) -> np.ndarray:
 
 def thumbnail(image: Image.Image) -> bytes:
     """``image`` (upright RGB) as grey levels shrunk to :data:`THUMB` x :data:`THUMB` with a Lanczos
-    (antialiasing) filter, row-major, one byte each."""
+    (antialiasing) filter, row-major, one byte each; then its :func:`colours`."""
     grey = image.convert("L")
     factor = max(1, min(grey.width, grey.height) // (4 * THUMB))
     if factor > 1:  # cheap exact area averaging first, on large photos (the filter still has 4 pixels per output)
         grey = grey.reduce(factor)
-    return grey.resize((THUMB, THUMB), Image.Resampling.LANCZOS).tobytes()
+    return grey.resize((THUMB, THUMB), Image.Resampling.LANCZOS).tobytes() + colours(image)
+
+
+def colours(image: Image.Image) -> bytes:
+    """``image``'s RGB levels averaged over :data:`COLOUR` x :data:`COLOUR` cells (a box filter), row-major,
+    three bytes a cell (the image as decoded: transparency already composited over ``split.background``)."""
+    return image.convert("RGB").resize((COLOUR, COLOUR), Image.Resampling.BOX).tobytes()
+
+
+def colour_distance(thumbs: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """The colour distance of each pair (rows of :func:`thumbnail`): for each cell of one image, the smallest
+    mean absolute RGB difference (0-255) to the cells within one cell of it in the other (crops and
+    rescales move content); the 75th percentile of the cells, the larger of both ways round. Rows without
+    colour cells (grey thumbnails alone) are at distance 0."""
+    t = np.asarray(thumbs, dtype=np.uint8)
+    t = t.reshape(len(t), -1)
+    i, j = np.asarray(i, dtype=np.intp), np.asarray(j, dtype=np.intp)
+    if t.shape[1] < THUMB * THUMB + COLOUR * COLOUR * 3 or not i.size:
+        return np.zeros(i.size)
+    c = t[:, THUMB * THUMB:THUMB * THUMB + COLOUR * COLOUR * 3].reshape(-1, COLOUR, COLOUR, 3).astype(np.float32)
+    out = np.empty(i.size)
+    for lo in range(0, i.size, _BLOCK):
+        a, b = c[i[lo:lo + _BLOCK]], c[j[lo:lo + _BLOCK]]
+        out[lo:lo + _BLOCK] = np.maximum(_worst_cell(a, b), _worst_cell(b, a))
+    return out
+
+
+def _worst_cell(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    pad = np.pad(b, ((0, 0), (1, 1), (1, 1), (0, 0)), mode="edge")
+    best = np.full(a.shape[:3], np.inf, dtype=np.float32)
+    for dy in range(3):
+        for dx in range(3):
+            best = np.minimum(best, np.abs(a - pad[:, dy:dy + COLOUR, dx:dx + COLOUR]).mean(axis=3))
+    return np.percentile(best.reshape(len(a), -1), _PCT, axis=1)
 
 
 def _boxes() -> np.ndarray:
@@ -134,7 +183,8 @@ def similarity(thumbs: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
     out = np.empty(i.size)
     if not i.size:
         return out
-    t = np.asarray(thumbs, dtype=np.uint8).reshape(-1, THUMB, THUMB)
+    t = np.asarray(thumbs, dtype=np.uint8)
+    t = t.reshape(len(t), -1)[:, :THUMB * THUMB].reshape(-1, THUMB, THUMB)
     for lo in range(0, i.size, _BLOCK):
         ti = t[i[lo:lo + _BLOCK]].astype(np.float32)
         tj = t[j[lo:lo + _BLOCK]].astype(np.float32)
@@ -149,8 +199,9 @@ def similarity(thumbs: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
 
 def confirmed(thumbs: np.ndarray, i: np.ndarray, j: np.ndarray, distance: np.ndarray) -> np.ndarray:
     """Which pHash pairs ``(i, j)`` (at ``distance`` bits, within the split's ``max_distance``) are near
-    copies: those the thumbnails confirm (:data:`MIN_SIMILARITY`). ``distance`` is not needed by the rule;
-    it is kept so that callers state what they confirm."""
+    copies: those the thumbnails confirm (:data:`MIN_SIMILARITY`) whose colours agree too
+    (:data:`MAX_COLOUR_DISTANCE`). ``distance`` is not needed by the rule; it is kept so that callers state
+    what they confirm."""
     if not len(i):
         return np.zeros(0, dtype=bool)
-    return similarity(thumbs, i, j) >= MIN_SIMILARITY
+    return (similarity(thumbs, i, j) >= MIN_SIMILARITY) & (colour_distance(thumbs, i, j) <= MAX_COLOUR_DISTANCE)

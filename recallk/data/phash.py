@@ -11,7 +11,8 @@
   full (a popcount). ``m`` is chosen per call to minimise the expected work for ``n`` hashes.
 * :func:`clusters`: the connected components of the pairs (union-find, for ``policy: group``).
 * :func:`pair_table` / :func:`counts`: the report (``id_a, id_b, label_a, label_b, split_a, split_b,
-  distance``) and its three counts.
+  distance``) and its four counts; :func:`warned`: the pairs worth a warning (same-label query-gallery
+  pairs are positives, counted apart).
 """
 
 from __future__ import annotations
@@ -239,7 +240,19 @@ def query_gallery(table: pd.DataFrame, query: dict, gallery: dict) -> pd.Series:
 
 
 def counts(table: pd.DataFrame, query: dict, gallery: dict) -> dict[str, int]:
-    """The three counts of the split stage's provenance and metrics."""
+    """The four counts of the split stage's provenance and metrics. ``near_duplicates_same_label_query_gallery``
+    is the part of ``near_duplicates_query_gallery`` whose two images share a label: a query and a positive
+    it is meant to find (another rendering of one symbol, another view of one instance), not a leak by
+    itself; the warnings leave them out (:func:`warned`)."""
+    qg = query_gallery(table, query, gallery)
+    same = table["label_a"].eq(table["label_b"])
     return {"near_duplicates_train_eval": int(train_eval(table).sum()),
-            "near_duplicates_query_gallery": int(query_gallery(table, query, gallery).sum()),
-            "near_duplicates_cross_label": int(table["label_a"].ne(table["label_b"]).sum())}
+            "near_duplicates_query_gallery": int(qg.sum()),
+            "near_duplicates_cross_label": int((~same).sum()),
+            "near_duplicates_same_label_query_gallery": int((qg & same).sum())}
+
+
+def warned(table: pd.DataFrame, query: dict, gallery: dict) -> pd.Series:
+    """The pairs the split stage and the report warn about: across the train/eval border, or a query and a
+    gallery image of *different* labels (a same-label query-gallery pair is a positive: counted apart)."""
+    return train_eval(table) | (query_gallery(table, query, gallery) & table["label_a"].ne(table["label_b"]))

@@ -9,9 +9,11 @@ is ``image_id, split, query, gallery``; the skipped table ``path, reason``; both
 
 Near-duplicates (``split.near_duplicates``): every pair of images whose pHash (the catalog's
 ``phash``) differ in at most ``max_distance`` of 64 bits (:mod:`recallk.data.phash`) and whose grey
-thumbnails confirm it (:mod:`recallk.data.nearcopy`; images under 16 px a side are too small to check), with
-``policy`` ``report`` (listed and counted), ``group`` (each cluster kept in one split) or ``error``
-(a pair across the train/eval border, or a query with a near copy in the gallery, stops the stage).
+thumbnails and colour cells confirm it (:mod:`recallk.data.nearcopy`; images under 16 px a side are too small
+to check), with ``policy`` ``report`` (listed and counted), ``group`` (each cluster kept in one split) or
+``error`` (a pair across the train/eval border, or a query with a near copy in the gallery, stops the stage).
+``report`` warns on pairs across train/eval and on query-gallery pairs of different labels; a same-label
+query-gallery pair is a positive, counted apart (issue 38).
 
 A manifest of ids without image files (no ``path`` column, or ``split.images: none``) gives an
 embeddings-only catalog: the file columns stay empty, nothing is read or hashed, and neither
@@ -179,6 +181,11 @@ def _near_pairs(frame: pd.DataFrame, max_distance: int) -> tuple[np.ndarray, np.
     i, j, dist = phash.near_pairs(phash.to_codes(frame["phash"].iloc[rows]), max_distance)
     thumbs = np.stack([np.frombuffer(t, dtype=np.uint8) for t in frame["thumb"].iloc[rows]]) if rows.size else None
     keep = nearcopy.confirmed(thumbs, i, j, dist)
+    if (~keep).any():  # said, not listed: alike in grey levels, different in colour (red/blue circles), no copy
+        colour = nearcopy.similarity(thumbs, i[~keep], j[~keep]) >= nearcopy.MIN_SIMILARITY
+        if colour.any():
+            log.info("near-duplicates: %d pHash pair(s) alike in grey levels but not in colour are not copies "
+                     "(not listed; recallk.data.nearcopy.MAX_COLOUR_DISTANCE)", int(colour.sum()))
     return rows[i[keep]], rows[j[keep]], dist[keep]
 
 
@@ -217,8 +224,10 @@ def _describe(table: pd.DataFrame) -> str:
 
 def _check_pairs(table: pd.DataFrame, query: dict, gallery: dict, near: NearDuplicateSettings, strategy: str,
                  protocol: str, small: int = 0) -> dict[str, Any]:
-    """The counts of the pairs, logged; the ``error`` policy (and ``group`` under ``given``, which cannot
-    move an image) stops on a leaking pair. ``small`` images were too small to check: said, never warned."""
+    """The counts of the pairs, logged (a warning for pairs across train/eval or a query and a gallery image of
+    another label; same-label query-gallery pairs are positives, said apart at info level); the ``error``
+    policy (and ``group`` under ``given``, which cannot move an image) stops on a leaking pair. No hint names
+    a policy the strategy refuses. ``small`` images were too small to check: said, never warned."""
     if small:
         log.info("near-duplicates: %d of %d images are under %d px a side, too small to check (a perceptual hash "
                  "of so few pixels is meaningless): they take part in no pair", small, len(query),
@@ -226,24 +235,37 @@ def _check_pairs(table: pd.DataFrame, query: dict, gallery: dict, near: NearDupl
     counts = phash.counts(table, query, gallery)
     leaks = table[phash.leaking(table, query, gallery)]
     d, policy = near.max_distance, near.policy
+    # where a crossing pair can go: `group` moves images, but `strategy: given` fixes every split
+    keep_apart = ("put each pair in one split in the manifest's split column (`split.strategy: given` fixes "
+                  "every split)" if strategy == "given" else
+                  "set split.near_duplicates.policy: group to keep them in one split")
     if len(leaks) and (policy == "error" or (policy == "group" and strategy == "given")):
         why = ("`split.strategy: given` fixes every split, so `policy: group` cannot keep them together: put each "
                "pair in one split in the manifest's split column" if policy == "group" else
+               "remove the copies, or put each pair in one split in the manifest's split column (`split.strategy: "
+               "given` fixes every split; or `report` to list them in data/prepared/near_duplicates.csv and go on)"
+               if strategy == "given" else
                "remove the copies, or set `split.near_duplicates.policy: group` to keep each cluster in one split "
                "(or `report` to list them in data/prepared/near_duplicates.csv and go on)")
         raise InputError(f"{len(leaks)} near-duplicate pair(s) (pHash within {d} of 64 bits) leak across the split: "
                          f"across train and val/gallery, or a query and a gallery image (split.near_duplicates."
                          f"policy: {policy}); {why}:{_describe(leaks)}")
+    positives = counts["near_duplicates_same_label_query_gallery"]
     text = (f"near-duplicates (pHash within {d} of 64 bits): {len(table)} pair(s); "
             f"{counts['near_duplicates_train_eval']} across train and val/gallery, "
-            f"{counts['near_duplicates_query_gallery']} query-gallery, "
-            f"{counts['near_duplicates_cross_label']} with different labels; listed in "
+            f"{counts['near_duplicates_query_gallery'] - positives} query-gallery with different labels, "
+            f"{counts['near_duplicates_cross_label']} with different labels in all; listed in "
             "data/prepared/near_duplicates.csv")
-    if len(leaks):
+    if phash.warned(table, query, gallery).any():
         hint = ("under leave_one_out every eval image is a query, so no split keeps eval pairs apart; "
                 "remove the copies or check score.embedding_copies.min_cosine" if protocol == "leave_one_out"
-                else "set split.near_duplicates.policy: group to keep them in one split")
+                else keep_apart)
         log.warning("%s (%s)", text, hint)
     else:
         log.info("%s", text)
+    if positives:
+        log.info("near-duplicates: %d query-gallery pair(s) share a label: positives the query is meant to find "
+                 "(another rendering or view of one thing), not counted as leaks; a true copy among them makes its "
+                 "hit easy (data/prepared/near_duplicates.csv; score.embedding_copies.min_cosine flags near-exact "
+                 "copies)", positives)
     return {"policy": policy, "max_distance": d, "pairs": len(table), **counts, "too_small_to_check": small}

@@ -30,14 +30,16 @@ def plotted_metrics(ks: Sequence[int], metrics: Sequence[str]) -> list[str]:
     return out + (["map@r"] if "map@r" in metrics else [])
 
 
-def pareto_png(points: Sequence[dict[str, Any]], exact: dict[str, float], axes: Sequence[str]) -> Image.Image:
+def pareto_png(points: Sequence[dict[str, Any]], exact: dict[str, float], axes: Sequence[str],
+               chosen: str | None = None) -> Image.Image:
     """The Pareto plot of ``points`` (each with ``kind``, ``queries_per_second`` and the ``axes`` metrics);
-    ``exact`` holds the exact run's value of each axis. A 1×1 white image when there is no point."""
+    ``exact`` holds the exact run's value of each axis; the ``chosen`` point (the cheapest non-inferior one) is
+    ringed and named. A 1×1 white image when there is no point."""
     if not points or not axes:
         return Image.new("RGB", (1, 1), "white")
     font = ImageFont.load_default()
     kinds = list(dict.fromkeys(p["kind"] for p in points))
-    legend_h = 16 * len(kinds) + 10
+    legend_h = 16 * (len(kinds) + (chosen is not None)) + 10
     image = Image.new("RGB", (PANEL_W * len(axes), PANEL_H + legend_h), "white")
     draw = ImageDraw.Draw(image)
     qps = [max(p["queries_per_second"], 1e-9) for p in points]
@@ -48,17 +50,21 @@ def pareto_png(points: Sequence[dict[str, Any]], exact: dict[str, float], axes: 
         x_lo = max(0.0, math.floor(min(values) * 10) / 10 - 0.05)
         x_hi = max(min(1.0, max(values) + 0.02), x_lo + 0.05)
         box = (a * PANEL_W + MARGIN, 20, (a + 1) * PANEL_W - 15, PANEL_H - 35)
-        panel(draw, font, box, (x_lo, x_hi), (y_lo, y_hi), axis, exact[axis], points, kinds)
+        panel(draw, font, box, (x_lo, x_hi), (y_lo, y_hi), axis, exact[axis], points, kinds, chosen)
     for c, kind in enumerate(kinds):
         y = PANEL_H + 4 + 16 * c
         draw.rectangle([MARGIN, y + 3, MARGIN + 12, y + 11], fill=PALETTE[c % len(PALETTE)])
         draw.text((MARGIN + 18, y + 1), kind, fill=(0, 0, 0), font=font)
+    if chosen is not None:
+        y = PANEL_H + 4 + 16 * len(kinds)
+        draw.ellipse([MARGIN, y + 1, MARGIN + 12, y + 13], outline=(0, 0, 0), width=2)
+        draw.text((MARGIN + 18, y + 1), f"cheapest non-inferior: {chosen}", fill=(0, 0, 0), font=font)
     return image
 
 
 def panel(draw: ImageDraw.ImageDraw, font: Any, box: tuple[float, float, float, float], x_range: tuple[float, float],
           y_range: tuple[int, int], axis: str, exact: float, points: Sequence[dict[str, Any]],
-          kinds: Sequence[str]) -> None:
+          kinds: Sequence[str], chosen: str | None = None) -> None:
     """One panel: ``axis`` against log10 queries/s in ``box`` (left, top, right, bottom)."""
     left, top, right, bottom = box
     (x_lo, x_hi), (y_lo, y_hi) = x_range, y_range
@@ -87,6 +93,10 @@ def panel(draw: ImageDraw.ImageDraw, font: Any, box: tuple[float, float, float, 
             draw.line(xy, fill=colour, width=2)
         for x, y in xy:
             draw.ellipse([x - 3, y - 3, x + 3, y + 3], fill=colour)
+    for p in points:
+        if p["point"] == chosen:
+            x, y = to_xy(p[axis], p["queries_per_second"])
+            draw.ellipse([x - 7, y - 7, x + 7, y + 7], outline=(0, 0, 0), width=2)
 
 
 def _cell(v: Any) -> str:
@@ -99,29 +109,99 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
+def _delta(p: dict[str, Any], key: str) -> str:
+    """``0.9100: -0.0100 [-0.0300, +0.0050]``: the point's value, its Δ against exact and the interval."""
+    return (f"{p[key]:.4f}: {fixed(p[f'delta_{key}'], signed=True)} "
+            f"[{fixed(p[f'delta_{key}_ci_low'], signed=True)}, {fixed(p[f'delta_{key}_ci_high'], signed=True)}]")
+
+
+def knn_header(key: str) -> str:
+    """``knn_recall@10_big_ann_benchmarks`` -> ``k-NN recall@10 (big-ann-benchmarks)``."""
+    for suffix in ("_big_ann_benchmarks", "_ann_benchmarks"):
+        if key.startswith("knn_") and key.endswith(suffix):
+            return f"k-NN {key[4:-len(suffix)]} ({suffix[1:].replace('_', '-')})"
+    return key
+
+
+def verdict(points: Sequence[dict[str, Any]], margin: Any, chosen: str | None) -> str:
+    """The one-line verdict: the cheapest non-inferior point, or that none is."""
+    if not points:
+        return "no operating point was scored"
+    if chosen is None:
+        return f"none is non-inferior within index.margin {margin}"
+    p = next(p for p in points if p["point"] == chosen)
+    return f"cheapest non-inferior point: {chosen} ({_cell(p['queries_per_second'])} queries/s)"
+
+
+def truncation_note(points: Sequence[dict[str, Any]]) -> str:
+    """Which metrics the index computes from lists cut short (their values are not comparable with exact)."""
+    if not points:
+        return ""
+    depth = points[0].get("depth")
+    cut = sorted({m for p in points for m in p.get("truncated_metrics", [])})
+    where = f"Each index list is cut at depth {depth}" if depth is not None else "Each index list is cut short"
+    if not cut:
+        return f"{where}; no metric is computed from truncated lists."
+    verb = "is" if len(cut) == 1 else "are"
+    return (f"{where}: {', '.join(cut)} {verb} computed from truncated lists (a positive beyond the list counts as "
+            f"not retrieved), so {'it differs' if len(cut) == 1 else 'they differ'} from exact even for Flat and "
+            f"{verb} left out of the verdict.")
+
+
+def terminal_table(points: Sequence[dict[str, Any]], keys: Sequence[str], margin: Any,
+                   chosen: str | None) -> str:
+    """The stage's terminal summary: point, the first metric with its Δ and interval, queries/s, non-inferior;
+    then the verdict line."""
+    if not points:
+        return verdict(points, margin, chosen)
+    key = keys[0]
+    rows = [["point", key + ": Δ [interval]", "queries/s", "non-inferior"]]
+    rows += [[("* " if p["point"] == chosen else "  ") + p["point"], _delta(p, key), _cell(p["queries_per_second"]),
+              _cell(p["non_inferior"])] for p in points]
+    rows[0][0] = "  " + rows[0][0]
+    widths = [max(len(r[c]) for r in rows) for c in range(4)]
+    lines = ["  ".join(c.ljust(w) if i in (0, 1) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+             for r in rows]
+    return "\n".join(lines + [verdict(points, margin, chosen)])
+
+
+CHOSEN_STYLE = ("tr.chosen td{background:#fff3bf;font-weight:600}.verdict{font-size:16px;font-weight:600}"
+                "td:nth-child(2),th:nth-child(2){text-align:left}")
+
+
 def page(summary: dict[str, Any], points: Sequence[dict[str, Any]], keys: Sequence[str], plot: Image.Image) -> str:
-    """``reports/ann_index.html``: what was compared, every point's speed, k-NN recall and Δ per metric."""
+    """``reports/ann_index.html``: the verdict first, then every point (verdict and name first, human headers,
+    the chosen point highlighted), the Pareto plot and what was compared."""
     facts = "".join(f"<dt>{html.escape(str(k))}</dt><dd>{html.escape(_cell(v))}</dd>" for k, v in summary.items()
                     if not isinstance(v, (list, dict)))
+    chosen = summary.get("cheapest_non_inferior")
     if not points:
-        body = f"<p>{html.escape(str(summary.get('skipped', 'no operating point')))}</p>"
+        skipped = html.escape(str(summary.get("skipped", "no operating point")))
+        lead = f"<p class=\"verdict\" id=\"verdict\">{skipped}</p>"
+        body = ""
     else:
+        lead = (f"<p class=\"verdict\" id=\"verdict\">{html.escape(verdict(points, summary.get('margin'), chosen))}"
+                "</p><p>Non-inferior: every judged metric's Δ interval has its low end above −index.margin "
+                f"({html.escape(_cell(summary.get('margin')))}). {html.escape(truncation_note(points))}</p>")
         knn = sorted({k for p in points for k in p if k.startswith("knn_recall@")})
-        head = ["point", "trained on", "queries/s", "queries/s (1 thread)", "build s", "memory MB",
-                "short lists", *knn] + [f"Δ {k} [interval]" for k in keys] + ["non-inferior"]
+        cut = {m for p in points for m in p.get("truncated_metrics", [])}
+        head = (["non-inferior", "point"] + [f"{k} Δ vs exact [interval]" + (" (truncated lists)"
+                                                                                if k in cut else "")
+                                             for k in keys]
+                + ["queries/s", "queries/s (1 thread)", "build s", "memory MiB", "trained on", "short lists",
+                   *[knn_header(k) for k in knn]])
         rows = []
         for p in points:
-            cells = [p["point"], p["trained_on"], p["queries_per_second"], p["queries_per_second_one_thread"],
-                     p["build_seconds"], p["memory_bytes"] / 2**20, p["short_lists"], *[p[k] for k in knn]]
-            cells += [f"{p[k]:.4f}: {fixed(p[f'delta_{k}'], signed=True)} "
-                      f"[{fixed(p[f'delta_{k}_ci_low'], signed=True)}, {fixed(p[f'delta_{k}_ci_high'], signed=True)}]"
-                      for k in keys]
-            rows.append(cells + [p["non_inferior"]])
+            cells = [p["non_inferior"], p["point"], *[_delta(p, k) for k in keys], p["queries_per_second"],
+                     p["queries_per_second_one_thread"], p["build_seconds"], p["memory_bytes"] / 2**20,
+                     p["trained_on"], p["short_lists"], *[p[k] for k in knn]]
+            rows.append(("<tr class=\"chosen\">" if p["point"] == chosen else "<tr>")
+                        + "".join(f"<td>{html.escape(_cell(c))}</td>" for c in cells) + "</tr>")
         table = ("<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead><tbody>"
-                 + "".join("<tr>" + "".join(f"<td>{html.escape(_cell(c))}</td>" for c in r) + "</tr>" for r in rows)
-                 + "</tbody></table>")
-        body = (f"{table}<h2>Pareto plot</h2><img alt=\"queries/s against the label metrics, one curve per kind\" "
+                 + "".join(rows) + "</tbody></table>")
+        body = (f"<h2>Operating points</h2>{table}<h2>Pareto plot</h2>"
+                "<img alt=\"queries/s against the label metrics, one curve per kind; the chosen point ringed\" "
                 f"src=\"{png_data_uri(plot)}\">")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Index report</title>"
-            f"<style>{STYLE}</style></head><body><h1>Approximate index against exact</h1><dl>{facts}</dl>"
-            f"<h2>Operating points</h2>{body}</body></html>\n")
+            f"<style>{STYLE}{CHOSEN_STYLE}</style></head><body><h1>Approximate index against exact</h1>{lead}"
+            f"{body}<h2>What was compared</h2><dl>{facts}</dl></body></html>\n")

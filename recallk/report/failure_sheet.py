@@ -3,7 +3,8 @@
 One row per query, the worst first (lowest ``ap@r``, then the deepest first positive,
 ties by image_id): the query framed blue, captioned with its id and label; its top k retrieved
 items framed green (same label) or red (another), each captioned ``+`` (same label) or ``x``
-(another) with its label in text and its cosine, so the sheet reads without colour too; then
+(another) with its label in text and its cosine (a caption too wide for its tile keeps its start and end,
+the middle elided as ``..``), so the sheet reads without colour too; then
 its first positive framed grey with its rank. A legend at the top says all of this. Drawn with
 Pillow and its built-in font, so the same inputs give the same bytes.
 """
@@ -19,7 +20,8 @@ THUMB = 72          # thumbnail side, pixels
 FRAME = 3           # frame width
 LINE = 12           # one caption line's height
 CAPTION = 2 * LINE + 2  # caption under each thumbnail: two lines
-CHARS = 13          # characters per caption line (the built-in font, a thumbnail's width)
+CHARS = 13          # about the characters of a caption line (the built-in font, a thumbnail's width)
+ELLIPSIS = ".."     # what stands for the middle of a caption too wide for its tile (ASCII: every font has it)
 LEGEND_LINES = ("each row: a query (blue: q <id>, its label), its top retrieved items, then its first positive",
                 "+ <label>: same label as the query (green)   x <label>: another label (red)   under each: cosine",
                 "#<rank>: the first positive (grey) and its rank")
@@ -47,13 +49,27 @@ def captions(row: dict) -> list[tuple[str, tuple[str, str]]]:
     return out
 
 
+def fit(text: str, width: float, length: Callable[[str], float]) -> str:
+    """``text`` if ``length(text)`` (pixels) fits ``width``; else its start, :data:`ELLIPSIS` and its end, the
+    end kept longer (an id's distinguishing tail: ``q images/cat/00123.png`` -> ``q ima..00123.png``)."""
+    if length(text) <= width:
+        return text
+    for keep in range(len(text) - 1, 0, -1):
+        head = keep // 3
+        cut = text[:head] + ELLIPSIS + text[len(text) - (keep - head):]
+        if length(cut) <= width:
+            return cut
+    return ELLIPSIS
+
+
 def _tile(image: Image.Image, colour: tuple[int, int, int], lines: Sequence[str], font) -> Image.Image:
     tile = Image.new("RGB", (THUMB + 2 * FRAME, THUMB + 2 * FRAME + CAPTION), "white")
     ImageDraw.Draw(tile).rectangle([0, 0, THUMB + 2 * FRAME - 1, THUMB + 2 * FRAME - 1], fill=colour)
     thumb = ImageOps.pad(image.convert("RGB"), (THUMB, THUMB), method=Image.Resampling.BILINEAR, color="white")
     tile.paste(thumb, (FRAME, FRAME))
     for n, line in enumerate(lines):
-        ImageDraw.Draw(tile).text((1, THUMB + 2 * FRAME + 1 + n * LINE), line[:CHARS], fill=(0, 0, 0), font=font)
+        shown = fit(line, THUMB + 2 * FRAME - 2, font.getlength)  # the middle elided, the end kept
+        ImageDraw.Draw(tile).text((1, THUMB + 2 * FRAME + 1 + n * LINE), shown, fill=(0, 0, 0), font=font)
     return tile
 
 

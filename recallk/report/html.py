@@ -2,7 +2,9 @@
 
 It shows what was evaluated (the provenance), the headline metrics with their intervals and
 class means, the recall@K curve as inline SVG with its interval band and the y axis from 0,
-the per-class table and the failure gallery as an embedded PNG. Same inputs, same bytes.
+the failure gallery as an embedded PNG and the per-class table (worst class first, the first rows open, the
+rest folded). It opens with one summary paragraph: what was evaluated and the headline numbers. Same inputs,
+same bytes.
 """
 
 from __future__ import annotations
@@ -59,9 +61,56 @@ def curve_svg(curve: pd.DataFrame, width: int = 560, height: int = 300) -> str:
             f'<text x="{(left + width - right) / 2:.0f}" y="{height - 4}" text-anchor="middle">K</text></svg>')
 
 
+#: Rows of the per-class table shown open (the worst classes); the rest are folded in a ``<details>``.
+SHOWN_CLASSES = 20
+
+
+def summary(metrics: dict[str, Any], keys: list[str], provenance: dict[str, Any], per_class: pd.DataFrame) -> str:
+    """The opening paragraph: what was evaluated and the headline numbers (the first metrics with intervals,
+    the worst class)."""
+    what = [str(provenance[k]) for k in ("backbone", "data", "split") if k in provenance]
+    text = f"Evaluated {what[0]}" if what else "Evaluated"
+    text += f" on {what[1]}" if len(what) > 1 else ""
+    text += f" (split: {what[2]})" if len(what) > 2 else ""
+    if "num_queries" in metrics and "num_gallery" in metrics:
+        text += f": {metrics['num_queries']} queries against {metrics['num_gallery']} gallery items"
+    numbers = []
+    for k in keys[:3]:
+        interval = (f" [{metrics[k + '_ci_low']:.4f}, {metrics[k + '_ci_high']:.4f}]"
+                    if k + "_ci_low" in metrics else "")
+        numbers.append(f"{k} {_number(metrics.get(k))}{interval}")
+    text += ". " + "; ".join(numbers) + "." if numbers else "."
+    if keys and keys[0] in per_class.columns and len(per_class):
+        worst = worst_first(per_class, keys).iloc[0]
+        text += f" Worst class: {worst['label']} ({keys[0]} {_number(float(worst[keys[0]]))})."
+    return text
+
+
+def worst_first(per_class: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """The per-class table, the lowest first metric first (ties by label)."""
+    if not keys or keys[0] not in per_class.columns or "label" not in per_class.columns:
+        return per_class
+    order = pd.to_numeric(per_class[keys[0]], errors="coerce")
+    frame = per_class.assign(_order=order, _label=per_class["label"].astype(str))
+    return frame.sort_values(["_order", "_label"], kind="mergesort", na_position="first").drop(
+        columns=["_order", "_label"])
+
+
+def classes_table(per_class: pd.DataFrame, keys: list[str]) -> str:
+    """The per-class table worst first: the first :data:`SHOWN_CLASSES` rows open, the rest folded."""
+    frame = worst_first(per_class, keys)
+    header, rows = list(frame.columns), frame.values.tolist()
+    order = f"sorted by {keys[0]}, worst first" if keys and keys[0] in frame.columns else "in label order"
+    text = f"<p>{len(rows)} classes, {order}.</p>" + _table(header, rows[:SHOWN_CLASSES])
+    if len(rows) > SHOWN_CLASSES:
+        text += (f"<details><summary>{len(rows) - SHOWN_CLASSES} more classes</summary>"
+                 f"{_table(header, rows[SHOWN_CLASSES:])}</details>")
+    return text
+
+
 def page(metrics: dict[str, Any], keys: list[str], provenance: dict[str, Any], curve: pd.DataFrame,
          per_class: pd.DataFrame, failures: Image.Image | None) -> str:
-    """The whole page as one string."""
+    """The whole page as one string: the summary paragraph first, then the details."""
     facts = "".join(f"<dt>{html.escape(str(k))}</dt><dd>{html.escape(str(v))}</dd>" for k, v in provenance.items())
     headline = _table(["metric", "value", "interval", "class mean"],
                       [[k, metrics[k], (f"[{metrics[k + '_ci_low']:.4f}, {metrics[k + '_ci_high']:.4f}]"
@@ -73,10 +122,11 @@ def page(metrics: dict[str, Any], keys: list[str], provenance: dict[str, Any], c
     without = [[k, metrics[k], metrics[k + WITHOUT_SUFFIX]] for k in keys if k + WITHOUT_SUFFIX in metrics]
     if without:
         headline += _table(["metric", "all queries", "without the queries with a near copy"], without)
-    classes = _table(list(per_class.columns), per_class.values.tolist())
     gallery = (f'<img alt="failure gallery" src="{png_data_uri(failures)}">' if failures is not None
                else "<p>off (score.failures.queries: 0, or an embeddings-only catalog: no image to show)</p>")
+    lead = html.escape(summary(metrics, keys, provenance, per_class))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Recall@K report</title>"
-            f"<style>{STYLE}</style></head><body><h1>Recall@K report</h1><h2>What was evaluated</h2>"
-            f"<dl>{facts}</dl><h2>Metrics</h2>{headline}{counts}<h2>recall@K</h2>{curve_svg(curve)}"
-            f"<h2>Per class</h2>{classes}<h2>Failure gallery</h2>{gallery}</body></html>\n")
+            f"<style>{STYLE}</style></head><body><h1>Recall@K report</h1><p id=\"summary\">{lead}</p>"
+            f"<h2>What was evaluated</h2><dl>{facts}</dl><h2>Metrics</h2>{headline}{counts}<h2>recall@K</h2>"
+            f"{curve_svg(curve)}<h2>Failure gallery</h2>{gallery}<h2>Per class</h2>"
+            f"{classes_table(per_class, keys)}</body></html>\n")

@@ -98,7 +98,8 @@ class EmbeddingCopySettings:
     min_cosine: float | None = setting(None, cosine_problem,
                                        "the embedding check: queries with another image at this cosine or above "
                                        "among their top max(ks) items are flagged, and every metric is also reported "
-                                       "without them; `null` turns it off ([Leakage checks](leakage.md))")
+                                       "without them; `null` turns it off; 0.999 flags near-exact copies only "
+                                       "(looser values flag clean positives: [Leakage checks](leakage.md))")
 
 
 @dataclass(frozen=True)

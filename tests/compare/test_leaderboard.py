@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from recallk.compare import board_cli, family, leaderboard, paired, systems
+from recallk.compare import board_cli, family, leaderboard, paired, sources, systems
 from recallk.errors import InputError
 from recallk.stats import inference as stats
 
@@ -216,6 +216,39 @@ def test_every_experiment_of_a_repository_by_pattern(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0 and "lr-big: lr-big (" in out and "lr-small" in out
     assert re.search(r"\bother\b(?! system)", out) is None  # the experiment "other" is not matched
+
+
+def test_failed_queued_experiments_are_named_not_skipped_silently(tmp_path, capsys):
+    """`dvc exp run --run-all` exits 0 when a queued experiment fails (DVC keeps it in its failed stash,
+    refs/exps/celery/failed, one reflog entry "commit: dvc-exp:<rev>:<baseline>:<name>" each): --experiments warns
+    of the failed ones it matches, naming one failed by name says it failed, and the stash is no experiment."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    (tmp_path / "metrics").mkdir()
+    for name, frame in (("ckpt1", WEAK), ("ckpt2", STRONG)):
+        frame.to_csv(tmp_path / "metrics/per_query.csv", index=False)
+        git("add", "metrics")
+        git("commit", "-qm", name)
+        git("update-ref", f"refs/exps/ab/{'c' * 38}/{name}", git("rev-parse", "HEAD"))
+    head = git("rev-parse", "HEAD")
+    for name in ("ckpt3", "ckpt2", "other"):  # ckpt2 failed once, then ran again and succeeded
+        git("update-ref", "--create-reflog", "-m", f"commit: dvc-exp:{head}:{head}:{name}", "refs/exps/celery/failed",
+            head)
+    assert systems.failed_experiment_names(tmp_path, "ckpt*") == ["ckpt3"]
+    assert sources.resolve_revision("failed", tmp_path) is None  # the stash's ref is not an experiment
+    code = board_cli.main(["--experiments", "ckpt*", "--repo", str(tmp_path), "--permutations", "300",
+                           "--resamples", "200", "--metric", "recall@1"])
+    captured = capsys.readouterr()
+    assert code == 0 and "ckpt1" in captured.out and "ckpt2" in captured.out
+    assert captured.err.count("warning:") == 1
+    assert "1 queued DVC experiment(s) matching 'ckpt*' failed and are not on the board: ckpt3" in captured.err
+    assert "`dvc queue logs ckpt3`" in captured.err
+    with pytest.raises(InputError, match=r"'ckpt3' is a queued DVC experiment that failed .*dvc queue logs ckpt3"):
+        sources.load("ckpt3", tmp_path)
 
 
 @pytest.mark.parametrize("command", ["leaderboard", "track"])

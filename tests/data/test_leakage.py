@@ -39,12 +39,15 @@ def test_report_lists_exactly_the_planted_pairs_with_their_splits(planted_root):
     assert (table["split_b"] == table["id_b"].map(split_of)).all()
     assert table["distance"].is_monotonic_increasing and (table["distance"] <= 10).all()
     crossing = (table["split_a"] == "train") != (table["split_b"] == "train")
+    qg = phash.query_gallery(table, dict(zip(out.split["image_id"], out.split["query"])),
+                             dict(zip(out.split["image_id"], out.split["gallery"])))
     assert out.summary == {"policy": "report", "max_distance": 10, "pairs": 4,
                            "near_duplicates_train_eval": int(crossing.sum()),
-                           "near_duplicates_query_gallery": int(phash.query_gallery(
-                               table, dict(zip(out.split["image_id"], out.split["query"])),
-                               dict(zip(out.split["image_id"], out.split["gallery"]))).sum()),
-                           "near_duplicates_cross_label": 1, "too_small_to_check": 0}
+                           "near_duplicates_query_gallery": int(qg.sum()),
+                           "near_duplicates_cross_label": 1,
+                           "near_duplicates_same_label_query_gallery": int((qg & table["label_a"].eq(
+                               table["label_b"])).sum()),
+                           "too_small_to_check": 0}
     # the report is deterministic
     pd.testing.assert_frame_equal(run_prepare(planted_root).near_duplicates, table)
 
@@ -72,8 +75,11 @@ def test_group_under_leave_one_out_keeps_clusters_off_the_train_eval_border(plan
     assert (table["split_a"] == table["split_b"]).all() and out.summary["near_duplicates_train_eval"] == 0
     eval_pairs = int(table["split_a"].eq("gallery").sum())  # every eval image is a query and a gallery item
     assert out.summary["near_duplicates_query_gallery"] == eval_pairs
-    if eval_pairs:
+    cross = int((table["split_a"].eq("gallery") & table["label_a"].ne(table["label_b"])).sum())
+    if cross:  # a query and a gallery image of another label: warned, with the leave_one_out hint
         assert "under leave_one_out every eval image is a query" in caplog.text
+    # same-label eval pairs are a query and its positive: counted apart, never warned (issue 38)
+    assert out.summary["near_duplicates_same_label_query_gallery"] == eval_pairs - cross
 
 
 def test_group_without_pairs_is_the_plain_assignment(tmp_path, monkeypatch):
@@ -188,5 +194,6 @@ def test_split_stage_writes_the_pairs_and_their_counts(planted_root, tmp_path):
     assert prov["images"] == "files" and prov["near_duplicates"]["pairs"] == 4
     assert prov["near_duplicates"]["near_duplicates_cross_label"] == 1
     counts = prov["near_duplicates"]
-    if counts["near_duplicates_train_eval"] or counts["near_duplicates_query_gallery"]:
+    if counts["near_duplicates_train_eval"] or (counts["near_duplicates_query_gallery"]
+                                                 - counts["near_duplicates_same_label_query_gallery"]):
         assert "WARNING recallk.data.prepare: near-duplicates (pHash within 10 of 64 bits): 4 pair(s)" in proc.stderr

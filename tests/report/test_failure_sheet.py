@@ -87,3 +87,13 @@ def test_the_failure_sheet_reads_without_colour():
     sheet = failure_sheet.draw([row], lambda image_id: Image.new("RGB", (10, 20), "white"))
     legend = np.asarray(sheet.crop((0, 0, sheet.size[0], failure_sheet.LEGEND)).convert("L"))
     assert (legend < 128).sum() > 500  # the legend's text is drawn above the rows
+
+
+def test_a_long_caption_keeps_its_start_and_end():
+    """Issue 38: a caption too wide for its tile is elided in the middle, not cut at 12 characters."""
+    length = failure_sheet.ImageFont.load_default().getlength
+    width = failure_sheet.THUMB + 2 * failure_sheet.FRAME - 2
+    assert failure_sheet.fit("+ cat", width, length) == "+ cat"
+    shown = failure_sheet.fit("q images/cat/00123.png", width, length)
+    assert shown.startswith("q ") and shown.endswith("00123.png") and ".." in shown and length(shown) <= width
+    assert failure_sheet.fit("q images/cat/00123.png", width, length) == shown  # deterministic

@@ -51,6 +51,47 @@ def render(page: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Ima
     return proc, Image.open(shot).convert("RGB")
 
 
+#: The first screen of issue 38's checks: what a reader sees without scrolling.
+SCREEN = (1280, 800)
+#: Put first in <head>: records the page-relative box of ``SELECTOR`` in <html data-box=...> for --dump-dom.
+BOX = """<script>
+window.addEventListener("load", () => {
+  const el = document.querySelector(SELECTOR);
+  const r = el ? el.getBoundingClientRect() : null;
+  document.documentElement.setAttribute("data-box", JSON.stringify(
+    r ? {left: r.left + scrollX, top: r.top + scrollY, width: r.width, height: r.height} : null));
+});
+</script>"""
+
+
+def first_screen(page: Path, selector: str, tmp_path: Path) -> tuple[dict | None, Image.Image]:
+    """Issue 38's check: the box of ``selector`` on ``page`` laid out at :data:`SCREEN` (None when absent) and a
+    screenshot of that first screen (``<page>.png`` beside ``tmp_path``'s profile, the proof)."""
+    width, height = SCREEN
+    boxed = page.with_name(".boxed-" + page.name)
+    script = BOX.replace("SELECTOR", json.dumps(selector))
+    boxed.write_text(page.read_text(encoding="utf-8").replace("<head>", "<head>" + script, 1), encoding="utf-8")
+    try:
+        proc = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'box-profile'}",
+                               f"--window-size={width},{height}", "--virtual-time-budget=10000", "--dump-dom",
+                               boxed.resolve().as_uri()], capture_output=True, text=True, timeout=120)
+    finally:
+        boxed.unlink()
+    match = re.search(r'data-box="([^"]*)"', proc.stdout)
+    assert proc.returncode == 0 and match, proc.stderr
+    shot = tmp_path / f"{page.stem}-first-screen.png"
+    proc = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'shot-profile'}",
+                           f"--window-size={width},{height}", f"--screenshot={shot}", page.resolve().as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and shot.is_file(), proc.stderr
+    return json.loads(html.unescape(match.group(1))), Image.open(shot).convert("RGB")
+
+
+def on_first_screen(box: dict | None) -> bool:
+    """The box's top-left corner lies within :data:`SCREEN`."""
+    return box is not None and 0 <= box["left"] < SCREEN[0] and 0 <= box["top"] < SCREEN[1]
+
+
 def problems(proc: subprocess.CompletedProcess) -> list[str]:
     return [line for line in proc.stderr.splitlines() if PROBLEMS.search(line)]
 
@@ -91,6 +132,15 @@ def test_the_report_renders_in_chromium_without_errors(report, tmp_path):
     assert problems(proc) == [], proc.stderr
     colours = shot.getcolors(maxcolors=1 << 20)
     assert colours is not None and len(colours) > 50, "the screenshot is blank"
+
+
+def test_the_summary_opens_the_report(report, tmp_path):
+    """Issue 38: the summary paragraph is on the first screen, before the failure gallery and the per-class table."""
+    text = report.read_text(encoding="utf-8")
+    assert text.index('id="summary"') < text.index("<h2>") < text.index("Failure gallery") < text.index("Per class")
+    box, shot = first_screen(report, "#summary", tmp_path)
+    assert on_first_screen(box), box
+    assert shot.size == SCREEN and len(shot.getcolors(maxcolors=1 << 20) or []) > 20
 
 
 def test_a_broken_page_is_caught(tmp_path):

@@ -7,7 +7,13 @@ import re
 
 import numpy as np
 import pandas as pd
-from test_html import probe, problems, render  # the Chromium checks of reports/index.html (skips without it)
+from test_html import (  # the Chromium checks of reports/index.html (skips without it)
+    first_screen,
+    on_first_screen,
+    probe,
+    problems,
+    render,
+)
 
 from recallk.compare import multi_report
 
@@ -44,11 +50,17 @@ def test_the_multi_run_report_is_offline_complete_and_renders(tmp_path, capsys):
     assert summary and " best on " in summary.group(1), text[:600]  # the page opens with the summary paragraph
     assert text.index('class="summary"') < text.index("<h2>")
     assert text.count("<polyline") == 3 + 4  # three recall curves, four metrics in the trend
+    # issue 38: coinciding curves stay visible (a dash pattern and a marker per system), empty columns are left out
+    curves = text[text.index('aria-label="recall@K curves"'):text.index("</svg>")]
+    assert curves.count("stroke-dasharray") >= 2 and "<rect" in curves and "<circle" in curves
+    assert "<th>run SD</th>" not in text and "<th>Δ run SD</th>" not in text  # one run each: every cell empty
     assert probe(out, tmp_path) == {"failed": [], "errors": [], "fetched": []}
     proc, shot = render(out, tmp_path)
     assert problems(proc) == [], proc.stderr
     colours = shot.getcolors(maxcolors=1 << 20)
     assert colours is not None and len(colours) > 50, "the screenshot is blank"
+    box, _ = first_screen(out, ".summary", tmp_path)
+    assert on_first_screen(box), box
     assert multi_report.main(args) == 0 and out.read_text(encoding="utf-8") == text  # same inputs, same bytes
 
 
@@ -60,6 +72,7 @@ def test_repeated_runs_report_the_case_and_refuse_a_bad_label_metric(tmp_path, c
                               "--resamples", "200"]) == 0
     text = out.read_text(encoding="utf-8")
     assert "repeated runs on the same queries" in text and text.count("<h3>A</h3>") == 1
+    assert "<th>run SD</th>" in text  # A has two runs: its column stays
     code = multi_report.main([f"A={seeds}", other, "--out", str(tmp_path / "x.html"), "--label-metric", "ndcg"])
     assert code == 2 and "--label-metric names 'ndcg'" in capsys.readouterr().err
     assert not (tmp_path / "x.html").exists()
