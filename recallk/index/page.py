@@ -109,6 +109,12 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
+def _measure(v: float) -> str:
+    """A timing, a rate or a size: whole numbers with thousands separators from 100 up, else 2 decimals (a metric
+    keeps its 4, :func:`_cell`)."""
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"
+
+
 def _delta(p: dict[str, Any], key: str) -> str:
     """``0.9100: -0.0100 [-0.0300, +0.0050]``: the point's value, its Δ against exact and the interval."""
     return (f"{p[key]:.4f}: {fixed(p[f'delta_{key}'], signed=True)} "
@@ -130,7 +136,7 @@ def verdict(points: Sequence[dict[str, Any]], margin: Any, chosen: str | None) -
     if chosen is None:
         return f"none is non-inferior within index.margin {margin}"
     p = next(p for p in points if p["point"] == chosen)
-    return f"cheapest non-inferior point: {chosen} ({_cell(p['queries_per_second'])} queries/s)"
+    return f"cheapest non-inferior point: {chosen} ({_measure(p['queries_per_second'])} queries/s)"
 
 
 def truncation_note(points: Sequence[dict[str, Any]]) -> str:
@@ -156,7 +162,7 @@ def terminal_table(points: Sequence[dict[str, Any]], keys: Sequence[str], margin
         return verdict(points, margin, chosen)
     key = keys[0]
     rows = [["point", key + ": Δ [interval]", "queries/s", "non-inferior"]]
-    rows += [[("* " if p["point"] == chosen else "  ") + p["point"], _delta(p, key), _cell(p["queries_per_second"]),
+    rows += [[("* " if p["point"] == chosen else "  ") + p["point"], _delta(p, key), _measure(p["queries_per_second"]),
               _cell(p["non_inferior"])] for p in points]
     rows[0][0] = "  " + rows[0][0]
     widths = [max(len(r[c]) for r in rows) for c in range(4)]
@@ -192,8 +198,9 @@ def page(summary: dict[str, Any], points: Sequence[dict[str, Any]], keys: Sequen
                    *[knn_header(k) for k in knn]])
         rows = []
         for p in points:
-            cells = [p["non_inferior"], p["point"], *[_delta(p, k) for k in keys], p["queries_per_second"],
-                     p["queries_per_second_one_thread"], p["build_seconds"], p["memory_bytes"] / 2**20,
+            cells = [p["non_inferior"], p["point"], *[_delta(p, k) for k in keys],
+                     *[_measure(v) for v in (p["queries_per_second"], p["queries_per_second_one_thread"],
+                                             p["build_seconds"], p["memory_bytes"] / 2**20)],
                      p["trained_on"], p["short_lists"], *[p[k] for k in knn]]
             rows.append(("<tr class=\"chosen\">" if p["point"] == chosen else "<tr>")
                         + "".join(f"<td>{html.escape(_cell(c))}</td>" for c in cells) + "</tr>")

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 from PIL import Image
 
-from recallk.report.block import PAIR_COUNTS, WITHOUT_SUFFIX
+from recallk.report.block import CAPPED_MARK, PAIR_COUNTS, WITHOUT_SUFFIX
 from recallk.report.page import STYLE, png_data_uri
 
 #: Counts shown besides the four of every run: the split stage's pairs and the embedding check's queries.
@@ -112,8 +112,13 @@ def page(metrics: dict[str, Any], keys: list[str], provenance: dict[str, Any], c
          per_class: pd.DataFrame, failures: Image.Image | None) -> str:
     """The whole page as one string: the summary paragraph first, then the details."""
     facts = "".join(f"<dt>{html.escape(str(k))}</dt><dd>{html.escape(str(v))}</dd>" for k, v in provenance.items())
+    capped = {str(k) for k in metrics.get("capped_ks") or ()}  # at or above every query's gallery
+
+    def named(key: str) -> str:
+        return f"{key} {CAPPED_MARK}" if key.rpartition("@")[2] in capped else key
+
     headline = _table(["metric", "value", "interval", "class mean"],
-                      [[k, metrics[k], (f"[{metrics[k + '_ci_low']:.4f}, {metrics[k + '_ci_high']:.4f}]"
+                      [[named(k), metrics[k], (f"[{metrics[k + '_ci_low']:.4f}, {metrics[k + '_ci_high']:.4f}]"
                                         if k + "_ci_low" in metrics else ""), metrics.get(k + "_class_mean", "")]
                        for k in keys])
     counts = _table(["count", "value"], [[k, metrics[k]] for k in ("num_queries", "num_excluded_queries",
@@ -121,7 +126,8 @@ def page(metrics: dict[str, Any], keys: list[str], provenance: dict[str, Any], c
                                          if k in metrics])
     without = [[k, metrics[k], metrics[k + WITHOUT_SUFFIX]] for k in keys if k + WITHOUT_SUFFIX in metrics]
     if without:
-        headline += _table(["metric", "all queries", "without the queries with a near copy"], without)
+        headline += _table(["metric", "all queries", "without the queries with an embedding copy "
+                                                      "(score.embedding_copies)"], without)
     gallery = (f'<img alt="failure gallery" src="{png_data_uri(failures)}">' if failures is not None
                else "<p>off (score.failures.queries: 0, or an embeddings-only catalog: no image to show)</p>")
     lead = html.escape(summary(metrics, keys, provenance, per_class))

@@ -49,7 +49,7 @@ def test_the_verdict_leads_the_terminal_table_and_the_page(tmp_path) -> None:
     chosen = "HNSW8 efSearch=64"
     text = index_page.terminal_table(POINTS, ["recall@1", "map"], 0.01, chosen)
     assert text.splitlines()[0].split() == ["point", "recall@1:", "Δ", "[interval]", "queries/s", "non-inferior"]
-    assert text.splitlines()[-1] == "cheapest non-inferior point: HNSW8 efSearch=64 (400.0000 queries/s)"
+    assert text.splitlines()[-1] == "cheapest non-inferior point: HNSW8 efSearch=64 (400 queries/s)"  # a rate, whole
     assert "* HNSW8 efSearch=64" in text and "0.9000: +0.0000 [-0.0100, +0.0100]" in text
     assert index_page.terminal_table(POINTS, ["recall@1"], 0.01, None).endswith(
         "none is non-inferior within index.margin 0.01")
@@ -62,6 +62,7 @@ def test_the_verdict_leads_the_terminal_table_and_the_page(tmp_path) -> None:
                   "map Δ vs exact [interval] (truncated lists)"):
         assert human in heads, human
     assert "memory_bytes" not in html and "knn_recall@" not in heads
+    assert "<td>400</td><td>100</td><td>0.50</td><td>3.00</td>" in html  # rates whole, seconds and MiB to 2 places
     assert '<tr class="chosen"><td>yes</td><td>HNSW8 efSearch=64</td>' in html
     assert "Each index list is cut at depth 10: map is computed from truncated lists" in html
     assert html.index('id="verdict"') < html.index("<table>")

@@ -157,3 +157,21 @@ def test_the_report_is_byte_identical_on_re_run(report, tmp_path):
     project = copy_tree(report.parent.parent, tmp_path / "proj")
     proc = run_in_process("score", cwd=project)
     assert proc.returncode == 0 and (project / "reports/index.html").read_bytes() == report.read_bytes()
+
+
+def test_a_capped_k_is_marked_on_the_page():
+    # K at or above every query's gallery (capped_ks in counts.json) measures nothing: the page says so, as the block
+    import pandas as pd
+
+    from recallk.report import html as report_html
+    from recallk.report.block import CAPPED_MARK
+
+    metrics = {"recall@1": 0.5, "recall@500": 1.0, "map@r": 0.4, "capped_ks": [500]}
+    curve = pd.DataFrame({"k": [1, 2], "recall": [0.5, 1.0], "ci_low": [0.4, 0.9], "ci_high": [0.6, 1.0]})
+    per_class = pd.DataFrame({"label": ["a"], "num_queries": [2], "recall@1": [0.5], "recall@500": [1.0],
+                              "map@r": [0.4]})
+    page = report_html.page(metrics, ["recall@1", "recall@500", "map@r"], {"backbone": "pixels"}, curve,
+                            per_class, None)
+    assert html.escape(f"recall@500 {CAPPED_MARK}") in page
+    assert html.escape(f"recall@1 {CAPPED_MARK}") not in page and html.escape(f"map@r {CAPPED_MARK}") not in page
+
