@@ -9,6 +9,7 @@ to the cache before the next one, so a killed run resumes where it stopped.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from collections import deque
@@ -72,11 +73,12 @@ def byte_bounded_chunks(sizes: Sequence[int], batch_size: int, max_bytes: int) -
 
 
 def decoded_batches(paths: Sequence[str], shas: Sequence[str], *, batch_size: int, num_workers: int,
-                    min_side: int | None = None, prefetch: int = 2, sizes: Sequence[int] | None = None,
-                    max_bytes: int = MAX_DECODED_BYTES,
-                    background: str = DEFAULT_BACKGROUND) -> Iterator[tuple[int, list[Image.Image]]]:
-    """Yield ``(start, images)`` batches in order, decoding up to ``prefetch`` batches ahead in threads
-    (:func:`read_checked`, transparency composited over ``background``).
+                    read: Callable[[str, str], Image.Image] | None = None, prefetch: int = 2,
+                    sizes: Sequence[int] | None = None,
+                    max_bytes: int = MAX_DECODED_BYTES) -> Iterator[tuple[int, list[Image.Image]]]:
+    """Yield ``(start, images)`` batches in order, decoding up to ``prefetch`` batches ahead in threads with
+    ``read(path, sha256)`` (default :func:`read_checked`; the local engine binds the backbone's ``min_side`` and
+    ``background``, transparency composited over it).
 
     Memory is bounded in bytes, not only in images: with ``sizes`` (each image's decoded bytes, e.g.
     4 x width x height from the catalog), a batch holds at most ``batch_size`` images and
@@ -84,6 +86,7 @@ def decoded_batches(paths: Sequence[str], shas: Sequence[str], *, batch_size: in
     (yielded and pending) fits in ``max_bytes``. A batch may then have fewer than ``batch_size`` images;
     each image's embedding does not depend on its batch.
     """
+    read = read_checked if read is None else read
     sizes = list(sizes) if sizes is not None else [0] * len(paths)
     chunks = deque(byte_bounded_chunks(sizes, batch_size, max(1, max_bytes // (prefetch + 1))))
     pending: deque[tuple[int, int, list[Future]]] = deque()
@@ -93,7 +96,7 @@ def decoded_batches(paths: Sequence[str], shas: Sequence[str], *, batch_size: in
             while chunks and len(pending) <= prefetch and (not pending or held + chunks[0][2] <= max_bytes):
                 s, e, b = chunks.popleft()
                 held += b
-                pending.append((s, b, [pool.submit(read_checked, p, h, min_side, background=background)
+                pending.append((s, b, [pool.submit(read, p, h)
                                        for p, h in zip(paths[s:e], shas[s:e])]))
             start, _, futures = pending.popleft()
             yield start, [f.result() for f in futures]
@@ -138,8 +141,8 @@ def local_source(backbone: Backbone, *, batch_size: int, num_workers: int,
     """The local engine: batches in order, decoded in ``num_workers`` threads ahead of the backbone, holding
     at most :data:`MAX_DECODED_BYTES` of images by ``sizes`` (sha256 -> decoded bytes; unknown: 0)."""
     def source(todo: list[str], paths: list[str], dim: int | None) -> Iterator[tuple[Sequence[str], np.ndarray]]:
-        for start, images in decoded_batches(paths, todo, batch_size=batch_size, num_workers=num_workers,
-                                             min_side=backbone.input_size, background=backbone.background,
+        read = functools.partial(read_checked, min_side=backbone.input_size, background=backbone.background)
+        for start, images in decoded_batches(paths, todo, batch_size=batch_size, num_workers=num_workers, read=read,
                                              sizes=[(sizes or {}).get(sha, 0) for sha in todo]):
             emb = run_backbone(backbone, images, dim)
             dim = emb.shape[1]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from PIL import Image, ImageDraw, ImageFont
 
@@ -50,7 +50,11 @@ def pareto_png(points: Sequence[dict[str, Any]], exact: dict[str, float], axes: 
         x_lo = max(0.0, math.floor(min(values) * 10) / 10 - 0.05)
         x_hi = max(min(1.0, max(values) + 0.02), x_lo + 0.05)
         box = (a * PANEL_W + MARGIN, 20, (a + 1) * PANEL_W - 15, PANEL_H - 35)
-        panel(draw, font, box, (x_lo, x_hi), (y_lo, y_hi), axis, exact[axis], points, kinds, chosen)
+        to_xy = panel(draw, font, box, ((x_lo, x_hi), (y_lo, y_hi)), axis, exact[axis], points, kinds)
+        for p in points:  # the chosen point, ringed
+            if p["point"] == chosen:
+                x, y = to_xy(p[axis], p["queries_per_second"])
+                draw.ellipse([x - 7, y - 7, x + 7, y + 7], outline=(0, 0, 0), width=2)
     for c, kind in enumerate(kinds):
         y = PANEL_H + 4 + 16 * c
         draw.rectangle([MARGIN, y + 3, MARGIN + 12, y + 11], fill=PALETTE[c % len(PALETTE)])
@@ -62,12 +66,13 @@ def pareto_png(points: Sequence[dict[str, Any]], exact: dict[str, float], axes: 
     return image
 
 
-def panel(draw: ImageDraw.ImageDraw, font: Any, box: tuple[float, float, float, float], x_range: tuple[float, float],
-          y_range: tuple[int, int], axis: str, exact: float, points: Sequence[dict[str, Any]],
-          kinds: Sequence[str], chosen: str | None = None) -> None:
-    """One panel: ``axis`` against log10 queries/s in ``box`` (left, top, right, bottom)."""
+def panel(draw: ImageDraw.ImageDraw, font: Any, box: tuple[float, float, float, float],
+          ranges: tuple[tuple[float, float], tuple[int, int]], axis: str, exact: float,
+          points: Sequence[dict[str, Any]], kinds: Sequence[str]) -> Callable[[float, float], tuple[float, float]]:
+    """One panel: ``axis`` against log10 queries/s in ``box`` (left, top, right, bottom), over ``ranges`` (the
+    axis's range, the powers of ten of queries/s); returns its map from (value, queries/s) to pixels."""
     left, top, right, bottom = box
-    (x_lo, x_hi), (y_lo, y_hi) = x_range, y_range
+    (x_lo, x_hi), (y_lo, y_hi) = ranges
 
     def to_xy(v: float, q: float) -> tuple[float, float]:
         x = left + (v - x_lo) / (x_hi - x_lo) * (right - left)
@@ -93,10 +98,7 @@ def panel(draw: ImageDraw.ImageDraw, font: Any, box: tuple[float, float, float, 
             draw.line(xy, fill=colour, width=2)
         for x, y in xy:
             draw.ellipse([x - 3, y - 3, x + 3, y + 3], fill=colour)
-    for p in points:
-        if p["point"] == chosen:
-            x, y = to_xy(p[axis], p["queries_per_second"])
-            draw.ellipse([x - 7, y - 7, x + 7, y + 7], outline=(0, 0, 0), width=2)
+    return to_xy
 
 
 def _cell(v: Any) -> str:
