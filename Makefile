@@ -20,7 +20,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
 
 # Tests cover the optional extras too, so they install them (torch 2.14.1 + torchvision: ~75 s, 5.6 GB).
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PIP_INSTALL) -e '.[test,torch,faiss,hnswlib,timm,open-clip,hf,ray,peers,ranx]'
+	$(PIP_INSTALL) -e '.[test,torch,faiss,hnswlib,timm,open-clip,hf,ray,peers,ranx,dvclive,lightning,hf-trainer]'
 	touch $@
 
 $(VENV)/.installed-lint: $(VENV)/.installed
