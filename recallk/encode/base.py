@@ -36,6 +36,12 @@ class Backbone:
     #: The colour the encode stage composites its images' transparency over (``split.background``, the value
     #: split hashed them with); part of ``fingerprint`` (:func:`composited_over`).
     background: str = DEFAULT_BACKGROUND
+    #: The text tower of a CLIP-style model: ``captions -> (n, dim)`` float32 in the image embeddings' space;
+    #: None for an image-only backbone.
+    encode_text: Callable[[Sequence[str]], np.ndarray] | None = None
+    #: What the text embeddings depend on: the model's :attr:`fingerprint` (weights, runtime) and the
+    #: tokenizer (its kind, vocabulary hash and context length). None without a text tower.
+    text_fingerprint: str | None = None
 
 
 def fingerprint(name: str, version: str, **options: Any) -> str:
@@ -47,6 +53,13 @@ def fingerprint(name: str, version: str, **options: Any) -> str:
     libs = {"pillow": PIL.__version__, "numpy": np.__version__}
     blob = json.dumps({"name": name, "version": version, "options": options, "decode": DECODE_VERSION,
                        "libs": libs}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def text_fingerprint(image_fingerprint: str, tokenizer: dict[str, Any]) -> str:
+    """The :attr:`Backbone.text_fingerprint` of a model whose image fingerprint is ``image_fingerprint`` and
+    whose tokenizer is described by ``tokenizer`` (JSON-able: kind, vocabulary sha256, context length)."""
+    blob = json.dumps({"model": image_fingerprint, "tokenizer": tokenizer}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

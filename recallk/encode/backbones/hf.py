@@ -11,6 +11,11 @@ preprocessing is the processor the model was saved with. ``encode.hf.pooling`` p
 - ``pooler``: the model's ``pooler_output`` (for CLIP's vision tower: the class token after
   ``post_layernorm``; for ViT: a tanh dense layer), an error for a model without one.
 
+A CLIP-style model (one with ``get_image_features`` and ``get_text_features``, e.g. ``CLIPModel``) is read
+through ``get_image_features``; with ``pooling: pooler`` that is its projected embedding, in the space of its
+text tower, and captions are embedded too (``get_text_features`` of the tokenizer saved in the same directory,
+``AutoTokenizer``, offline) for text <-> image retrieval.
+
 The weights load strictly: a missing, unexpected or mis-shaped key is an InputError naming them
 (transformers itself only warns for the first two). The encode stage depends on ``${encode.hf.dir}``
 (dvc.yaml), which must name the same directory as ``encode.backbone``, so editing the model's files
@@ -21,6 +26,7 @@ this module, lazily.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Iterator
@@ -32,7 +38,7 @@ from recallk.errors import InputError, MissingExtraError
 try:
     import torch
     import transformers
-    from transformers import AutoImageProcessor, AutoModel
+    from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
 except ImportError as exc:  # only these imports: any other ImportError is a bug with its traceback
     raise MissingExtraError("backbone 'hf:...'", "torch", "torch, transformers", exc) from None
 
@@ -179,10 +185,40 @@ def build(folder: str, *, dir: str | None = None, pooling: str = "cls", runtime:
     def transform(img: Image.Image) -> torch.Tensor:
         return processor(images=img, return_tensors="pt")["pixel_values"][0]
 
+    clip_style = hasattr(model, "get_image_features") and hasattr(model, "get_text_features")
+
     def forward(x: torch.Tensor) -> torch.Tensor:
-        return pool(model(pixel_values=x), pooling)
+        outputs = model.get_image_features(pixel_values=x) if clip_style else model(pixel_values=x)
+        return pool(outputs, pooling)
 
     options = {"files_sha256": files_sha256(path), "processor": processor_config(processor), "pooling": pooling,
                "model_class": type(model).__name__}
     spec = ModelSpec(f"{PREFIX}{folder}", VERSION, options, libraries=("transformers",))
-    return torch_common.torch_backbone(spec, model, transform, forward, runtime=runtime)
+    text = text_tower(model, path) if clip_style and pooling == "pooler" else None
+    return torch_common.torch_backbone(spec, model, transform, forward, runtime=runtime, text=text)
+
+
+def text_tower(model: torch.nn.Module, path: Path) -> torch_common.TextTower:
+    """The text side of a CLIP-style model (``get_text_features``) with the tokenizer saved beside it."""
+    try:
+        with _quiet():
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputError(f"hf model directory {str(path)!r} has a text tower but no tokenizer it can load offline "
+                         f"({type(exc).__name__}: {exc}); save it there with tokenizer.save_pretrained(dir) to embed "
+                         "captions.") from None
+
+    # captions longer than the text tower's positions are cut to them (as CLIP's own tokenizers, at 77, do)
+    positions = getattr(getattr(model.config, "text_config", None), "max_position_embeddings", None)
+    max_length = int(min(tokenizer.model_max_length, positions or tokenizer.model_max_length))
+
+    def tokenize(texts: Any) -> Any:
+        return tokenizer(list(texts), padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+
+    def forward(tokens: Any) -> torch.Tensor:
+        return model.get_text_features(**tokens).pooler_output
+
+    vocab = json.dumps(sorted(tokenizer.get_vocab().items())).encode()
+    description = {"kind": type(tokenizer).__name__, "vocab_sha256": hashlib.sha256(vocab).hexdigest(),
+                   "max_length": max_length}
+    return torch_common.TextTower(tokenize, forward, description)

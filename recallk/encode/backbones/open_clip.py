@@ -13,17 +13,21 @@
 
 The model comes from ``open_clip.create_model_and_transforms(..., load_weights=False)`` (nothing
 is downloaded) and the checkpoint loads strictly (:func:`recallk.encode.backbones.state_dicts.strict_load`).
-The embedding is ``model.encode_image`` of the eval transform's tensor (not normalised).
+The embedding is ``model.encode_image`` of the eval transform's tensor (not normalised). A model with a text
+tower (``encode_text``: CLIP, CoCa, SigLIP) embeds captions too, with the same weights and its own tokenizer
+(``open_clip.get_tokenizer``: the built-in config's, or the folder's ``open_clip_config.json``'s), for text <->
+image retrieval; its ``text_fingerprint`` covers the tokenizer's kind, vocabulary and context length.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 from typing import Any, Iterator
 
-from recallk.encode.base import Backbone, fingerprint
+from recallk.encode.base import Backbone, fingerprint, text_fingerprint
 from recallk.errors import InputError, MissingExtraError, clip, did_you_mean
 
 try:
@@ -117,6 +121,27 @@ def _create(model: str, source: torch_common.WeightsSource, tag: str | None) -> 
     return net, preprocess
 
 
+def tokenizer_description(tokenizer: Any) -> dict[str, Any]:
+    """What a text embedding depends on in ``tokenizer`` (open_clip's ``SimpleTokenizer`` or ``HFTokenizer``):
+    its class, context length and the sha256 of its vocabulary (token -> id, sorted)."""
+    vocab = getattr(tokenizer, "encoder", None)
+    if vocab is None and hasattr(tokenizer, "tokenizer"):
+        vocab = tokenizer.tokenizer.get_vocab()
+    blob = json.dumps(sorted((str(k), int(v)) for k, v in (vocab or {}).items())).encode()
+    return {"kind": type(tokenizer).__name__, "context_length": getattr(tokenizer, "context_length", None),
+            "vocab_sha256": hashlib.sha256(blob).hexdigest()}
+
+
+def _tokenizer(model: str, source: torch_common.WeightsSource) -> Any:
+    name = f"{torch_common.LOCAL_DIR}{source.folder}" if source.folder is not None else model
+    try:
+        return open_clip.get_tokenizer(name)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"`open_clip:{model}`'s tokenizer could not be loaded offline ({type(exc).__name__}: "
+                         f"{clip(str(exc))}); captions need it: put its files in the weights folder, or use a "
+                         "model whose config uses open_clip's built-in tokenizer.") from None
+
+
 def build(model: str, *, weights: str | None = None, tag: str | None = None,
           runtime: Request | None = None) -> Backbone:
     """The ``open_clip:<model>`` :class:`~recallk.encode.base.Backbone`.
@@ -164,5 +189,11 @@ def build(model: str, *, weights: str | None = None, tag: str | None = None,
                      runtime=torch_common.runtime_fingerprint("open_clip_torch", "timm", "torchvision",
                                                               placement=placement))
     encode = torch_common.image_encoder(preprocess, net.encode_image, dim, placement=placement)
+    encode_text = text_fp = None
+    if hasattr(net, "encode_text"):
+        tokenizer = _tokenizer(model, source)
+        encode_text = torch_common.text_encoder(tokenizer, net.encode_text, dim, placement=placement)
+        text_fp = text_fingerprint(fp, tokenizer_description(tokenizer))
     return Backbone(name=f"{FAMILY}:{model}", dim=dim, encode=encode, fingerprint=fp,
-                    input_size=torch_common.resize_side(preprocess))
+                    input_size=torch_common.resize_side(preprocess), encode_text=encode_text,
+                    text_fingerprint=text_fp)

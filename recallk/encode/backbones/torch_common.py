@@ -26,7 +26,7 @@ import numpy as np
 from PIL import Image
 
 from recallk.encode import device
-from recallk.encode.base import Backbone, ModelSpec, file_sha256, is_no_file
+from recallk.encode.base import Backbone, ModelSpec, file_sha256, is_no_file, text_fingerprint
 from recallk.errors import InputError, MissingExtraError
 
 try:
@@ -230,26 +230,69 @@ def image_encoder(transform: Callable[[Image.Image], torch.Tensor], forward: Cal
     return encode
 
 
+def text_encoder(tokenize: Callable[[Sequence[str]], Any], forward: Callable[[Any], torch.Tensor], dim: int, *,
+                 placement: Placement | None = None) -> Callable[[Sequence[str]], np.ndarray]:
+    """A :attr:`~recallk.encode.base.Backbone.encode_text` function: ``captions -> (n, dim)`` float32.
+
+    ``tokenize`` (the model's own tokenizer: ``list of str -> model input``) and ``forward`` (``model input ->
+    (n, dim)``) run on one caption at a time on the CPU (:func:`per_image`: an embedding never depends on its
+    batch), on the whole batch on CUDA, as :func:`image_encoder` does for images.
+    """
+    runtime = placement.runtime if placement else device.Runtime("cpu", "float32", True)
+
+    def encode(texts: Sequence[str]) -> np.ndarray:
+        texts = [str(t) for t in texts]
+        if runtime.device == "cpu":
+            rows = per_image(lambda text: forward(tokenize([text])), texts, dim=dim)
+        elif not texts:
+            rows = torch.empty((0, dim))
+        else:
+            with torch.inference_mode():
+                tokens = tokenize(texts)
+                moved = (tokens.to(runtime.device) if hasattr(tokens, "to")
+                         else {k: v.to(runtime.device) for k, v in tokens.items()})
+                rows = forward(moved).reshape(len(texts), -1).float().cpu()
+        return rows.numpy().astype(np.float32, copy=False)
+
+    return encode
+
+
 def output_dim(transform: Callable[[Image.Image], torch.Tensor], forward: Callable[[torch.Tensor], torch.Tensor],
                placement: Placement | None = None) -> int:
     """The embedding size, from one forward of a mid-grey 256 x 256 image (through ``transform``)."""
     return int(image_encoder(transform, forward, 0, placement=placement)([Image.new("RGB", (256, 256), 128)]).shape[1])
 
 
+@dataclass(frozen=True)
+class TextTower:
+    """A CLIP-style model's text side for :func:`torch_backbone`: its ``tokenize`` (``list of str -> model
+    input``), ``forward`` (``model input -> (n, dim)``) and ``tokenizer`` description (JSON-able, for the text
+    fingerprint: kind, vocabulary hash, length)."""
+
+    tokenize: Callable[[Sequence[str]], Any]
+    forward: Callable[[Any], torch.Tensor]
+    tokenizer: dict[str, Any]
+
+
 def torch_backbone(spec: ModelSpec, model: torch.nn.Module, transform: Callable[[Image.Image], torch.Tensor],
                    forward: Callable[[torch.Tensor], torch.Tensor], *, runtime: device.Request | None = None,
-                   input_size: int | None = None) -> Backbone:
+                   input_size: int | None = None, text: TextTower | None = None) -> Backbone:
     """A :class:`~recallk.encode.base.Backbone` from a loaded model, its transform and its forward.
 
     ``model`` is placed (:func:`place`) by ``runtime``, the output size found by one forward
     (:func:`output_dim`), and the fingerprint covers ``spec`` and :func:`runtime_fingerprint` of
-    ``spec.libraries`` and the placement.
+    ``spec.libraries`` and the placement. With ``text`` (a :class:`TextTower`), captions are embedded too
+    (:func:`text_encoder`), under a text fingerprint that adds the tokenizer.
     """
     placement = place(model, runtime)
     dim = output_dim(transform, forward, placement)
     fp = spec.fingerprint(runtime_fingerprint(*spec.libraries, placement=placement))
+    encode_text = text_fp = None
+    if text is not None:
+        encode_text = text_encoder(text.tokenize, text.forward, dim, placement=placement)
+        text_fp = text_fingerprint(fp, text.tokenizer)
     return Backbone(name=spec.name, dim=dim, encode=image_encoder(transform, forward, dim, placement=placement),
-                    fingerprint=fp, input_size=input_size)
+                    fingerprint=fp, input_size=input_size, encode_text=encode_text, text_fingerprint=text_fp)
 
 
 def resize_side(transform: Any) -> int | None:
