@@ -148,3 +148,27 @@ def write_reid(root: Path, style: str = "market") -> dict[str, int]:
 
 WRITERS = {"cub200": write_cub, "cars196": write_cars_mat, "sop": write_sop, "inshop": write_inshop,
            "market1501": write_reid, "dukemtmc": lambda root: write_reid(root, "duke")}
+
+
+# ------------------------------------------------------------------------------ damaging a fixture tree
+
+
+def set_line(path: Path, number: int, text: str | None) -> None:
+    """Replace line ``number`` (from 1) of a release's list file with ``text``, or drop it (``None``)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    lines[number - 1:number] = [] if text is None else [text]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def add_line(path: Path, text: str) -> None:
+    """Append a line to a release's list file."""
+    path.write_text(path.read_text(encoding="utf-8") + text + "\n", encoding="utf-8")
+
+
+def rename_first(folder: Path, prefix: str, new_prefix: str) -> str:
+    """Rename the first file of ``folder`` whose name starts with ``prefix`` to start with ``new_prefix``
+    (a re-ID file's person id or camera written another way); return the new name."""
+    old = next(p for p in sorted(folder.iterdir()) if p.name.startswith(prefix))
+    new = new_prefix + old.name[len(prefix):]
+    old.rename(folder / new)
+    return new

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from recallk.atomic import write_all
-from recallk.datasets.base import Dataset, differences
+from recallk.datasets.base import Dataset, check_paths, differences
 from recallk.datasets.metric_learning import read_cars, read_cub, read_inshop, read_sop
-from recallk.datasets.params_file import apply_params
+from recallk.datasets.params_file import apply_params, params_write
 from recallk.datasets.reid import REID_SCORE, read_reid
 from recallk.errors import InputError, did_you_mean, quote
 
@@ -79,7 +79,7 @@ class PreparedDataset:
 
 
 def prepare(name: str, root: str | os.PathLike, *, out: str | os.PathLike | None = None,
-            strict: bool = False) -> PreparedDataset:
+            strict: bool = False, apply_to: str | os.PathLike | None = None) -> PreparedDataset:
     """Write the manifest of benchmark ``name`` from its extracted release under ``root``.
 
     Parameters
@@ -93,6 +93,8 @@ def prepare(name: str, root: str | os.PathLike, *, out: str | os.PathLike | None
         that contains it (the manifest's paths then start with ``root`` relative to it).
     strict : bool
         Counts that differ from the official release raise instead of warning.
+    apply_to : path, optional
+        A params.yaml to write the params into (:func:`apply_params`), with the manifest: both or neither.
 
     Returns
     -------
@@ -103,7 +105,11 @@ def prepare(name: str, root: str | os.PathLike, *, out: str | os.PathLike | None
     ------
     InputError
         An unknown name, a layout missing a file (named, with the expected layout), a malformed line, a
-        listed image missing, ``out`` not above ``root``, or (``strict``) a count off the official one.
+        damaged release (a relation between its lines broken: an id listed twice, an image with two classes,
+        a class outside the release's range, a header or count line missing or wrong, an id written two ways),
+        a listed image missing or outside the data root (the split stage's path rule), ``out`` not above
+        ``root``, ``apply_to`` not a params file with ``split`` and ``score`` sections, or (``strict``) a count
+        off the official one. Nothing is written then.
     """
     if name not in DATASETS:
         raise InputError(f"unknown dataset {quote(name)}.{did_you_mean(name, list(DATASETS))} "
@@ -121,18 +127,31 @@ def prepare(name: str, root: str | os.PathLike, *, out: str | os.PathLike | None
         raise InputError(f"{name}: the manifest's folder {quote(str(base))} must be {quote(str(root_path))} or "
                          "a folder that contains it (split.data_root must hold the images).")
     frame, counts = ds.read(root_path, ds)
+    check_paths(frame, root_path, base, ds)
+    frame = frame.drop(columns="source")
     if prefix != ".":
         frame["path"] = prefix + "/" + frame["path"]
     found = differences(counts, ds.official)
-    if found:
-        message = f"{name}: counts differ from the official release ({ds.release}): {'; '.join(found)}"
-        if strict:
-            raise InputError(message + ". Re-extract the release, or drop --strict to go on.")
-        log.warning("%s", message)
+    if found and strict:
+        raise InputError(count_message(name, found, strict=True))
     manifest = base / f"recallk_{name}.csv"
-    # through the stages' writer: temp file, fsync, rename; never a partial manifest
-    write_all([(manifest, lambda tmp: frame.to_csv(tmp, index=False, lineterminator="\n"))])
     params = {"split": {"data_root": str(base), "csv": manifest.name, "strategy": "given", "protocol": ds.protocol,
                         "images": "files"},
               "score": dict(ds.score)}
+    writes = [(manifest, lambda tmp: frame.to_csv(tmp, index=False, lineterminator="\n"))]
+    if apply_to is not None:  # renamed last: a failure before it takes the manifest back too
+        writes.append(params_write(params, apply_to))
+    # through the stages' writer: temp files, fsync, rename; never a partial manifest, never one without params
+    write_all(writes)
+    if found:
+        log.warning("%s", count_message(name, found))
     return PreparedDataset(manifest, params, counts, dict(ds.official), found)
+
+
+def count_message(name: str, found: list[str], strict: bool = False) -> str:
+    """The line of counts that differ from the official release (:func:`~recallk.datasets.base.differences`):
+    the error under ``strict``, else the warning, which says when it is expected."""
+    advice = (". Re-extract the release, or drop --strict to go on." if strict else
+              " (expected for a part of the release; for the whole release, re-extract it: --strict makes this an "
+              "error)")
+    return f"{name}: counts differ from the official release ({DATASETS[name].release}): {'; '.join(found)}{advice}"

@@ -11,7 +11,7 @@ import logging
 import sys
 from typing import Sequence
 
-from recallk.datasets import DATASETS, apply_params, prepare
+from recallk.datasets import DATASETS, count_message, prepare
 from recallk.errors import InputError
 
 
@@ -24,7 +24,8 @@ def parser() -> argparse.ArgumentParser:
     prep.add_argument("root", help="the extracted release (docs/datasets.md: each one's layout)")
     prep.add_argument("--out", default=None, help="folder of the manifest (ROOT, or a folder containing it); it "
                       "becomes split.data_root")
-    prep.add_argument("--apply", action="store_true", help="write the params into params.yaml (comments kept)")
+    prep.add_argument("--apply", action="store_true", help="write the params into params.yaml "
+                      "(only their values change; with the manifest: both or neither)")
     prep.add_argument("--params", default="params.yaml", help="the params file --apply writes (default: %(default)s)")
     prep.add_argument("--strict", action="store_true", help="counts off the official release are an error")
     return p
@@ -48,26 +49,34 @@ def params_yaml(params: dict) -> str:
     return out.getvalue()
 
 
+class _Drop(logging.Filter):
+    """Drops the library's count warning while the command runs: the command prints it as its own `warning:`
+    line (through the console's handler it would come twice)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.getLogger("recallk.datasets").addHandler(logging.NullHandler())  # the warning is printed below, once
+    logger, drop = logging.getLogger("recallk.datasets"), _Drop()
+    logger.addFilter(drop)
     try:
-        result = prepare(args.name, args.root, out=args.out, strict=args.strict)
-        if args.apply:
-            apply_params(result.params, args.params)
+        result = prepare(args.name, args.root, out=args.out, strict=args.strict,
+                         apply_to=args.params if args.apply else None)
     except InputError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
+    finally:
+        logger.removeFilter(drop)
     if result.differences:
-        sys.stderr.write(f"warning: {args.name}: counts differ from the official release "
-                         f"({DATASETS[args.name].release}): {'; '.join(result.differences)}\n")
+        sys.stderr.write(f"warning: {count_message(args.name, result.differences)}\n")
     counts = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in result.counts.items())
     sys.stdout.write(f"# {args.name}: wrote {result.manifest} ({counts})\n")
     sys.stdout.write(params_yaml(result.params))
     if args.apply:
         sys.stdout.write(f"# written into {args.params}; run `dvc repro`\n")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

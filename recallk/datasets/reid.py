@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from recallk.datasets.base import Dataset, need
+from recallk.datasets.base import Dataset, in_folder, need, one_spelling, scanned
 from recallk.errors import InputError, quote
 
 #: ``<person id>_c<camera>`` at the start of a file name; the person id may be -1 (junk).
@@ -28,7 +28,8 @@ REID_SCORE = {"exclude_same": [], "exclude_same_all": ["label", "camera"], "junk
 
 
 def read_reid(root: Path, ds: Dataset) -> tuple[pd.DataFrame, dict[str, int]]:
-    """Every ``.jpg`` of the three folders, the person id and camera parsed from its name."""
+    """Every ``.jpg`` of the three folders, the person id and camera parsed from its name; each id written one
+    way in every folder (``c1`` or ``c01``, ``0010`` or ``10``: not both)."""
     rows = []
     for folder, split in FOLDERS:
         base = need(root, ds, folder)
@@ -39,11 +40,14 @@ def read_reid(root: Path, ds: Dataset) -> tuple[pd.DataFrame, dict[str, int]]:
             if match is None:
                 raise InputError(f"{ds.name}: {quote(str(f))} is not named <person id>_c<camera>_... (e.g. "
                                  f"0002_c1s1_000451_03.jpg). Expected layout: {ds.layout}")
-            rows.append({"path": f"{folder}/{f.name}", "label": match[1], "split": split, "camera": match[2],
-                         "junk": match[1] == "-1"})
-    frame = pd.DataFrame(rows, columns=["path", "label", "split", "camera", "junk"])
-    ids = {split: frame.loc[frame["split"].eq(split) & ~frame["junk"] & frame["label"].ne("0000"), "label"]
-           for _, split in FOLDERS}
+            rows.append({"path": scanned(f, root, ds), "label": match[1], "split": split, "camera": match[2],
+                         "junk": match[1] == "-1", "source": in_folder(f)})
+    frame = pd.DataFrame(rows, columns=["path", "label", "split", "camera", "junk", "source"])
+    people = frame[~frame["junk"]]
+    one_spelling(people["label"].tolist(), people["source"].tolist(), ds, "person id")
+    one_spelling(frame["camera"].tolist(), frame["source"].tolist(), ds, "camera")
+    known = ~frame["junk"] & frame["label"].map(int).ne(0)  # neither junk (-1) nor a distractor (0000)
+    ids = {split: frame.loc[frame["split"].eq(split) & known, "label"] for _, split in FOLDERS}
     counts = {"train": int(frame["split"].eq("train").sum()), "query": int(frame["split"].eq("val").sum()),
               "gallery": int(frame["split"].eq("gallery").sum()),
               "gallery_junk": int((frame["split"].eq("gallery") & frame["junk"]).sum()),

@@ -106,7 +106,8 @@ def test_partial_layouts_name_the_missing_file_and_the_layout(tmp_path, name, re
 @pytest.mark.parametrize("name, rel, text, message", [
     ("cub200", "images.txt", "1 images/a.jpg\nnot a line\n", r"line 2 of .*images.txt' is 'not a line'"),
     ("sop", "Ebay_train.txt", "image_id class_id super_class_id path\n1 2 x/y.JPG\n", r"line 2 of .*Ebay_train"),
-    ("inshop", "list_eval_partition.txt", "1\nheader\nimg/a.jpg id_1 val\n", r"line 3 of .*not in the release's"),
+    ("inshop", "list_eval_partition.txt", "1\nimage_name item_id evaluation_status\nimg/a.jpg id_1 val\n",
+     r"line 3 of .*not in the release's"),
 ])
 def test_malformed_lines_are_named(tmp_path, name, rel, text, message):
     WRITERS[name](tmp_path)
