@@ -6,11 +6,12 @@ Copies the pipeline (stages, recallk, the DVC files, ``--per-label`` digits per 
 failure-gallery sizes, a second backbone (``callable:encoders.tiny:gray``), and four index runs: ``Flat``,
 ``IVF4,Flat`` with an nprobe sweep, ``HNSW8`` with an efSearch sweep, ``Flat`` beside a split seed), and
 prints the column count of ``dvc exp show --only-changed`` and its columns by kind (intervals, counts,
-headline metrics, params, deps), without the dependency hashes too (``--drop``), and the first rows of
-``dvc metrics diff`` between two experiments. The pipeline declares one metrics file, metrics/recall.json
-(the means); the counts (metrics/counts.json) and the intervals (metrics/intervals.json) are not declared.
-The encode and score stages write one folder out each (data/embeddings, data/scores): one dependency-hash
-column each.
+headline metrics, other means, params, deps), without the dependency hashes too (``--drop``), and the first
+rows of ``dvc metrics diff`` between two experiments. The pipeline declares one metrics file,
+metrics/recall.json (recall@K's means); the counts (metrics/counts.json) and the other metrics' means with
+every interval (metrics/intervals.json) are not declared. The encode and score stages write one folder out each
+(data/embeddings, data/scores): one dependency-hash column each. Last, a toy repo shows why recall@K is not a
+second declared file beside the other means: DVC prints the files of a diff in no fixed order.
 
 Run from the project root (a few minutes; put the venv's bin first on PATH):
 
@@ -80,7 +81,9 @@ def copy_project(dest: Path, per_label: int) -> None:
                     shutil.copy2(image, dest / "data" / root / label_dir.name / image.name)
 
 
-#: The interval and class-mean keys (metrics/intervals.json).
+#: The limit the table is held to (issue 38).
+LIMIT = 25
+#: The interval and class-mean keys (metrics/intervals.json, after the other metrics' means).
 INTERVAL_COLUMNS = ".*_ci_(low|high)|.*_class_mean"
 #: The dependency-hash columns (each changed dep path; `--drop` hides them).
 DEP_COLUMNS = ".*/.*"
@@ -93,15 +96,19 @@ def columns(markdown: str) -> list[str]:
     return [c.strip() for c in markdown.splitlines()[0].strip().strip("|").split("|")]
 
 
-def kinds(header: list[str], headline: set[str], repo: Path | None = None) -> dict[str, int]:
-    """The columns counted by kind: intervals, counts, headline metrics (the keys of ``headline``), params, deps
-    (a path, or a top-level folder of ``repo`` such as ``encoders``), the first two, and ``other`` (a value of
-    another params file, such as a params dep on a key of a JSON out, shown by its bare key)."""
-    out = {"intervals": 0, "counts": 0, "headline": 0, "params": 0, "deps": 0, "experiment/created": 0, "other": 0}
+def kinds(header: list[str], headline: set[str], repo: Path | None = None,
+          means: frozenset[str] = frozenset()) -> dict[str, int]:
+    """The columns counted by kind: intervals, counts, headline metrics (the keys of ``headline``), the other
+    metrics' means (``means``), params, deps (a path, or a top-level folder of ``repo`` such as ``encoders``), the
+    first two, and ``other`` (a value of another params file, such as a params dep on a key of a JSON out, shown by
+    its bare key)."""
+    out = {"intervals": 0, "counts": 0, "headline": 0, "other means": 0, "params": 0, "deps": 0,
+           "experiment/created": 0, "other": 0}
     for column in header:
         kind = ("experiment/created" if column in ("Experiment", "Created") else
                 "deps" if "/" in column or repo is not None and (repo / column).is_dir() else
                 "headline" if column in headline else
+                "other means" if column in means else
                 "params" if "." in column.split("@")[0] and not column.endswith(("_low", "_high", "_mean")) else
                 "intervals" if re.fullmatch(INTERVAL_COLUMNS, column) else
                 "counts" if COUNTS.match(column) else "other")
@@ -109,17 +116,17 @@ def kinds(header: list[str], headline: set[str], repo: Path | None = None) -> di
     return out
 
 
-def metrics_diff_order(toy: Path, recall_json: Path) -> str:
-    """What leads ``dvc metrics diff``: a toy repo (git and DVC, no stages) with two committed versions of the
-    real metrics/recall.json (its values, and each one 0.01 lower), declared after a file holding recall@K only
-    (metrics/headline.json, its keys in reverse order), so the output shows DVC's order of files (declaration or
-    name) and of keys (the file's or sorted)."""
+def metrics_diff_order(toy: Path, means: dict[str, float]) -> str:
+    """What leads ``dvc metrics diff`` with every mean declared: a toy repo (git and DVC, no stages) with two
+    committed versions of a metrics/recall.json holding ``means`` (every metric's mean of the real run; its values,
+    and each one 0.01 lower), declared after a file holding recall@K only (metrics/recall_headline.json, its keys in
+    reverse order), so the output shows DVC's order of files (declaration or name) and of keys (the file's or
+    sorted)."""
     shutil.rmtree(toy, ignore_errors=True)
     toy.mkdir(parents=True)
     sh("git", "init", "-q", "-b", "main", cwd=toy)
     sh("dvc", "init", "-q", cwd=toy)
     (toy / "dvc.yaml").write_text("metrics:\n  - metrics/recall_headline.json\n  - metrics/recall.json\n")
-    means = json.loads(recall_json.read_text(encoding="utf-8"))
     (toy / "metrics").mkdir()
     for step, delta in enumerate((0.0, 0.01)):
         values = {key: round(value - delta, 5) for key, value in means.items()}
@@ -162,18 +169,26 @@ def main(argv: list[str] | None = None) -> int:
     declared = sorted(next(iter(shown_metrics.values()), {}).get("data", {}))
     print(f"{len(EXPERIMENTS)} experiments, {args.per_label} digits per label; declared metrics files: "
           f"{', '.join(declared)}")
-    headline = set(json.loads((repo / "metrics" / "recall.json").read_text(encoding="utf-8")))
+    declared_means = json.loads((repo / "metrics" / "recall.json").read_text(encoding="utf-8"))
+    intervals = repo / "metrics" / "intervals.json"
+    detail = json.loads(intervals.read_text(encoding="utf-8")) if intervals.is_file() else {}
+    other_means = {k: v for k, v in detail.items() if not re.fullmatch(INTERVAL_COLUMNS, k)}
     shown = {}
     for title, extra in (("", []), (", dependency hashes dropped", ["--drop", DEP_COLUMNS])):
         shown[title] = columns(sh("dvc", "exp", "show", "--only-changed", "--md", "--no-pager", *extra, cwd=repo))
-        print(f"dvc exp show --only-changed{title}: {len(shown[title])} columns {kinds(shown[title], headline, repo)}")
+        by_kind = kinds(shown[title], set(declared_means), repo, frozenset(other_means))
+        print(f"dvc exp show --only-changed{title}: {len(shown[title])} columns "
+              f"({'within' if len(shown[title]) <= LIMIT else 'over'} {LIMIT}) {by_kind}")
     print("  columns: " + ", ".join(shown[""]))
     refs = dict(line.split()[::-1] for line in sh("git", "for-each-ref", "--format=%(objectname) %(refname)",
                                                    "refs/exps", cwd=repo).splitlines())
     shas = {ref.rsplit("/", 1)[-1]: sha for ref, sha in refs.items()}
     diff = sh("dvc", "metrics", "diff", shas["e00"], shas["e02"], cwd=repo)
     print("dvc metrics diff e00 e02 (first 14 lines):\n" + "\n".join(diff.splitlines()[:14]))
-    print(metrics_diff_order(work / "order", repo / "metrics" / "recall.json"))
+    diff = sh("dvc", "metrics", "diff", shas["e00"], shas["e02"], "--targets", "metrics/intervals.json", cwd=repo)
+    print("dvc metrics diff --targets metrics/intervals.json e00 e02 (first 8 lines):\n"
+          + "\n".join(diff.splitlines()[:8]))
+    print(metrics_diff_order(work / "order", {**declared_means, **other_means}))
     if not args.keep:
         shutil.rmtree(work)
     return 0

@@ -3,6 +3,7 @@
 The public API::
 
     from recallk import recall_at_k, retrieval_metrics, retrieval_summary, evaluate, Scorer
+    from recallk import Evaluator   # a training loop's evaluator, every epoch (recallk.training)
 
 Attributes are imported lazily (PEP 562), so importing a submodule such as
 ``recallk.score.metrics`` runs only this file and that submodule's own imports:
@@ -10,7 +11,8 @@ each DVC stage's import closure stays its own.
 
 Layout: :mod:`recallk.data` (catalog, contracts, splitting), :mod:`recallk.encode`
 (backbones, cache, batches), :mod:`recallk.score` (similarity, the ranking engine,
-metrics, tables), :mod:`recallk.checks` (every input rule) and :mod:`recallk.errors`.
+metrics, tables), :mod:`recallk.training` (the evaluator of a training loop), :mod:`recallk.checks` (every
+input rule) and :mod:`recallk.errors`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ if TYPE_CHECKING:  # what IDEs and type checkers see; at run time each name is i
     )
     from recallk.score.passes import Pass
     from recallk.score.ranking import Ranking, rank_positives
+    from recallk.training import EpochResult, Evaluator
 
 #: Public name -> the module that defines it.
 _API = {
@@ -48,11 +51,13 @@ _API = {
     "Ranking": "recallk.score.ranking",
     "Pass": "recallk.score.passes",
     "InputError": "recallk.errors",
+    "Evaluator": "recallk.training",
+    "EpochResult": "recallk.training",
 }
 
-__all__ = ["InputError", "METRICS", "Pass", "Ranking", "Scorer", "encode_all", "evaluate", "first_positive_ranks",
-           "format_report", "rank_positives", "recall_at_k", "retrieval_metrics",
-           "retrieval_summary"]  # sorted(_API): tests/test_api.py
+__all__ = ["EpochResult", "Evaluator", "InputError", "METRICS", "Pass", "Ranking", "Scorer", "encode_all",
+           "evaluate", "first_positive_ranks", "format_report", "rank_positives", "recall_at_k",
+           "retrieval_metrics", "retrieval_summary"]  # sorted(_API): tests/test_api.py
 
 
 def __getattr__(name: str) -> Any:

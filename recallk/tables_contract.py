@@ -98,11 +98,49 @@ METRIC_COLUMN = r"^(?:hit@[1-9][0-9]*|precision@[1-9][0-9]*|r_precision|ap@r|ap|
 HIT_COLUMN = r"^hit@[1-9][0-9]*$"
 #: The names of the model's row checks (in its messages).
 POSITIVES_RULE, RETRIEVABLE_RULE = "metrics_iff_positives", "positives_are_retrievable"
+#: The names of its checks across metric columns (issue 39), each applied only where its columns exist: hit@K never
+#: falls as K grows, precision@1 = hit@1, rr = 1 exactly when hit@1 = 1.
+HITS_RULE, PRECISION_RULE, RR_RULE = "hits_never_fall", "precision_at_1_is_hit_at_1", "rr_is_1_iff_hit_at_1"
 
 
 def metric_columns(frame: pd.DataFrame) -> list:
     """The per-query metric columns of ``frame`` (:data:`METRIC_COLUMN`), in its order."""
     return [c for c in frame.columns if re.match(METRIC_COLUMN, str(c))]
+
+
+def _valid(frame: pd.DataFrame, column: str) -> pd.Series:
+    """``column``'s values where they meet their own column's rule (a hit 0 or 1, another metric from 0 to 1),
+    else missing: a bad cell fails its own rule, not the rules across columns too."""
+    values = pd.to_numeric(frame[column].astype(object), errors="coerce").astype(float)
+    ok = values.isin([0.0, 1.0]) if re.match(HIT_COLUMN, str(column)) else values.between(0.0, 1.0)
+    return values.where(ok)
+
+
+def _hit_columns(frame: pd.DataFrame) -> list:
+    """The hit@K columns of ``frame``, by K."""
+    return sorted((c for c in frame.columns if re.match(HIT_COLUMN, str(c))), key=lambda c: int(c.split("@")[1]))
+
+
+def falling_hits(frame: pd.DataFrame) -> pd.Series:
+    """Per row, the first hit@K column that is 0 where a smaller K's hit is 1 (a hit at K is a hit at every
+    larger K), or missing where the hits never fall."""
+    out = pd.Series(pd.NA, index=frame.index, dtype=object)
+    seen = pd.Series(False, index=frame.index)
+    for column in _hit_columns(frame):
+        values = _valid(frame, column)
+        out = out.mask(out.isna() & seen & (values == 0), column)
+        seen |= values == 1
+    return out
+
+
+def _agrees_with_hit_at_1(frame: pd.DataFrame, column: str,
+                          agree: Callable[[pd.Series, pd.Series], pd.Series]) -> pd.Series:
+    """Where ``agree(column's values, hit@1's values)`` holds, or either value is missing or bad, or either column
+    absent: the rule applies only where both columns exist and both cells meet their own rules."""
+    if column not in frame.columns or "hit@1" not in frame.columns:
+        return pd.Series(True, index=frame.index)
+    values, hits = _valid(frame, column), _valid(frame, "hit@1")
+    return values.isna() | hits.isna() | agree(values, hits)
 
 
 def per_query_column(key: str) -> str:
@@ -158,6 +196,24 @@ class PerQueryTable(pa.DataFrameModel):
         retrievable = pd.to_numeric(frame["num_retrievable"], errors="coerce")
         return ~((positives > retrievable) & (retrievable >= 0))
 
+    @pa.dataframe_check(name=HITS_RULE)
+    @classmethod
+    def hits_never_fall(cls, frame: pd.DataFrame) -> pd.Series:
+        """A query hit at K is hit at every larger K: hit@K never falls as K grows."""
+        return falling_hits(frame).isna()
+
+    @pa.dataframe_check(name=PRECISION_RULE)
+    @classmethod
+    def precision_at_1_is_hit_at_1(cls, frame: pd.DataFrame) -> pd.Series:
+        """The one item shown at K = 1 is a positive or not: precision@1 = hit@1."""
+        return _agrees_with_hit_at_1(frame, "precision@1", lambda precision, hit: precision == hit)
+
+    @pa.dataframe_check(name=RR_RULE)
+    @classmethod
+    def rr_is_1_iff_hit_at_1(cls, frame: pd.DataFrame) -> pd.Series:
+        """rr = 1 / the first positive's rank is 1 exactly when the first item is a positive (hit@1 = 1)."""
+        return _agrees_with_hit_at_1(frame, "rr", lambda rr, hit: (rr == 1) == (hit == 1))
+
     class Config:
         name = "per-query table"
         strict = False
@@ -172,7 +228,14 @@ _COLUMN_RULES = {"image_id": "a text id, each once", "label": "a label, never em
                  METRIC_COLUMN: "a number from 0 to 1 (not nan or infinite), or empty for a query without a positive",
                  HIT_COLUMN: "0 or 1, or empty for a query without a positive",
                  POSITIVES_RULE: "a value for a query with a positive (num_positives > 0) and none without one",
-                 RETRIEVABLE_RULE: "a count no larger than num_retrievable"}
+                 RETRIEVABLE_RULE: "a count no larger than num_retrievable",
+                 HITS_RULE: "1 wherever a smaller K's hit is 1 (a query hit at K is hit at every larger K: hit@K never "
+                            "falls as K grows)",
+                 PRECISION_RULE: "hit@1's value (the one item shown at K = 1 is a positive or not: "
+                                 "precision@1 = hit@1)",
+                 RR_RULE: "1 exactly where hit@1 is 1 (rr = 1 / the rank of the first positive)"}
+#: The column each rule across columns is reported under (the hits' rule: the hit@K that falls).
+_CROSS_COLUMN = {PRECISION_RULE: "precision@1", RR_RULE: "rr"}
 #: How many failing rows to name per column.
 _MAX_ROWS = 5
 
@@ -193,6 +256,10 @@ def check_per_query(frame: pd.DataFrame, source: str, lines: Sequence[int] | Non
     if not metric_columns(frame):
         raise InputError(f"{source} has no per-query metric column (hit@K, precision@K, r_precision, ap@r, ap, "
                          "rr); re-run the score stage that wrote it (this version writes every metric per query).")
+    if frame.empty:
+        raise InputError(f"{source} holds the header line only, no query row (the score stage writes one row per "
+                         "query scored); it was cut or emptied. Re-run the score stage that wrote it (`dvc repro "
+                         "score`), or name a table with its rows.")
     frame = frame.reset_index(drop=True)
     typed = frame.copy()
     for column in metric_columns(frame):
@@ -217,6 +284,23 @@ def _failing_column(frame: pd.DataFrame, row: int) -> str:
     return metric_columns(frame)[0]
 
 
+def _cells(frame: pd.DataFrame, column: str, rule: str, row: int) -> str:
+    """The cells of ``row`` a message quotes: ``column``'s, or for a rule across columns each of its columns'."""
+    def cell(name: str) -> str:
+        value = frame[name].iloc[row]
+        return quote(str(value)) if pd.notna(value) else "empty"
+
+    if rule == HITS_RULE:
+        hits = _hit_columns(frame)
+        smaller = next(c for c in hits[:hits.index(column)] if _valid(frame, c).iloc[row] == 1)
+        shown = [smaller, column]
+    elif rule in _CROSS_COLUMN:
+        shown = ["hit@1", column]
+    else:
+        return cell(column)
+    return ", ".join(f"{name} {cell(name)}" for name in shown)
+
+
 def _describe(failures: pd.DataFrame, frame: pd.DataFrame, source: str, lines: list) -> str:
     """The message: per failing column (row rules under the column they name), its rule and first rows."""
     failing: dict[tuple[str, str], set] = {}
@@ -229,6 +313,10 @@ def _describe(failures: pd.DataFrame, frame: pd.DataFrame, source: str, lines: l
             key = (_failing_column(frame, row), POSITIVES_RULE)
         elif check == RETRIEVABLE_RULE:
             key = ("num_positives", RETRIEVABLE_RULE)
+        elif check == HITS_RULE:
+            key = (str(falling_hits(frame).iloc[row]), HITS_RULE)
+        elif check in _CROSS_COLUMN:
+            key = (_CROSS_COLUMN[check], check)
         else:
             pattern = next((p for p in (HIT_COLUMN, METRIC_COLUMN) if re.match(p, str(column))), column)
             key = (str(column), pattern)
@@ -239,8 +327,7 @@ def _describe(failures: pd.DataFrame, frame: pd.DataFrame, source: str, lines: l
             continue  # a bad hit@K cell: its own rule says it
         ordered = sorted(rows)
         where = ", ".join(f"CSV line {lines[i]} (query {quote(str(frame['image_id'].iloc[i]))}: "
-                          f"{quote(str(frame[column].iloc[i])) if pd.notna(frame[column].iloc[i]) else 'empty'})"
-                          for i in ordered[:_MAX_ROWS])
+                          f"{_cells(frame, column, rule, i)})" for i in ordered[:_MAX_ROWS])
         more = f" and {len(ordered) - _MAX_ROWS} more" if len(ordered) > _MAX_ROWS else ""
         out.append(f"  - column `{column}` must hold {_COLUMN_RULES.get(rule, 'its type')}: {where}{more}")
     if len(out) == 1:  # a failure with no row (a whole column of the wrong type)

@@ -1,9 +1,9 @@
 """Stage ``score``: the metric suite of the val queries against the gallery.
 
 argv -> the ``score`` section of params.yaml -> :func:`recallk.score.suite.score_split`
--> the metrics JSON (the means; the counts and the intervals beside it), the per-class table, the
-recall@K curve, the per-query table and its compact copy kept in git for ``recallk compare`` (all or
-none), then the report block on stdout. ``--show`` prints the report of an existing metrics file.
+-> the metrics JSON (recall@K's means; the counts, and the other means with every interval, beside it), the
+per-class table, the recall@K curve, the per-query table and its compact copy kept in git for ``recallk compare``
+(all or none), then the report block on stdout. ``--show`` prints the report of an existing metrics file.
 """
 
 from __future__ import annotations
@@ -67,8 +67,21 @@ def off_sheet() -> Image.Image:
     return Image.new("RGB", (1, 1), "white")
 
 
+def declared_split(means: dict, detail: dict) -> tuple[dict, dict]:
+    """(declared, detail): recall@K's means are the one declared metrics file (metrics/recall.json), so ``dvc exp
+    show`` has a column per K and ``dvc metrics diff``, which sorts a file's keys as text (``map`` before
+    ``recall@1``), lists recall@K alone; every other metric's mean leads metrics/intervals.json, in the suite's
+    order (so ``--show`` prints what the stage printed). Without recall in ``score.metrics``, every mean is
+    declared."""
+    recall = {k: v for k, v in means.items() if k.startswith("recall@")}
+    if not recall:
+        return means, detail
+    return recall, {**{k: v for k, v in means.items() if k not in recall}, **detail}
+
+
 def show(metrics_json: str, counts_json: str, intervals_json: str, evaluated: dict) -> None:
-    """Print the report block of existing metrics files (the means, the counts; the intervals file is optional)."""
+    """Print the report block of existing metrics files (recall@K's means, the counts; the intervals file, with the
+    other means, is optional)."""
     for path in (metrics_json, counts_json):
         if not Path(path).is_file():
             raise InputError(f"{path} not found; run `make repro` first.")
@@ -112,7 +125,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     sheet = failure_sheet.draw(tables["failures"], load) if tables["failures"] and load is not None else None
     page = html.page(metrics, metric_keys(settings.metrics, settings.ks), evaluated, tables["curve_band"],
                      tables["per_class"], sheet)
-    headline, counts, detail = split_metrics(metrics)
+    means, counts, detail = split_metrics(metrics)
+    headline, detail = declared_split(means, detail)
     write_all([(args.metrics, json_file(headline)), (args.counts, json_file(counts)),
                (args.intervals, json_file(detail)),
                (args.evaluated, json_file(evaluated))]

@@ -135,9 +135,25 @@ def test_dvc_yaml_stages_depend_on_their_code_and_params() -> None:
 
     score_outs = spec["stages"]["score"]["outs"]
     assert {METRICS: {"cache": False}} in score_outs
-    assert spec.get("metrics") == [METRICS]  # the one declared metrics file: the index timings are not (issue 38)
+    # the one declared metrics file (recall@K's means, test_the_declared_metrics_are_recall_at_k): not the index
+    # timings, not the other means (issue 38)
+    assert spec.get("metrics") == [METRICS]
     # the split stage reads its data root through params interpolation
     assert "${split.data_root}" in spec["stages"]["split"]["deps"]
+
+
+def test_the_declared_metrics_are_recall_at_k() -> None:
+    """metrics/recall.json, the one declared metrics file, holds recall@K's means: `dvc exp show --only-changed`
+    stays within 25 columns after 16 experiments with index runs (bench/exp_table_columns.py) and `dvc metrics
+    diff`, which sorts a file's keys as text (`map` before `recall@1`), lists recall@K. The other means lead
+    metrics/intervals.json in the suite's order; without recall scored, every mean is declared."""
+    from stages.score import declared_split
+
+    means = {"recall@1": 0.9, "recall@10": 1.0, "precision@1": 0.9, "map@r": 0.5, "mrr": 0.95}
+    declared, detail = declared_split(means, {"recall@1_ci_low": 0.8, "map@r_class_mean": 0.5})
+    assert list(declared) == ["recall@1", "recall@10"]
+    assert list(detail) == ["precision@1", "map@r", "mrr", "recall@1_ci_low", "map@r_class_mean"]
+    assert declared_split({"map@r": 0.5}, {"map@r_ci_low": 0.4}) == ({"map@r": 0.5}, {"map@r_ci_low": 0.4})
 
 
 def test_closure_walker_sees_from_package_imports_and_parent_packages() -> None:
@@ -204,7 +220,7 @@ def test_the_tests_check_every_output() -> None:
     """``helpers.ALL_OUTPUTS`` (what ``assert_no_outputs`` checks by default) is every out of dvc.yaml, once."""
     scripts = [importlib.import_module(f"stages.{name}") for name in STAGES]
     assert sorted(ALL_OUTPUTS) == sorted(path for script in scripts for path in script.OUTPUTS.values())
-    assert len(ALL_OUTPUTS) == len(set(ALL_OUTPUTS)) == 19
+    assert len(ALL_OUTPUTS) == len(set(ALL_OUTPUTS)) == 20
 
 
 def test_the_score_reports_rendering_is_no_dep_of_index() -> None:

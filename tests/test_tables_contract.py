@@ -25,7 +25,8 @@ def written() -> pd.DataFrame:
         "image_id": ["q0", "q1"], "label": ["a", "b"], "num_positives": np.array([2, 0], dtype=np.int32),
         "num_retrievable": [9, 9], "first_positive_rank": pd.array([1, pd.NA], dtype="Int64"),
         "first_positive_rank_other_tie_rule": pd.array([2, pd.NA], dtype="Int64"),
-        **{per_query_column(k): [1.0 if k.startswith("recall") else 0.5, np.nan] for k in KEYS},  # hit@K is 0 or 1
+        # hit@K is 0 or 1; q0 is hit at 1, so its rr is 1 (the rules across columns)
+        **{per_query_column(k): [1.0 if k.startswith("recall") or k == "mrr" else 0.5, np.nan] for k in KEYS},
         "top1_id": ["g3", "g1"], "top1_label": ["a", "a"]})
 
 
@@ -78,3 +79,58 @@ def test_compare_imports_no_rendering_code():
             "print(sorted(m for m in sys.modules if m.startswith('recallk.report')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def scored(**columns) -> pd.DataFrame:
+    """A read-back table of three queries with a positive and the given metric columns (text cells)."""
+    return pd.DataFrame({"image_id": ["q0", "q1", "q2"], "label": ["a", "a", "b"], "num_positives": ["2"] * 3,
+                         "num_retrievable": ["9"] * 3, **columns})
+
+
+CONSISTENT = {"hit@1": ["1", "0", "0"], "hit@5": ["1", "1", "0"], "hit@10": ["1", "1", "1"],
+              "precision@1": ["1", "0", "0"], "rr": ["1", "0.25", "0.1"], "ap": ["0.9", "0.3", "0.1"]}
+
+
+@pytest.mark.parametrize("changes, column, rule, cells", [
+    # issue 39: hit@1 = 1 beside hit@5 = 0 was accepted
+    ({"hit@5": ["0", "1", "0"]}, "hit@5", "hit@K never falls as K grows", "query 'q0': hit@1 '1', hit@5 '0'"),
+    # a fall past a K in between (hit@5 = 1, hit@10 = 0), named at the larger K
+    ({"hit@10": ["1", "0", "1"]}, "hit@10", "hit@K never falls as K grows", "query 'q1': hit@5 '1', hit@10 '0'"),
+    # precision@1 is hit@1: a hit with no positive shown
+    ({"precision@1": ["0", "0", "0"]}, "precision@1", "precision@1 = hit@1", "query 'q0': hit@1 '1', precision@1 '0'"),
+    # ... and a positive shown without a hit
+    ({"precision@1": ["1", "1", "0"]}, "precision@1", "precision@1 = hit@1", "query 'q1': hit@1 '0', precision@1 '1'"),
+    # rr = 1 without a hit at 1
+    ({"rr": ["1", "1", "0.1"]}, "rr", "1 exactly where hit@1 is 1", "query 'q1': hit@1 '0', rr '1'"),
+    # a hit at 1 with rr below 1
+    ({"rr": ["0.5", "0.25", "0.1"]}, "rr", "1 exactly where hit@1 is 1", "query 'q0': hit@1 '1', rr '0.5'"),
+])
+def test_rows_are_checked_across_columns(changes, column, rule, cells):
+    with pytest.raises(InputError, match="per_query.csv breaks the per-query table's contract") as err:
+        check_per_query(scored(**{**CONSISTENT, **changes}), "metrics/per_query.csv")
+    message = str(err.value)
+    assert f"column `{column}` must hold" in message and rule in message and cells in message, message
+    assert message.count("  - column") == 1 and "Re-run the score stage" in message
+
+
+@pytest.mark.parametrize("columns", [
+    CONSISTENT,                                                               # every rule's columns present
+    {"hit@5": ["1", "0", "0"], "hit@10": ["1", "1", "0"], "rr": ["0.5", "0", "1"]},  # no hit@1: only the hits' rule
+    {"hit@1": ["1", "0", "0"], "rr": ["1", "0.5", "0.2"]},                    # no precision@1: no rule of it
+    {"hit@5": ["1", "1", "0"], "precision@1": ["1", "0", "0"], "rr": ["0.5", "1", "1"]},  # no hit@1 to agree with
+    {"hit@1": ["1", "0", "0"], "hit@10": ["1", "1", "0"]},                    # the compact copy of a tuned run
+])
+def test_each_rule_across_columns_applies_only_where_its_columns_exist(columns):
+    check_per_query(scored(**columns), "metrics/per_query.csv")
+
+
+def test_a_bad_cell_breaks_its_own_rule_not_the_rules_across_columns_too():
+    with pytest.raises(InputError) as err:
+        check_per_query(scored(**{**CONSISTENT, "hit@1": ["7", "0", "0"]}), "x.csv")
+    assert str(err.value).count("  - column") == 1 and "column `hit@1` must hold 0 or 1" in str(err.value)
+
+
+def test_a_header_only_table_is_named_as_such():
+    empty = read_back(written()).iloc[:0]
+    with pytest.raises(InputError, match=r"^old\.csv holds the header line only, no query row .* Re-run the score "):
+        check_per_query(empty, "old.csv")

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from recallk.atomic import write_all
-from recallk.compare import family, leaderboard, systems
+from recallk.compare import family, leaderboard, outputs, sources, systems
 from recallk.compare.outputs import strict
 from recallk.errors import InputError
 from recallk.stats import fixed
+from recallk.stats.inference import MAX_ASKED
 
 
 def _f(x: float | None, signed: bool = False) -> str:
@@ -31,8 +32,39 @@ def _p(x: float | None) -> str:
     return "" if x is None else (f"{x:.4f}" if x >= 1e-4 else f"{x:.1e}")
 
 
-HEADER = ["rank", "system", "mean", "interval", "run SD", "group", "Δ vs ref", "interval of Δ", "Δ run SD", "p",
+#: The table's columns; the group letters' column and the adjusted p's are named by their procedures
+#: (:func:`header`), as the two may come from different families (issue 38).
+HEADER = ["rank", "system", "mean", "interval", "run SD", "Tukey group", "Δ vs ref", "interval of Δ", "Δ run SD", "p",
           "p adj"]
+#: The adjusted p's column, named by the family it is adjusted in (``vs_reference``).
+P_ADJ = {"holm": "p Holm", "bh": "p BH", "tukey": "p Tukey"}
+
+
+def header(result: dict[str, Any]) -> list[str]:
+    """:data:`HEADER` with the adjusted p named by its family: ``p Holm`` or ``p BH`` (leaderboard: the vs-reference
+    family, one comparison per system), ``p Tukey`` (track: the letters' family)."""
+    return HEADER[:-1] + [P_ADJ[result.get("vs_reference", result["adjust"])]]
+
+
+def family_notes(entry: dict[str, Any], result: dict[str, Any]) -> list[str]:
+    """One line per system whose group letters and adjusted p against the reference say different things (only
+    where the two come from different families: leaderboard, not track), naming which procedure says what."""
+    if result.get("vs_reference") == "tukey":
+        return []
+    column, alpha = header(result)[-1], result["alpha"]
+    ref_letters = set(next(row["group"] for row in entry["rows"] if row["system"] == entry["reference"]))
+    notes = []
+    for row in entry["rows"]:
+        if "p_adjusted" not in row:
+            continue
+        shares, apart = bool(set(row["group"]) & ref_letters), row["p_adjusted"] < alpha
+        if shares == apart:
+            said = (f"shares a Tukey group with {entry['reference']} (not told apart over every pair) but {column} "
+                    f"{_p(row['p_adjusted'])} < {alpha} (told apart against {entry['reference']} alone)" if shares else
+                    f"has no Tukey group in common with {entry['reference']} (told apart over every pair) but "
+                    f"{column} {_p(row['p_adjusted'])} >= {alpha} (not told apart against {entry['reference']} alone)")
+            notes.append(f"note: {row['system']} {said}: two families, two questions (docs/leaderboard.md)")
+    return notes
 
 
 def board_rows(entry: dict[str, Any]) -> list[list[str]]:
@@ -69,15 +101,18 @@ def preamble(result: dict[str, Any]) -> list[str]:
                                  "the runs"}[result["case"]]
     ref = f"--baseline {result['baseline']}" if result["baseline"] else "the best system on each metric"
     unit = "labels (clusters of queries)" if result["by"] == "label" else result["units"]
-    groups = (f"group: systems sharing a letter are not told apart by the randomized Tukey HSD "
+    groups = (f"Tukey group: systems sharing a letter are not told apart by the randomized Tukey HSD over every pair "
               f"({result['permutations']} permutations, α = {result['alpha']})")
     if result.get("vs_reference") == "tukey":  # track: Δ vs the best in the groups' family
         vs = (f"Δ vs {ref}: in the family of the groups, its interval the Tukey HSD simultaneous one (Δ ± the "
-              "critical range) and p adj the pair's Tukey p (a point shares a letter with the best exactly when p adj "
-              f">= α and that interval holds 0); p: the paired sign-flip p, unadjusted; {groups}")
+              "critical range) and p Tukey the pair's Tukey p (a point shares a letter with the best exactly when p "
+              f"Tukey >= α and that interval holds 0); p: the paired sign-flip p, unadjusted; {groups}")
     else:
-        vs = (f"Δ vs {ref}: paired bootstrap interval, sign-flip p, {result['adjust']} over all "
-              f"{sum(len(e['rows']) - 1 for e in result['metrics'].values())} comparisons; {groups}")
+        vs = (f"Δ vs {ref}: paired bootstrap interval, sign-flip p, and {P_ADJ[result['adjust']]}: that p adjusted "
+              f"by {result['adjust']} over all {sum(len(e['rows']) - 1 for e in result['metrics'].values())} "
+              f"comparisons with the reference (one family); {groups} (another family, every pair: a system may "
+              f"share the reference's letter and still have {P_ADJ[result['adjust']]} < α, or the reverse; a note "
+              "under the table says where)")
     lines += [f"case: {case}", f"{result['queries']} queries ({result['excluded']} without a positive left out); "
               f"resampling {unit}; {result['confidence']:.0%} bootstrap intervals; run SD = between-run standard "
               "deviation of the per-run means (of Δ: runs paired by position)", vs]
@@ -158,7 +193,7 @@ def text_report(result: dict[str, Any]) -> str:
     """The printed tables, opening with the one-paragraph :func:`summary`."""
     lines = [summary(result), ""] + preamble(result)
     for metric, entry in result["metrics"].items():
-        lines += ["", metric] + _aligned_table(HEADER, board_rows(entry))
+        lines += ["", metric] + _aligned_table(header(result), board_rows(entry)) + family_notes(entry, result)
         if "series" in entry:
             lines += track_lines(entry)
     return "\n".join(lines)
@@ -188,31 +223,37 @@ def markdown(result: dict[str, Any]) -> str:
     """The tables as markdown (for a pull request or a notebook), opening with the one-paragraph :func:`summary`."""
     lines = [summary(result), ""] + [line + "  " for line in preamble(result)]
     for metric, entry in result["metrics"].items():
-        lines += ["", f"**{metric}**", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+        lines += ["", f"**{metric}**", "", "| " + " | ".join(header(result)) + " |", "|" + "---|" * len(HEADER)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in board_rows(entry)]
+        notes = family_notes(entry, result)
+        lines += ["", *notes] if notes else []
         if "series" in entry:
             lines += ["", f"best: {entry['best']}; indistinguishable from it (sharing its group): "
                           f"{', '.join(entry['indistinguishable'])}"]
     return "\n".join(lines) + "\n"
 
 
-def check_targets(*paths: str | None) -> None:
-    """Every output's folder exists (checked before any statistic is computed, so an error writes nothing)."""
-    for path in paths:
+def check_targets(targets: Sequence[tuple[str, str | None]], specs: Sequence[systems.SystemSpec]) -> None:
+    """Before any table is read or statistic computed (so an error writes nothing): every output's folder exists,
+    and the outputs are files, none named twice, none an input of ``specs``
+    (:func:`recallk.compare.outputs.check_targets`). ``targets``: (option, path or None)."""
+    for _, path in targets:
         if path and not Path(path).parent.is_dir():
             raise InputError(f"cannot write {path}: folder {str(Path(path).parent)!r} does not exist.")
+    outputs.check_targets(targets, [(spec.name, path) for spec in specs for run in spec.runs
+                                    for path in sources.input_files(run)])
 
 
-def write_outputs(outputs: dict[str | None, str | bytes]) -> None:
-    """Write every named output (``None`` keys skipped) through recallk.atomic.write_all: temp files, fsync and
-    renames, all or nothing, a killed run's temporaries removed first."""
+def write_outputs(files: Sequence[tuple[str | None, str | bytes]]) -> None:
+    """Write every named output (``None`` paths skipped; :func:`check_targets` passed) through
+    recallk.atomic.write_all: temp files, fsync and renames, all or nothing, a killed run's temporaries removed
+    first."""
     def writer(data: str | bytes):
         if isinstance(data, bytes):
             return lambda tmp: tmp.write_bytes(data)
         return lambda tmp: tmp.write_text(data, encoding="utf-8", newline="\n")
 
-    check_targets(*outputs)
-    write_all([(path, writer(data)) for path, data in outputs.items() if path])
+    write_all([(path, writer(data)) for path, data in files if path])
 
 
 def parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -226,8 +267,10 @@ def parser(prog: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("--adjust", choices=tuple(family.ADJUSTMENTS), default="holm",
                    help="adjustment of the vs-reference family: holm (family-wise error) or bh (false discovery rate)")
     p.add_argument("--intersect", action="store_true", help="keep the queries every run shares")
-    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
-    p.add_argument("--permutations", type=int, default=10_000, help="sign flips and Tukey permutations (10000)")
+    p.add_argument("--resamples", type=int, default=10_000,
+                   help=f"bootstrap resamples (default 10000, at most {MAX_ASKED:,})")
+    p.add_argument("--permutations", type=int, default=10_000,
+                   help=f"sign flips and Tukey permutations (default 10000, at most {MAX_ASKED:,})")
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--alpha", type=float, default=0.05, help="level of the letters and the indistinguishable set")
     p.add_argument("--seed", type=int, default=0)
@@ -238,8 +281,15 @@ def parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 
 def specs_of(args: argparse.Namespace) -> list[systems.SystemSpec]:
-    """The command line's systems, then every experiment matching --experiments (by name)."""
-    specs = [systems.parse_system(arg) for arg in args.systems]
+    """The command line's systems, then every experiment matching --experiments (by name). A training evaluator's
+    log folder (:func:`recallk.training.layout.run_epochs`) stands for its epochs, one system each, in order."""
+    from recallk.training.layout import run_epochs
+
+    specs = []
+    for arg in args.systems:
+        epochs = run_epochs(arg)
+        specs += ([systems.SystemSpec(name, (path,)) for name, path in epochs] if epochs
+                  else [systems.parse_system(arg)])
     if args.experiments:
         names = systems.experiment_names(args.repo, args.experiments)
         failed = systems.failed_experiment_names(args.repo, args.experiments)
@@ -292,16 +342,17 @@ def run(command: str, argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     png = args.png if series else None
     try:
-        check_targets(args.json, args.md, png)
-        board = gather(args)
-        result = (leaderboard.track(board, settings_of(args)) if series else
-                  leaderboard.leaderboard(board, settings_of(args, args.baseline)))
-        outputs: dict[str | None, str | bytes] = {args.json: json_text(result), args.md: markdown(result)}
+        settings = settings_of(args, None if series else args.baseline)
+        specs = specs_of(args)
+        check_targets([("--json", args.json), ("--md", args.md), ("--png", png)], specs)
+        board = gather(args, specs)
+        result = leaderboard.track(board, settings) if series else leaderboard.leaderboard(board, settings)
+        files: list[tuple[str | None, str | bytes]] = [(args.json, json_text(result)), (args.md, markdown(result))]
         if series:
             from recallk.compare import track_plot  # matplotlib: only for the plot
 
-            outputs[png] = track_plot.png_bytes(result)
-        write_outputs(outputs)
+            files.append((png, track_plot.png_bytes(result)))
+        write_outputs(files)
     except InputError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2

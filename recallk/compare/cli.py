@@ -13,6 +13,7 @@ Gates (``--fail-if-worse``, repeatable) and exit codes (stable; docs/compare.md)
   below ``--alpha``); otherwise it passes (a regression that is merely not significant passes).
 - ``--fail-if-worse METRIC:MARGIN`` (non-inferiority): B passes only when the interval's lower end is
   above ``-MARGIN``; it fails when the whole interval is below ``-MARGIN``; otherwise it is inconclusive.
+  MARGIN is from 0 to below 1 (every metric lies from 0 to 1: a larger margin makes a gate that cannot fail).
 
 Every gate's outcome is printed with its rule: ``pass: …`` on stdout (so a CI log shows the gate ran), the
 others on stderr; all of them in ``--md`` and ``--json``.
@@ -37,8 +38,6 @@ from recallk.stats import inference as stats
 SHOWN_FLIPS = 10
 #: Exit codes (stable): every gate passes; some gate fails; an input error; no gate fails, some inconclusive.
 EXIT_PASS, EXIT_WORSE, EXIT_INPUT, EXIT_INCONCLUSIVE = 0, 1, 2, 3
-#: The most resamples or sign-flip patterns asked for (as the score stage's `bootstrap.resamples`).
-MAX_ASKED = 1_000_000
 #: What the resampling unit is called in the outputs.
 UNIT_WORDS = {"query": "queries", "label": "labels (clusters of queries)",
               "two-level": "labels, then queries within labels (two-level)"}
@@ -173,8 +172,13 @@ def markdown(result: dict[str, Any], origin: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: Every metric lies from 0 to 1, so Δ = B − A from -1 to +1: a non-inferiority margin must stay below this range,
+#: or its gate could never fail (the interval can never lie below -1).
+METRIC_RANGE = 1.0
+
+
 def parse_gate(spec: str) -> tuple[str, float | None]:
-    """``METRIC`` or ``METRIC:MARGIN`` (a margin >= 0) -> (metric, margin or None)."""
+    """``METRIC`` or ``METRIC:MARGIN`` (0 <= MARGIN < :data:`METRIC_RANGE`) -> (metric, margin or None)."""
     metric, sep, margin = spec.rpartition(":")
     if not sep:
         return spec, None
@@ -182,8 +186,10 @@ def parse_gate(spec: str) -> tuple[str, float | None]:
         value = float(margin)
     except ValueError:
         value = float("nan")
-    if not (math.isfinite(value) and value >= 0) or not metric:
-        raise InputError(f"`--fail-if-worse` takes METRIC or METRIC:MARGIN with a margin >= 0 (e.g. map@r:0.005). "
+    if not (math.isfinite(value) and 0 <= value < METRIC_RANGE) or not metric:
+        raise InputError(f"`--fail-if-worse` takes METRIC or METRIC:MARGIN with a margin >= 0 and below "
+                         f"{METRIC_RANGE:g} (e.g. map@r:0.005): every metric lies from 0 to {METRIC_RANGE:g}, so B is "
+                         f"never worse by {METRIC_RANGE:g} or more and a larger margin makes a gate that cannot fail. "
                          f"Got {spec!r} instead.")
     return metric, value
 
@@ -234,8 +240,10 @@ def parser() -> argparse.ArgumentParser:
                    help="resampling unit: queries, labels (their queries together; use it for leave-one-out), or "
                         "two-level (the bootstrap draws labels, then queries within them; the sign flips flip labels)")
     p.add_argument("--intersect", action="store_true", help="compare the common queries when the query sets differ")
-    p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
-    p.add_argument("--permutations", type=int, default=10_000, help="random sign-flip patterns (default 10000)")
+    p.add_argument("--resamples", type=int, default=10_000,
+                   help=f"bootstrap resamples (default 10000, at most {stats.MAX_ASKED:,})")
+    p.add_argument("--permutations", type=int, default=10_000,
+                   help=f"random sign-flip patterns (default 10000, at most {stats.MAX_ASKED:,})")
     p.add_argument("--max-draws", type=int, default=stats.MAX_DRAWS,
                    help=f"cap: units x resamples (and units x patterns) at most this (default {stats.MAX_DRAWS:,})")
     p.add_argument("--delta", type=float, help="a Δ to detect: print about how many queries detect it at 80%% power")
@@ -245,18 +253,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="write the whole result (every flipped query, per label) as JSON")
     p.add_argument("--md", metavar="FILE", help="write the table as markdown (for a pull request)")
     p.add_argument("--fail-if-worse", metavar="METRIC[:MARGIN]", action="append", default=[],
-                   help="METRIC: exit 1 when B is significantly worse on it after Holm; METRIC:MARGIN: pass only when "
-                        "the interval's lower end is above -MARGIN, exit 1 when its upper end is below, else 3 "
-                        "(repeatable; exit 0 pass, 1 worse, 2 input error, 3 inconclusive)")
+                   help="METRIC: exit 1 when B is significantly worse on it after Holm; METRIC:MARGIN (0 <= MARGIN "
+                        "< 1): pass only when the interval's lower end is above -MARGIN, exit 1 when its upper end is "
+                        "below, else 3 (repeatable; exit 0 pass, 1 worse, 2 input error, 3 inconclusive)")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        for name, value in (("--resamples", args.resamples), ("--permutations", args.permutations)):
-            if not 1 <= value <= MAX_ASKED:
-                raise InputError(f"`{name}` must be an integer from 1 to {MAX_ASKED:,}. Got {value!r} instead.")
         if args.max_draws < 1:
             raise InputError(f"`--max-draws` must be a positive integer. Got {args.max_draws!r} instead.")
         if args.delta is not None and not (math.isfinite(args.delta) and args.delta != 0):
@@ -266,10 +271,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, value in (("--confidence", args.confidence), ("--alpha", args.alpha)):
             if not 0 < value < 1:
                 raise InputError(f"`{name}` must be strictly between 0 and 1. Got {value!r} instead.")
-        (table_a, origin_a), (table_b, origin_b) = sources.load(args.a, args.repo), sources.load(args.b, args.repo)
         settings = paired.CompareSettings(by=args.by, intersect=args.intersect, resamples=args.resamples,
                                           permutations=args.permutations, confidence=args.confidence, seed=args.seed,
                                           max_draws=args.max_draws, alpha=args.alpha, delta=args.delta)
+        outputs.check_targets([("--json", args.json), ("--md", args.md)],
+                              [(side, path) for side, spec in (("A", args.a), ("B", args.b))
+                               for path in sources.input_files(spec)])
+        (table_a, origin_a), (table_b, origin_b) = sources.load(args.a, args.repo), sources.load(args.b, args.repo)
         result = paired.compare(table_a, table_b, settings)
         result["gates"] = [gate(result, spec, args.alpha) for spec in args.fail_if_worse]
         result["sources"] = [origin_a, origin_b]

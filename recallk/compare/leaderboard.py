@@ -66,9 +66,8 @@ class BoardSettings:
             raise InputError(f"`adjust` must be one of {', '.join(family.ADJUSTMENTS)}. Got {self.adjust!r} instead.")
         if self.by not in ("query", "label"):
             raise InputError(f"`by` must be query or label. Got {self.by!r} instead.")
-        for name in ("resamples", "permutations"):
-            if getattr(self, name) < 1:
-                raise InputError(f"`{name}` must be a positive integer. Got {getattr(self, name)!r} instead.")
+        stats.check_asked("--resamples", self.resamples)
+        stats.check_asked("--permutations", self.permutations)
         for name in ("confidence", "alpha"):
             if not 0 < getattr(self, name) < 1:
                 raise InputError(f"`{name}` must be strictly between 0 and 1. Got {getattr(self, name)!r} instead.")

@@ -133,8 +133,9 @@ def page(board: systems.Panel, result: dict[str, Any], provenance: list[list[tup
         parts += ["<h2>recall@K curves</h2>", curves_svg(result)]
     parts.append("<h2>Leaderboard</h2>")
     for metric, entry in result["metrics"].items():
-        header, rows = non_empty_columns(board_cli.HEADER, board_cli.board_rows(entry))
+        header, rows = non_empty_columns(board_cli.header(result), board_cli.board_rows(entry))
         parts += [f"<h3>{html.escape(metric)}</h3>", _table(header, rows)]
+        parts += [f"<p>{html.escape(note)}</p>" for note in board_cli.family_notes(entry, result)]
     if "series" in next(iter(result["metrics"].values())):
         parts += ["<h2>Trend over the ordered points</h2>", track_plot.svg(result)]
         parts += [f"<p>{html.escape(m)}: best {html.escape(e['best'])}; not told apart from it: "
@@ -162,19 +163,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--label-metric", default="recall@1", help="the metric of the per-label table (recall@1)")
     args = p.parse_args(argv)
     try:
-        board_cli.check_targets(args.out)
+        if args.ordered and args.baseline:
+            raise InputError("--ordered compares each point with the best and the previous one; drop --baseline.")
+        settings = board_cli.settings_of(args, None if args.ordered else args.baseline)
         specs = board_cli.specs_of(args)
+        board_cli.check_targets([("--out", args.out)], specs)
         board = board_cli.gather(args, specs)
         if args.label_metric not in board.metrics:
             raise InputError(f"--label-metric names {args.label_metric!r}; the systems hold "
                              f"{', '.join(board.metrics)}.")
-        settings = board_cli.settings_of(args, None if args.ordered else args.baseline)
-        if args.ordered and args.baseline:
-            raise InputError("--ordered compares each point with the best and the previous one; drop --baseline.")
         result = (leaderboard.track if args.ordered else leaderboard.leaderboard)(board, settings)
         provenance = [[(origin, sources.evaluated(run, args.repo)) for run, origin in zip(spec.runs, origins)]
                       for spec, origins in zip(specs, board.origins)]
-        board_cli.write_outputs({args.out: page(board, result, provenance, args.label_metric)})
+        board_cli.write_outputs([(args.out, page(board, result, provenance, args.label_metric))])
     except InputError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2

@@ -9,11 +9,12 @@ The JSON is strict: a value that is not a finite number is written as ``null``.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from recallk.atomic import write_all
 from recallk.errors import InputError
@@ -30,15 +31,45 @@ def strict(value: Any) -> Any:
     return value
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same path once symlinks and ``..`` are resolved, or (both
+    existing) the same inode (a hard link)."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_targets(targets: Sequence[tuple[str, str | None]], inputs: Sequence[tuple[str, Path]] = ()) -> None:
+    """The one rule for every command's output files (``recallk compare``'s ``--json``/``--md``, ``leaderboard``'s
+    and ``track``'s ``--json``/``--md``/``--png``, ``report``'s ``--out``), checked before anything is read or
+    written: each output is a file, not a folder; no two options name one file; no option names an input
+    (a per-query table or the ``evaluated.json`` beside it). Paths are compared after resolving symlinks and
+    ``..``, and existing files by inode (hard links too). ``targets``: (option, path or None); ``inputs``:
+    (the system or side it belongs to, an input file)."""
+    named = [(option, Path(path)) for option, path in targets if path]
+    for option, path in named:
+        if path.is_dir():
+            raise InputError(f"{option} names {str(path)!r}, which is a folder; it takes a file name (e.g. "
+                             f"{str(path / 'out')!r}).")
+    for (first, a), (second, b) in itertools.combinations(named, 2):
+        if _same_file(a, b):
+            link = "" if str(a) == str(b) else f" ({str(a)!r} and {str(b)!r} resolve to {str(a.resolve())!r})"
+            raise InputError(f"{first} and {second} both name the file {str(a)!r}{link}: one would overwrite the "
+                             "other. Give each output its own file.")
+    for option, path in named:
+        for owner, source in inputs:
+            if _same_file(path, source):
+                raise InputError(f"{option} names {str(path)!r}, which is an input ({str(source)!r}, read for "
+                                 f"{owner}): writing there would overwrite it. Give the output another file name.")
+
+
 def write(json_path: str | None, md_path: str | None, result: dict[str, Any], markdown: str) -> None:
     """Write ``result`` as indented JSON to ``json_path`` and ``markdown`` to ``md_path`` (each optional), both
-    or neither; a path that is a folder, or the same file twice, is an InputError."""
+    or neither (:func:`check_targets` says whether they may be written, before this is called)."""
     paths = [p for p in (json_path, md_path) if p]
-    if len(paths) == 2 and Path(paths[0]).resolve() == Path(paths[1]).resolve():
-        raise InputError(f"--json and --md name the same file {paths[0]!r}; give each its own.")
-    for path in paths:
-        if Path(path).is_dir():
-            raise InputError(f"{path!r} is a folder; --json and --md take a file name (e.g. {path}/compare.json).")
     writers = []
     if json_path:
         text = json.dumps(strict(result), indent=2, allow_nan=False) + "\n"

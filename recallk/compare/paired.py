@@ -77,6 +77,8 @@ class CompareSettings:
     def __post_init__(self) -> None:
         if self.by not in UNITS:
             raise InputError(f"`by` must be one of {', '.join(UNITS)}. Got {self.by!r} instead.")
+        stats.check_asked("--resamples", self.resamples)
+        stats.check_asked("--permutations", self.permutations)
 
 
 def metric_columns(frame: pd.DataFrame) -> list[str]:

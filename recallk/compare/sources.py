@@ -66,15 +66,35 @@ def failed_experiments(repo: Path) -> set[str]:
     return {m["name"] for m in map(_FAILED_RE.match, proc.stdout.splitlines()) if m and m["name"]}
 
 
+#: Byte-order marks of the encodings a per-query CSV is not in (UTF-32 first: its LE mark starts with UTF-16's).
+FOREIGN_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32 little-endian"), (b"\x00\x00\xfe\xff", "UTF-32 big-endian"),
+                (b"\xff\xfe", "UTF-16 little-endian"), (b"\xfe\xff", "UTF-16 big-endian"))
+
+
 def decode(data: bytes | str, source: str) -> str:
-    """``data`` as text: UTF-8 (a BOM dropped), no NUL byte; else an InputError naming ``source``."""
+    """``data`` as text: UTF-8 (one BOM at the start dropped), no other byte-order mark, no NUL byte; else an
+    InputError naming ``source`` and, for a byte-order mark, which one and where."""
     if isinstance(data, str):
         return data
+    for mark, encoding in FOREIGN_BOMS:
+        if data.startswith(mark):
+            raise InputError(f"{source} is not UTF-8 text: it starts with the {encoding} byte-order mark "
+                             f"({mark.hex(' ').upper()}), so it was saved as {encoding.split()[0]}. Save it as UTF-8 "
+                             f"(e.g. `iconv -f {encoding.split()[0]} -t UTF-8`), or name the per-query CSV the score "
+                             "stage wrote.")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(f"{source} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r}); it is "
                          "binary or another encoding. Name the per-query CSV the score stage wrote.") from None
+    if "\ufeff" in text:
+        at = text.index("\ufeff")
+        line = text.count("\n", 0, at) + 1
+        column = at - (text.rfind("\n", 0, at) + 1) + 1
+        where = "right after the one it starts with" if at == 0 else f"at line {line}, character {column}"
+        raise InputError(f"{source} holds a byte-order mark (U+FEFF, bytes EF BB BF) {where}, where none belongs (a "
+                         "file may start with one, nowhere else): files joined together (each with its mark) or a mark "
+                         "pasted into a cell. Remove it (or re-run the score stage that wrote it).")
     if "\x00" in text:
         raise InputError(f"{source} holds a NUL byte at character {text.index(chr(0))}: it is binary (or UTF-16) "
                          "data, not the UTF-8 per-query CSV the score stage wrote.")
@@ -119,11 +139,8 @@ def evaluated(spec: str, repo: str | Path = ".") -> dict[str, str]:
     table: in a folder, or at a revision; empty when there is none (a CSV file, an older revision).
     A damaged file (not UTF-8, not JSON, not one object) is an InputError naming it."""
     path = Path(spec)
-    if path.is_file():
-        candidates = [path.parent / "evaluated.json"]
-    elif path.is_dir():
-        candidates = [path / "evaluated.json", path / "metrics" / "evaluated.json"]
-    else:
+    candidates = _beside(path)
+    if not (path.is_file() or path.is_dir()):
         commit = resolve_revision(spec, Path(repo))
         shown = _git("show", f"{commit}:metrics/evaluated.json", cwd=Path(repo), binary=True) if commit else None
         if shown is None or shown.returncode != 0:
@@ -151,6 +168,25 @@ def parse_evaluated(data: bytes, source: str) -> dict[str, str]:
                          "re-run the score stage (`dvc repro score`).")
     return {str(k): v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v)
             for k, v in facts.items()}
+
+
+def input_files(spec: str) -> list[Path]:
+    """The files on disk that :func:`load` and :func:`evaluated` read for ``spec``: a CSV file and the
+    ``evaluated.json`` beside it, a folder's per-query tables and ``evaluated.json`` files; none for a git
+    revision or an experiment (read from git). An output naming one of them is refused
+    (:func:`recallk.compare.outputs.check_targets`)."""
+    path = Path(spec)
+    tables = [path] if path.is_file() else [path / name for name in CANDIDATES] if path.is_dir() else []
+    return [candidate for candidate in tables + _beside(path) if candidate.is_file()]
+
+
+def _beside(path: Path) -> list[Path]:
+    """Where an ``evaluated.json`` may lie for a per-query CSV file or a folder of outputs (none otherwise)."""
+    if path.is_file():
+        return [path.parent / "evaluated.json"]
+    if path.is_dir():
+        return [path / "evaluated.json", path / "metrics" / "evaluated.json"]
+    return []
 
 
 def load(spec: str, repo: str | Path = ".") -> tuple[pd.DataFrame, str]:

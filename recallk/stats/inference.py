@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy import stats
 
+from recallk.errors import InputError
 from recallk.stats.resample import CELLS, percentile_interval
 
 #: Differences closer than this, relative to the sum of the |unit sums|, count as equal in the
@@ -35,8 +36,19 @@ CACHE_CELLS = 2**24
 MAX_DRAWS = 200_000_000
 #: The fewest resamples or patterns a cap leaves (below it a percentile bound or a p-value is too coarse).
 MIN_DRAWS = 1_000
+#: The most bootstrap resamples or permutations (sign flips, Tukey's label shuffles) a command may ask for, as
+#: the score stage's ``bootstrap.resamples``: ``recallk compare``, ``leaderboard``, ``track`` and ``report`` alike.
+MAX_ASKED = 1_000_000
 
 Tick = Callable[[int], None]
+
+
+def check_asked(option: str, value: object) -> None:
+    """The one rule for ``--resamples`` and ``--permutations`` in every command (and their settings): an integer
+    from 1 to :data:`MAX_ASKED`; else an InputError naming ``option``, the rule and the fix."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= MAX_ASKED:
+        raise InputError(f"`{option}` must be an integer from 1 to {MAX_ASKED:,} (its memory and time grow with it; "
+                         f"10,000 gives p-values and interval bounds to about 0.002). Got {value!r} instead.")
 
 
 def capped(requested: int, units: int, max_draws: int = MAX_DRAWS) -> int:

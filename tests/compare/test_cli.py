@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import numpy as np
@@ -48,13 +49,32 @@ def test_exit_codes(outcomes, code):
 
 @pytest.mark.parametrize("spec, message", [
     ("map@r:-0.1", "margin >= 0"),       # a negative margin
+    # issue 39: a margin at or above the metrics' range (0 to 1) makes a gate that can never fail
+    ("recall@1:5", "below 1 (e.g. map@r:0.005): every metric lies from 0 to 1"),
+    ("recall@1:1", "a larger margin makes a gate that cannot fail"),     # Δ is never below -1
+    ("map@r:inf", "METRIC:MARGIN"),      # infinite
     ("map@r:abc", "METRIC:MARGIN"),      # not a number
     ("map@r:nan", "METRIC:MARGIN"),      # not finite
     (":0.1", "METRIC:MARGIN"),           # no metric
 ])
 def test_bad_gates_are_refused(spec, message):
-    with pytest.raises(InputError, match=message):
+    with pytest.raises(InputError, match=re.escape(message)):
         cli.parse_gate(spec)
+
+
+def test_the_largest_margin_below_the_range_can_fail():
+    """The widest margin allowed still fails a B that is worse by more: the gate can fail."""
+    assert cli.gate({"metrics": {"recall@1": metric(-1.0, -1.0, -1.0, 0.0)}}, "recall@1:0.999", 0.05)["outcome"] == \
+        "worse"
+
+
+def test_a_gate_whose_margin_spans_the_range_is_an_input_error_before_anything_is_read(tmp_path, capsys):
+    """Issue 39: `--fail-if-worse recall@1:5` passed a B 0.17 worse; now exit 2, one line, nothing written."""
+    code = cli.main([str(tmp_path / "absent-a.csv"), str(tmp_path / "absent-b.csv"), "--fail-if-worse",
+                     "recall@1:5", "--json", str(tmp_path / "r.json")])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1 and "'recall@1:5'" in err
+    assert not (tmp_path / "r.json").exists()
 
 
 @pytest.mark.parametrize("m, want", [
@@ -284,13 +304,26 @@ def test_a_quoted_line_break_keeps_the_line_numbers_true(tmp_path, capsys):
 @pytest.mark.parametrize("data, message", [
     (table().encode()[:-7], "is cut short"),                             # truncated mid-row
     (table().encode()[: len(HEADER) + 8], "is cut short"),               # truncated in the first row
-    (table().encode("utf-16"), "is not UTF-8"),                          # another encoding (its BOM)
+    # issue 39: a byte-order mark named as the problem, with the encoding it announces
+    (table().encode("utf-16"), "is not UTF-8 text: it starts with the UTF-16 little-endian byte-order mark (FF FE)"),
+    (table().encode("utf-16-be").join([b"\xfe\xff", b""]), "UTF-16 big-endian byte-order mark (FE FF)"),
+    (table().encode("utf-32"), "UTF-32 little-endian byte-order mark (FF FE 00 00)"),  # not mistaken for UTF-16
+    # two files joined, each with its mark: the second mark at the start of line 6
+    ("\ufeff".encode() + table().encode() + "\ufeff".encode() + "q9,b,1,9,1,1,e1\n".encode(),
+     "byte-order mark (U+FEFF, bytes EF BB BF) at line 6, character 1"),
+    ("\ufeff\ufeff".encode() + table().encode(), "right after the one it starts with"),  # a mark written twice
     ("\ufeff".encode() + table().encode("utf-16-le"), "NUL byte"),       # UTF-16 behind a UTF-8 BOM
     (b"\x89PNG\r\n\x1a\n" + bytes(range(256)), "is not UTF-8"),          # a binary file
+    (HEADER + "\n", "holds the header line only, no query row"),      # issue 39: no row, named as such
     (table().encode().replace(b"e1\n", b"e\x001\n", 1), "NUL byte"),     # valid UTF-8 with a NUL
 ])
 def test_a_table_that_is_not_the_writers_text_is_one_error(tmp_path, capsys, data, message):
     assert_one_error(*compare(tmp_path, capsys, data), "b.csv", message)
+
+
+def test_one_utf8_byte_order_mark_at_the_start_is_read(tmp_path, capsys):
+    code, out, err = compare(tmp_path, capsys, "\ufeff".encode() + table().encode())  # as Excel saves UTF-8 CSV
+    assert code == 0 and err == "" and "3 queries compared" in out
 
 
 # ------------------------------------------------------------------------------ compare: files beside it

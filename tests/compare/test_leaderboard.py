@@ -397,3 +397,45 @@ def test_leaderboard_text_and_markdown_open_with_the_summary(tmp_path, capsys):
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith(f"{paths[1]} best on both metrics, told apart from every other system on each; ")
     assert (tmp_path / "b.md").read_text().splitlines()[0] == first
+
+
+def test_a_header_only_table_is_named_in_the_leaderboards_error(tmp_path, capsys):
+    """Issue 39: the error said `hdr.csv scored 0` queries (a split mismatch); it names the empty table."""
+    paths = [write(tmp_path, "mid.csv", MIDDLE), write(tmp_path, "hdr.csv", MIDDLE.iloc[:0])]
+    code = board_cli.main([*paths, "--permutations", "200", "--resamples", "100"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"error: {paths[1]} holds the header line only, no query row"), err
+
+
+@pytest.mark.parametrize("adjust, column, e2_map", [
+    ("holm", "p Holm", "0.0040"),   # the default family of Δ vs the reference
+    ("bh", "p BH", "0.0013"),       # the false-discovery-rate family
+])
+def test_the_leaderboard_names_the_family_of_its_letters_and_of_its_adjusted_p(adjust, column, e2_map):
+    """Issue 38: the plain leaderboard showed group letters (Tukey HSD, every pair) beside a "p adj" (Holm over the
+    comparisons with the reference): each column now names its procedure, and every system where the two say
+    different things gets a note naming which says what."""
+    board = checkpoints()
+    result = leaderboard.leaderboard(board, leaderboard.BoardSettings(adjust=adjust, resamples=400, permutations=2000))
+    text, md = board_cli.text_report(result), board_cli.markdown(result)
+    for output in (text, md):
+        assert "Tukey group" in output and column in output and not re.search(r"\bp adj\b", output)
+    for metric, entry in result["metrics"].items():
+        ref = set(next(r["group"] for r in entry["rows"] if r["system"] == entry["reference"]))
+        notes = board_cli.family_notes(entry, result)
+        split = [r["system"] for r in entry["rows"]
+                 if "p_adjusted" in r and bool(set(r["group"]) & ref) == (r["p_adjusted"] < 0.05)]
+        assert [n.split()[1] for n in notes] == split, metric  # a note for each system the two families split
+        assert all(n in text and n in md for n in notes)
+    assert board_cli.family_notes(result["metrics"]["map"], result)[0].startswith(
+        f"note: e2 shares a Tukey group with e4 (not told apart over every pair) but {column} {e2_map} < 0.05 "
+        "(told apart against e4 alone)")
+
+
+def test_track_names_its_one_family_and_needs_no_note():
+    result = leaderboard.track(checkpoints(), FAST)
+    text = board_cli.text_report(result)
+    assert "p Tukey" in text and "Tukey group" in text and "p Holm" not in text.split("series")[0]
+    assert not any(board_cli.family_notes(entry, result) for entry in result["metrics"].values())
+    assert "note:" not in text

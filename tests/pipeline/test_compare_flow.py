@@ -13,9 +13,10 @@ pytestmark = pytest.mark.pipeline
 
 
 def _recall_json(repo: Path, rev: str) -> dict:
-    """The means (recall.json) and the counts (counts.json) a revision committed."""
-    return {**json.loads(git("show", f"{rev}:metrics/recall.json", cwd=repo).stdout),
-            **json.loads(git("show", f"{rev}:metrics/counts.json", cwd=repo).stdout)}
+    """The means (recall@K's in recall.json, the others in intervals.json) and the counts (counts.json) a revision
+    committed."""
+    return {key: value for name in ("recall", "counts", "intervals")
+            for key, value in json.loads(git("show", f"{rev}:metrics/{name}.json", cwd=repo).stdout).items()}
 
 
 @pytest.fixture(scope="module")

@@ -76,3 +76,21 @@ def test_repeated_runs_report_the_case_and_refuse_a_bad_label_metric(tmp_path, c
     code = multi_report.main([f"A={seeds}", other, "--out", str(tmp_path / "x.html"), "--label-metric", "ndcg"])
     assert code == 2 and "--label-metric names 'ndcg'" in capsys.readouterr().err
     assert not (tmp_path / "x.html").exists()
+
+
+def test_the_page_names_the_family_of_the_letters_and_of_the_adjusted_p(tmp_path, capsys):
+    """Issue 38: the page's tables name both procedures (Tukey group, p Holm) and say where the two part ways: on
+    recall@1, epoch1 shares no Tukey group with the best (epoch3) while its Holm-adjusted p against it is 0.0539."""
+    runs = [f"epoch{i}=" + run_folder(tmp_path, f"epoch{i}", 0.1 * i, seed=i) for i in range(4)]
+    out = tmp_path / "r.html"
+    assert multi_report.main([*runs, "--out", str(out), "--permutations", "500", "--resamples", "300"]) == 0
+    text = out.read_text(encoding="utf-8")
+    assert "<th>Tukey group</th>" in text and "<th>p Holm</th>" in text and "<th>p adj</th>" not in text
+    notes = re.findall(r"<p>(note: [^<]*)</p>", text)
+    assert notes == ["note: epoch1 has no Tukey group in common with epoch3 (told apart over every pair) but p Holm "
+                     "0.0539 &gt;= 0.05 (not told apart against epoch3 alone): two families, two questions "
+                     "(docs/leaderboard.md)"]
+    assert multi_report.main([*runs, "--ordered", "--out", str(out), "--permutations", "500",
+                              "--resamples", "300"]) == 0
+    ordered = out.read_text(encoding="utf-8")
+    assert "<th>p Tukey</th>" in ordered and "note: " not in ordered  # track's one family: nothing to reconcile
