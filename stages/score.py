@@ -67,18 +67,6 @@ def off_sheet() -> Image.Image:
     return Image.new("RGB", (1, 1), "white")
 
 
-def declared_split(means: dict, detail: dict) -> tuple[dict, dict]:
-    """(declared, detail): recall@K's means are the one declared metrics file (metrics/recall.json), so ``dvc exp
-    show`` has a column per K and ``dvc metrics diff``, which sorts a file's keys as text (``map`` before
-    ``recall@1``), lists recall@K alone; every other metric's mean leads metrics/intervals.json, in the suite's
-    order (so ``--show`` prints what the stage printed). Without recall in ``score.metrics``, every mean is
-    declared."""
-    recall = {k: v for k, v in means.items() if k.startswith("recall@")}
-    if not recall:
-        return means, detail
-    return recall, {**{k: v for k, v in means.items() if k not in recall}, **detail}
-
-
 def show(metrics_json: str, counts_json: str, intervals_json: str, evaluated: dict) -> None:
     """Print the report block of existing metrics files (recall@K's means, the counts; the intervals file, with the
     other means, is optional)."""
@@ -125,8 +113,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     sheet = failure_sheet.draw(tables["failures"], load) if tables["failures"] and load is not None else None
     page = html.page(metrics, metric_keys(settings.metrics, settings.ks), evaluated, tables["curve_band"],
                      tables["per_class"], sheet)
-    means, counts, detail = split_metrics(metrics)
-    headline, detail = declared_split(means, detail)
+    headline, counts, detail = split_metrics(metrics)
     write_all([(args.metrics, json_file(headline)), (args.counts, json_file(counts)),
                (args.intervals, json_file(detail)),
                (args.evaluated, json_file(evaluated))]

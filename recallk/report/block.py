@@ -27,13 +27,21 @@ CAPPED_MARK = "(K >= gallery: every query's whole gallery)"
 
 
 def split_metrics(metrics: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """(headline, counts, detail), each in the dict's order: the means (metrics/recall.json, the one declared
-    metrics file), the counts (metrics/counts.json) and each metric's interval, class mean and value without
-    near-duplicates (metrics/intervals.json). Only the means are declared, so ``dvc exp show`` has a column
-    per headline metric and ``dvc metrics diff`` lists the means alone; ``--targets`` reaches the others."""
+    """(declared, counts, detail), each in the dict's order: what the three metrics files hold.
+
+    * declared (metrics/recall.json, the one declared metrics file): recall@K's means, so ``dvc exp show
+      --only-changed`` has a column per K (within 25 columns after 16 experiments with index runs:
+      bench/exp_table_columns.py) and ``dvc metrics diff``, which sorts a file's keys as text (``map`` before
+      ``recall@1``), lists recall@K; without recall scored, every mean;
+    * counts (metrics/counts.json);
+    * detail (metrics/intervals.json): the other means first, in the suite's order, then each metric's interval,
+      class mean and value without embedding copies (``--targets`` reaches them).
+    """
     detail = {k: v for k, v in metrics.items() if k.endswith((*DETAIL_SUFFIXES, WITHOUT_SUFFIX))}
     counts = {k: v for k, v in metrics.items() if k not in detail and k.startswith(COUNT_PREFIXES)}
-    return {k: v for k, v in metrics.items() if k not in detail and k not in counts}, counts, detail
+    means = {k: v for k, v in metrics.items() if k not in detail and k not in counts}
+    declared = {k: v for k, v in means.items() if k.startswith("recall@")} or means
+    return declared, counts, {**{k: v for k, v in means.items() if k not in declared}, **detail}
 
 
 def format_float(x: float) -> str:

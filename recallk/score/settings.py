@@ -19,6 +19,7 @@ from recallk.checks import (
 from recallk.errors import quote
 from recallk.score.registry import METRICS, metrics_problem
 from recallk.settings.base import ray_address, setting
+from recallk.stats import MAX_ASKED
 
 
 def confidence_problem(v: Any) -> str | None:
@@ -72,7 +73,7 @@ class RaySettings:
 class BootstrapSettings:
     """``score.bootstrap``: the intervals (resampled by query or by label; 0 resamples: off)."""
 
-    resamples: int = setting(1000, integer(0, 1_000_000),
+    resamples: int = setting(1000, integer(0, MAX_ASKED),
                              "bootstrap resamples of the queries for the intervals; `0` turns them off")
     confidence: float = setting(0.95, confidence_problem,
                                 "interval level (percentile bootstrap), strictly between 0 and 1")

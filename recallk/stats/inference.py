@@ -23,6 +23,7 @@ import numpy as np
 from scipy import stats
 
 from recallk.errors import InputError
+from recallk.stats import MAX_ASKED
 from recallk.stats.resample import CELLS, percentile_interval
 
 #: Differences closer than this, relative to the sum of the |unit sums|, count as equal in the
@@ -38,7 +39,6 @@ MAX_DRAWS = 200_000_000
 MIN_DRAWS = 1_000
 #: The most bootstrap resamples or permutations (sign flips, Tukey's label shuffles) a command may ask for, as
 #: the score stage's ``bootstrap.resamples``: ``recallk compare``, ``leaderboard``, ``track`` and ``report`` alike.
-MAX_ASKED = 1_000_000
 
 Tick = Callable[[int], None]
 

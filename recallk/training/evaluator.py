@@ -89,8 +89,8 @@ class EpochResult:
     ----------
     epoch : int
     metrics : dict of str to float
-        Each metric's mean over the included queries, keyed and ordered like :attr:`Evaluator.keys`: the numbers
-        of the score stage's ``metrics/recall.json``.
+        Each metric's mean over the included queries, keyed and ordered like :attr:`Evaluator.keys`: the score
+        stage's means (recall@K in ``metrics/recall.json``, the others in ``metrics/intervals.json``).
     intervals : dict of str to (float, float)
         Each mean's bootstrap interval (``settings.bootstrap``), as ``metrics/intervals.json``.
     monitor : str

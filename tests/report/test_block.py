@@ -20,24 +20,28 @@ def test_format_report_has_seed_block():
 
 
 
-def test_split_metrics_declares_the_means_alone():
-    """recall.json (the declared metrics file, one `dvc exp show` column each) gets the means; the counts and the
-    per-metric details go to the undeclared counts.json and intervals.json; nothing is lost or doubled."""
+def test_split_metrics_declares_recall_at_k_alone():
+    """recall.json (the declared metrics file, one `dvc exp show` column each) gets recall@K's means; the other
+    means lead intervals.json, in the suite's order, then the per-metric details; the counts go to counts.json;
+    nothing is lost or doubled. Without recall scored, every mean is declared."""
     from recallk.report.block import split_metrics
 
-    metrics = {"recall@1": 0.5, "map@r": 0.25, "num_queries": 4, "num_excluded_queries": 0, "tie_sensitive@1": 1,
+    metrics = {"recall@1": 0.5, "recall@10": 0.75, "precision@1": 0.5, "map@r": 0.25, "mrr": 0.6, "num_queries": 4,
+               "num_excluded_queries": 0, "tie_sensitive@1": 1,
                "num_gallery": 9, "embedding_dim": 3, "capped_ks": [10], "near_duplicates_train_eval": 2,
                "num_skipped_images": 0,
                "num_embedding_copy_queries": 1, "recall@1_ci_low": 0.1, "recall@1_ci_high": 0.9,
                "recall@1_class_mean": 0.5, "recall@1_without_embedding_copies": 0.4}
-    headline, counts, detail = split_metrics(metrics)
-    assert headline == {"recall@1": 0.5, "map@r": 0.25}
+    declared, counts, detail = split_metrics(metrics)
+    assert declared == {"recall@1": 0.5, "recall@10": 0.75}
     assert list(counts) == ["num_queries", "num_excluded_queries", "tie_sensitive@1", "num_gallery", "embedding_dim",
                             "capped_ks", "near_duplicates_train_eval", "num_skipped_images",
                             "num_embedding_copy_queries"]
-    assert set(detail) == {"recall@1_ci_low", "recall@1_ci_high", "recall@1_class_mean",
-                           "recall@1_without_embedding_copies"}
-    assert {**headline, **counts, **detail} == metrics
+    assert list(detail) == ["precision@1", "map@r", "mrr", "recall@1_ci_low", "recall@1_ci_high",
+                            "recall@1_class_mean", "recall@1_without_embedding_copies"]
+    assert {**declared, **counts, **detail} == metrics
+    no_recall = split_metrics({"map@r": 0.25, "mrr": 0.5, "map@r_ci_low": 0.1})
+    assert no_recall == ({"map@r": 0.25, "mrr": 0.5}, {}, {"map@r_ci_low": 0.1})
 
 
 def test_a_capped_k_is_marked_and_named():
