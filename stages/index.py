@@ -19,11 +19,13 @@ import pandas as pd
 from recallk.atomic import Folder, write_all
 from recallk.errors import InputError
 from recallk.index import page as index_page
-from recallk.index.inputs import exact_from_tables, problem_from_split
+from recallk.index.inputs import RESCORE, problem_from_split, read_neighbors, read_per_query
 from recallk.index.settings import IndexSettings
-from recallk.index.sweep import TIMING_KEYS, cheapest, score_index, split_timings, summary_rows
+from recallk.index.sweep import TIMING_KEYS, Exact, cheapest, score_index, split_timings, summary_rows
+from recallk.report.provenance import provenance
 from recallk.score.registry import metric_keys
 from recallk.score.settings import ScoreSettings
+from recallk.settings.base import as_params
 from recallk.stats import mean
 from recallk.tables_contract import csv_file, per_query_column
 from stages.params import load_settings
@@ -35,7 +37,6 @@ from stages.runner import (
     json_file,
     output_paths,
     parse_stage_args,
-    read_input_csv,
     read_provenance,
     remove_outputs,
     run_stage,
@@ -76,32 +77,50 @@ def tables_folder(tables: dict[str, pd.DataFrame], evaluated_id: str) -> Folder:
 def evaluated_id(per_query: pd.DataFrame, path: str) -> str:
     """What the exact run evaluated: the ``evaluated`` column of the score stage's per-query table (the ``id`` of
     metrics/evaluated.json, the same on every row), so the index stage needs no other score output."""
-    ids = per_query["evaluated"].unique()
+    ids = per_query["evaluated"].unique() if "evaluated" in per_query.columns else []
     if len(ids) != 1:
-        raise InputError(f"{path}: column evaluated holds {len(ids)} different ids, not one; re-run the score stage "
-                         "(`dvc repro score`).")
+        raise InputError(f"{path}: column evaluated holds {len(ids)} different ids, not one; {RESCORE}.")
     return str(ids[0])
+
+
+def check_current(found: str, path: str, split: dict | None, encode: dict | None, score: ScoreSettings,
+                  embeddings: str) -> None:
+    """The exact run ``found`` (:func:`evaluated_id`) must be of these embeddings: the id the score stage would
+    give them now (:func:`recallk.report.provenance.provenance`: the split, the encode provenance's backbone and
+    fingerprint, the score params). A mismatch (re-encoded, re-split, or score params changed since) is one
+    InputError naming both ids and the fingerprint, and the fix."""
+    expected = provenance(split, encode, as_params(score))["id"]
+    if found != expected:
+        backbone = (f"backbone {encode.get('backbone')}, fingerprint {encode.get('fingerprint')}" if encode
+                    else "no provenance.json")
+        raise InputError(f"{path} is a stale exact run: it evaluated {found} (column evaluated), but the embeddings "
+                         f"in {embeddings} ({backbone}) with this split and these score params are evaluated "
+                         f"{expected}, so the indexes would be scored against other embeddings' neighbours; {RESCORE}.")
 
 
 def run(args: Any, settings: IndexSettings, score: ScoreSettings) -> tuple[dict[str, Any], list, list, str]:
     """Score every point; the summary (index.json without the points), the points, their tables and what the exact
-    run evaluated (:func:`evaluated_id`)."""
+    run evaluated (:func:`evaluated_id`), after the exact run is checked against the embeddings
+    (:func:`check_current`) and read through its contracts (:mod:`recallk.index.inputs`)."""
+    split = read_provenance(args.split_provenance)
     inputs = load_inputs(args.catalog, args.split, inside(args.embeddings, EMBEDDING_FILES["embeddings"]),
-                         inside(args.embeddings, EMBEDDING_FILES["ids"]), train=True,
-                         data_root=data_root_of(read_provenance(args.split_provenance)))
-    problem = problem_from_split(inputs.sets, inputs.catalog, score)
-    per_query_csv = inside(args.exact, SCORE_FILES["per_query"])
-    per_query = read_input_csv(per_query_csv, required=["image_id", "num_positives", "evaluated"])
-    exact = exact_from_tables(per_query,
-                              read_input_csv(inside(args.exact, SCORE_FILES["neighbors"]),
-                                             required=["image_id", "rank", "gallery_id", "score"]),
-                              inputs.sets.queries, inputs.sets.gallery, score.depth, per_query_csv)
-    points, tables = score_index(problem, exact, settings, score)
+                         inside(args.embeddings, EMBEDDING_FILES["ids"]), train=True, data_root=data_root_of(split))
     keys = metric_keys(score.metrics, score.ks)
-    exact_means = {k: mean(pd.to_numeric(exact.table[per_query_column(k)]).to_numpy()) for k in keys}
+    queries, gallery = inputs.sets.queries, inputs.sets.gallery
+    per_query_csv = inside(args.exact, SCORE_FILES["per_query"])
+    table = read_per_query(per_query_csv, queries, keys)
+    ident = evaluated_id(table, per_query_csv)
+    check_current(ident, per_query_csv, split, read_provenance(inside(args.embeddings, EMBEDDING_FILES["provenance"])),
+                  score, args.embeddings)
+    rows, scores = read_neighbors(inside(args.exact, SCORE_FILES["neighbors"]), queries, gallery,
+                                  table["num_retrievable"].to_numpy(), score.depth, ident)
+    exact = Exact(table, rows, scores)
+    problem = problem_from_split(inputs.sets, inputs.catalog, score)
+    points, tables = score_index(problem, exact, settings, score)
+    exact_means = {k: mean(exact.table[per_query_column(k)].to_numpy()) for k in keys}
     summary = {"num_queries": int(problem.queries.shape[0]), "num_gallery": int(problem.gallery.shape[0]),
                "margin": settings.margin, "exact": exact_means}
-    return summary, points, tables, evaluated_id(per_query, per_query_csv)
+    return summary, points, tables, ident
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -26,8 +26,10 @@ from recallk.errors import InputError, os_advice, sqlite_advice
 from recallk.images import DEFAULT_BACKGROUND, background_problem
 
 #: The files of the encode stage's folder output (``data/embeddings``, one DVC out), by role; score and index read
-#: them from ``--embeddings DIR``.
-EMBEDDING_FILES = {"embeddings": "embeddings.npy", "ids": "ids.npy", "provenance": "provenance.json"}
+#: them from ``--embeddings DIR``. The two text files are there only when data/prepared/captions.csv has rows: the
+#: captions' embeddings (float32, caption order) and their caption ids.
+EMBEDDING_FILES = {"embeddings": "embeddings.npy", "ids": "ids.npy", "provenance": "provenance.json",
+                   "text_embeddings": "text_embeddings.npy", "text_ids": "text_ids.npy"}
 #: The files of the score stage's folder output (``data/scores``, one DVC out), by role; index reads two of them.
 SCORE_FILES = {"per_query": "per_query.csv", "neighbors": "neighbors.csv", "embedding_copies": "embedding_copies.csv"}
 
@@ -111,6 +113,12 @@ def background_of(split_provenance: dict | None) -> str:
         raise InputError(f"the split stage's provenance.json: `background` {problem} Re-run the split stage "
                          "(`dvc repro -f split`).")
     return value
+
+
+def read_captions(path: str | os.PathLike) -> pd.DataFrame:
+    """The captions CSV as text (header only without captions), checked by
+    :func:`recallk.data.contract.captions_schema`."""
+    return read_table(path, contract.captions_schema(), "split")
 
 
 def read_split(path: str | os.PathLike) -> pd.DataFrame:

@@ -2,9 +2,10 @@
 
 argv -> the ``split`` section of params.yaml (:class:`~recallk.data.settings.SplitSettings`)
 -> :func:`recallk.data.prepare.prepare_all`
--> the catalog, the split, the skipped-images and the near-duplicate CSVs, and what they describe
-(``provenance.json``: data root, strategy, protocol, counts, the background transparency is composited over
-and how many images have any, the near-duplicate counts), all or none.
+-> the catalog, the split, the skipped-images, the near-duplicate and the captions CSVs (the captions header
+only without ``split.captions``), and what they describe (``provenance.json``: data root, strategy, protocol,
+counts, the background transparency is composited over and how many images have any, the near-duplicate counts,
+``split.captions`` and the captions' counts), all or none.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ log = logging.getLogger("stages.split" if __name__ == "__main__" else __name__)
 INPUTS: dict[str, str] = {}
 OUTPUTS = {"catalog": "data/prepared/catalog.csv", "split": "data/prepared/split.csv",
            "skipped": "data/prepared/skipped.csv", "near-duplicates": "data/prepared/near_duplicates.csv",
-           "provenance": "data/prepared/provenance.json"}
+           "captions": "data/prepared/captions.csv", "provenance": "data/prepared/provenance.json"}
 
 
 def write_outputs(frames: Sequence[pd.DataFrame], paths: Sequence[str], provenance: dict | None = None) -> None:
@@ -56,8 +57,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                   # as data_root) and how many images it changed (null for an embeddings-only catalog)
                   "background": settings.background, "num_transparent_images": out.transparent,
                   # null for an embeddings-only catalog: no file, so no exact or near-duplicate check
-                  "near_duplicates": out.summary}
-    write_outputs([cat, split, skipped, pairs], outputs, provenance)
+                  "near_duplicates": out.summary,
+                  # split.captions (copied verbatim) and its counts: all, of eval images (scored), the eval captions
+                  # whose exact text another eval image has too, those of skipped images (dropped); zeros without
+                  "captions": settings.captions, **out.caption_summary}
+    write_outputs([cat, split, skipped, pairs, out.captions], outputs, provenance)
     if len(skipped):
         log.warning("the %d skipped images and their reasons are listed in %s", len(skipped), args.skipped)
     counts = split["split"].value_counts()

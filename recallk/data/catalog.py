@@ -116,12 +116,13 @@ def _scan_label(root: Path, folder: str, label: str, ancestors: tuple[str, ...],
             _scan_label(root, entry.path, label, ancestors + (real,), rows, problems)
 
 
-def scan_folder(root: Path) -> pd.DataFrame:
+def scan_folder(root: Path, not_images: tuple[str, ...] = ()) -> pd.DataFrame:
     """One row per file under ``root/<label>/`` (any depth); hidden files and folders are skipped.
 
     Links to folders are followed, as a label folder that is a link is. Every folder that cannot be
     listed (permissions, a symlink loop) is an :class:`~recallk.errors.InputError` naming it: a
-    folder that silently drops out would change the numbers without a word.
+    folder that silently drops out would change the numbers without a word. ``not_images`` (paths relative
+    to ``root``, the captions file) are neither rows nor loose files.
     """
     check_root(root)
     rows: list[tuple[str, str]] = []
@@ -149,6 +150,9 @@ def scan_folder(root: Path) -> pd.DataFrame:
         raise InputError(f"data root {quote(str(root))}: {len(problems)} folder(s) or link(s) cannot be scanned "
                          "(or have a name that is not UTF-8), so their images would be missing from the catalog:\n  - "
                          + "\n  - ".join(problems))
+    skip = {os.path.normpath(name) for name in not_images}  # the captions file: data, not an image
+    loose = [name for name in loose if name not in skip]
+    rows = [(rel, label) for rel, label in rows if os.path.normpath(rel) not in skip]
     if loose:
         log.warning("ignoring %d file(s) directly under %s (images belong in a folder per label): %s",
                     len(loose), root, ", ".join(loose[:5]))
@@ -175,18 +179,9 @@ def read_manifest(root: Path, csv_name: str, images: str = "files") -> pd.DataFr
     :func:`recallk.data.contract.same_number_labels`), and
     empty cells become missing values for the contract to report.
     """
-    check_root(root)
-    csv_path = root / csv_name
-    if not (is_safe_relative(csv_name) and Path(os.path.realpath(csv_path)).is_relative_to(os.path.realpath(root))):
-        raise InputError(f"`split.csv` is {quote(csv_name)}, which is not inside `split.data_root` "
-                         f"({quote(str(root))}): DVC tracks only the data root (the split stage's dependency "
-                         "${split.data_root} in dvc.yaml), so edits to this manifest would never re-run the split. "
-                         f"Move the manifest into {quote(str(root))} and give its path relative to it "
-                         f"(e.g. `split.csv: {clip(Path(csv_name).name)}`).")
-    if not csv_path.is_file():
-        raise InputError(f"manifest {quote(str(csv_path))} not found; `split.csv` is a path inside `split.data_root`.")
+    csv_path = file_in_root(root, csv_name, "csv", "manifest")
     try:
-        _check_header(csv_path)
+        check_header(csv_path)
         frame = pd.read_csv(csv_path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError, csv.Error) as exc:
         raise InputError(f"manifest {quote(str(csv_path))} is not a readable UTF-8 CSV ({clip(str(exc))}); "
@@ -216,10 +211,27 @@ def read_manifest(root: Path, csv_name: str, images: str = "files") -> pd.DataFr
     return frame[first + [c for c in frame.columns if c not in first]]
 
 
-def _check_header(csv_path: Path) -> None:
-    """Refuse a manifest header that names a column twice, as written (``label,label``: pandas would
-    silently rename the second ``label.1`` and use the first) or once spaces are stripped
-    (``label`` and ``label ``)."""
+def file_in_root(root: Path, name: str, key: str, what: str) -> Path:
+    """``root / name``, the file the param ``split.<key>`` names (a ``what``: manifest, captions file), which must
+    lie inside the data root (relative, no ``..``, no link out of it: DVC tracks only the data root, so a file
+    elsewhere could change without re-running the split) and exist."""
+    check_root(root)
+    path = root / name
+    if not (is_safe_relative(name) and Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root))):
+        raise InputError(f"`split.{key}` is {quote(name)}, which is not inside `split.data_root` "
+                         f"({quote(str(root))}): DVC tracks only the data root (the split stage's dependency "
+                         f"${{split.data_root}} in dvc.yaml), so edits to this {what} would never re-run the split. "
+                         f"Move the {what} into {quote(str(root))} and give its path relative to it "
+                         f"(e.g. `split.{key}: {clip(Path(name).name)}`).")
+    if not path.is_file():
+        raise InputError(f"{what} {quote(str(path))} not found; `split.{key}` is a path inside `split.data_root`.")
+    return path
+
+
+def check_header(csv_path: Path, what: str = "manifest") -> None:
+    """Refuse a ``what`` (manifest, captions file) header that names a column twice, as written
+    (``label,label``: pandas would silently rename the second ``label.1`` and use the first) or once spaces are
+    stripped (``label`` and ``label ``)."""
     with open(csv_path, newline="", encoding="utf-8-sig") as fh:
         header = next(csv.reader(fh), [])
     seen: dict[str, list[str]] = {}
@@ -228,18 +240,20 @@ def _check_header(csv_path: Path) -> None:
     repeated = {name: raw for name, raw in seen.items() if len(raw) > 1}
     if repeated:
         listed = "; ".join(f"{quote(name)} as {', '.join(map(quote, raw))}" for name, raw in repeated.items())
-        raise InputError(f"manifest {quote(str(csv_path))} names a column more than once in its header (spaces "
+        raise InputError(f"{what} {quote(str(csv_path))} names a column more than once in its header (spaces "
                          f"around names are ignored): {clip(listed)}; give every column its own name.")
 
 
-def read_source(root: Path, csv_name: str | None, images: str = "files") -> pd.DataFrame:
-    """The image table of a folder per label, or of a manifest (without a ``path`` column: ids only)."""
+def read_source(root: Path, csv_name: str | None, images: str = "files", not_images: tuple[str, ...] = ()
+                ) -> pd.DataFrame:
+    """The image table of a folder per label, or of a manifest (without a ``path`` column: ids only); a folder
+    scan leaves out ``not_images`` (paths relative to ``root``: the captions file)."""
     if csv_name is None:
         if images == "none":
             raise InputError("`split.images: none` builds the catalog from a manifest of ids and labels: set "
                              "`split.csv` to a CSV (image_id,label[,split,...]) inside `split.data_root`, or set "
                              "`split.images: auto` to read the image folders.")
-        return scan_folder(root)
+        return scan_folder(root, not_images)
     return read_manifest(root, csv_name, images)
 
 

@@ -120,6 +120,12 @@ def _label_overlap(df: pd.DataFrame) -> pd.Series:
     return df["label"].isin(train_labels & eval_labels)
 
 
+def _image_id_checks() -> list[pa.Check]:
+    """The rules of an image_id's text (the catalog's, and the captions' reference to it)."""
+    return [pa.Check(lambda s: ~s.str.contains(_CONTROL, regex=True), error=IMAGE_ID_RULE),
+            pa.Check(lambda s: s.str.len() <= MAX_ID_LENGTH, error=ID_LENGTH_RULE)]
+
+
 def _columns() -> dict[str, pa.Column]:
     """Each column's rule, declared once; the schemas below pick theirs."""
     def flag() -> pa.Column:
@@ -137,10 +143,7 @@ def _columns() -> dict[str, pa.Column]:
                                        error=error or f"str_matches('{pattern}')"), nullable=True)
 
     return {
-        "image_id": pa.Column(str, [pa.Check(lambda s: ~s.str.contains(_CONTROL, regex=True),
-                                             error=IMAGE_ID_RULE),
-                                    pa.Check(lambda s: s.str.len() <= MAX_ID_LENGTH, error=ID_LENGTH_RULE)],
-                              nullable=False, unique=True),
+        "image_id": pa.Column(str, _image_id_checks(), nullable=False, unique=True),
         "path": pa.Column(str, pa.Check(lambda v: is_safe_relative(v), element_wise=True, error=PATH_RULE),
                           nullable=False),
         "real_path": pa.Column(str, nullable=True),  # none for a path that is not safe (the path rule says so)
@@ -243,6 +246,57 @@ def split_schema() -> pa.DataFrameSchema:
     columns = _columns()
     return pa.DataFrameSchema({c: columns[c] for c in ("image_id", "split", "query", "gallery")},
                               strict=False, name="split")
+
+
+#: Longest caption, in characters: a caption is a sentence or a paragraph (text towers read the first few dozen
+#: tokens), and captions are stored and hashed whole.
+MAX_CAPTION_LENGTH = 10_000
+CAPTION_EMPTY_RULE = "caption must not be empty or blank (write the caption or drop the row)"
+CAPTION_TEXT_RULE = (f"caption must not contain line breaks, tabs or {_CONTROLS} (one caption is one line of "
+                     "text: join its lines with a space)")
+CAPTION_LENGTH_RULE = (f"caption must be at most {MAX_CAPTION_LENGTH:,} characters (a caption, not a document: "
+                       "shorten it)")
+CAPTION_IMAGE_RULE = ("image_id must name an image of the catalog (a manifest's image_id; for label folders the "
+                      "path relative to the data root): fix the id or drop the row")
+CAPTION_ID_RULE = ("caption_id must be <image_id>#<n>, n the 0-based order of that image's captions in the file "
+                   "(the split stage writes it so)")
+
+
+def _caption_checks() -> list[pa.Check]:
+    """The rules of a caption's text, on the captions file and on the captions table alike."""
+    return [pa.Check(lambda s: s.str.strip().str.len() > 0, error=CAPTION_EMPTY_RULE),
+            pa.Check(lambda s: ~s.str.contains(_CONTROL, regex=True), error=CAPTION_TEXT_RULE),
+            pa.Check(lambda s: s.str.len() <= MAX_CAPTION_LENGTH, error=CAPTION_LENGTH_RULE)]
+
+
+def caption_source_schema(image_ids: set[str]) -> pa.DataFrameSchema:
+    """The captions file a user gives (``split.captions``): ``image_id`` names an image of ``image_ids`` (the
+    catalog's), ``caption`` is one non-blank line of at most :data:`MAX_CAPTION_LENGTH` characters. Other
+    columns are ignored."""
+    return pa.DataFrameSchema(
+        {"image_id": pa.Column(str, pa.Check(lambda s: s.isin(image_ids), error=CAPTION_IMAGE_RULE), nullable=False),
+         "caption": pa.Column(str, _caption_checks(), nullable=False)},
+        strict=False, name="captions file")
+
+
+def _caption_ids_ok(df: pd.DataFrame) -> pd.Series:
+    """Rows whose caption_id is ``<image_id>#<n>``, n counting that image's rows in file order from 0."""
+    n = df.groupby("image_id", sort=False).cumcount().astype(str)
+    return df["caption_id"].astype(str).eq(df["image_id"].astype(str) + "#" + n)
+
+
+def captions_schema() -> pa.DataFrameSchema:
+    """The captions table the split stage writes (``data/prepared/captions.csv``), as text: ``caption_id``
+    (unique, ``<image_id>#<n>``), ``image_id`` (a catalog image), ``caption`` (the caption rules of
+    :func:`caption_source_schema`) and ``split`` (the image's: train | val | gallery). Header only without
+    captions."""
+    columns = _columns()
+    return pa.DataFrameSchema(
+        {"caption_id": pa.Column(str, nullable=False, unique=True),
+         "image_id": pa.Column(str, _image_id_checks(), nullable=False),
+         "caption": pa.Column(str, _caption_checks(), nullable=False),
+         "split": columns["split"]},
+        checks=[pa.Check(_caption_ids_ok, error=CAPTION_ID_RULE)], strict=False, name="captions")
 
 
 #: A label that is a decimal number as written (``7``, ``07``, ``7.0``, ``-7``, ``7e0``): no sign of ``nan`` or ``inf``.

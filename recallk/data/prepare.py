@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from recallk.data import captions as captions_module
 from recallk.data import catalog, contract, nearcopy, phash, splitting
-from recallk.data.settings import NearDuplicateSettings, SplitSettings
+from recallk.data.settings import TEXT_IMAGE, NearDuplicateSettings, SplitSettings
 from recallk.errors import InputError, quote
 from recallk.images import DEFAULT_BACKGROUND
 from recallk.settings.base import as_params
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 LARGE_CLUSTER, LARGE_CLUSTER_IMAGES = 0.05, 10
 #: Pairs an error message lists before summarising the rest.
 MAX_LISTED = 20
+#: The captions' counts of a split without captions.
+NO_CAPTIONS = {"num_captions": 0, "num_captioned_images": 0, "num_eval_captions": 0, "num_ambiguous_captions": 0,
+               "num_skipped_captions": 0}
 
 
 @dataclass
@@ -59,6 +63,11 @@ class Prepared:
     #: For provenance.json: how many catalog images have transparency, composited over ``split.background``
     #: (None without image files).
     transparent: int | None = None
+    #: ``caption_id, image_id, caption, split`` (:mod:`recallk.data.captions`); header only without
+    #: ``split.captions``.
+    captions: pd.DataFrame = field(default_factory=captions_module.empty_table)
+    #: For provenance.json: the captions' counts (:func:`recallk.data.captions.caption_table`; zeros without).
+    caption_summary: dict[str, int] = field(default_factory=lambda: dict(NO_CAPTIONS))
 
     @property
     def files(self) -> bool:
@@ -92,9 +101,12 @@ def prepare_all(settings: SplitSettings) -> Prepared:
     csv, images, strategy, protocol = settings.csv, settings.images, settings.strategy, settings.protocol
     near = settings.near_duplicates
     root = Path(settings.data_root)
-    frame = catalog.read_source(root, csv, images)
+    frame = catalog.read_source(root, csv, images, (settings.captions,) if settings.captions else ())
+    # the captions file is read before any image: a missing or malformed file stops the stage at once
+    raw_captions = captions_module.read_captions(root, settings.captions) if settings.captions else None
     files = "path" in frame.columns
     skipped = pd.DataFrame({"path": pd.Series(dtype=object), "reason": pd.Series(dtype=object)})
+    listed = set(frame["image_id"].dropna())
     if files:
         frame, skipped = _probe(root, frame, settings.on_bad_image, settings.background)
     else:
@@ -129,7 +141,8 @@ def prepare_all(settings: SplitSettings) -> Prepared:
     if table is not None:
         summary = _check_pairs(table, dict(zip(frame["image_id"], query)), dict(zip(frame["image_id"], gallery)),
                                near, strategy, protocol, too_small_count(frame))
-    orphans = splitting.queries_without_positive(frame["label"], query, gallery)
+    # under text_image an image's positives are its captions, not the images of its label
+    orphans = splitting.queries_without_positive(frame["label"], query, gallery) & (protocol != TEXT_IMAGE)
     if orphans.any():
         labels = sorted(frame.loc[orphans, "label"].unique())
         log.warning("%d queries (labels: %s) have no gallery image of their label other than themselves; "
@@ -148,7 +161,11 @@ def prepare_all(settings: SplitSettings) -> Prepared:
                           "query": query, "gallery": gallery})
     for frame, schema in ((cat, contract.catalog_schema()), (split, contract.split_schema())):
         contract.validate(contract.as_text(frame), schema, source=f"the {schema.name} table", csv_lines=True)
-    return Prepared(cat, split, skipped, table, summary, transparent)
+    out = Prepared(cat, split, skipped, table, summary, transparent)
+    if raw_captions is not None:
+        out.captions, out.caption_summary = captions_module.caption_table(
+            raw_captions, split, listed - set(split["image_id"]), source=str(root / settings.captions))
+    return out
 
 
 def _probe(root: Path, frame: pd.DataFrame, on_bad_image: str,
@@ -257,8 +274,8 @@ def _check_pairs(table: pd.DataFrame, query: dict, gallery: dict, near: NearDupl
             f"{counts['near_duplicates_cross_label']} with different labels in all; listed in "
             "data/prepared/near_duplicates.csv")
     if phash.warned(table, query, gallery).any():
-        hint = ("under leave_one_out every eval image is a query, so no split keeps eval pairs apart; "
-                "remove the copies or check score.embedding_copies.min_cosine" if protocol == "leave_one_out"
+        hint = (f"under {protocol} every eval image is a query, so no split keeps eval pairs apart; "
+                "remove the copies or check score.embedding_copies.min_cosine" if protocol in splitting.BOTH_ROLES
                 else keep_apart)
         log.warning("%s (%s)", text, hint)
     else:

@@ -22,6 +22,11 @@ import pandas as pd
 from recallk.data.contract import EVAL_SPLITS, SPLITS
 from recallk.errors import InputError
 
+#: Protocols under which every eval image (val or gallery) plays both roles: ``leave_one_out`` (each against the
+#: others) and ``text_image`` (each an image -> text query and a text -> image gallery item). The split merges the
+#: val and gallery fractions into gallery for them.
+BOTH_ROLES = ("leave_one_out", "text_image")
+
 
 def stable_rank_key(seed: int, key: str) -> tuple[int, str]:
     """Sort key from ``sha256(f"{seed}:{key}")``; the key itself breaks (astronomically rare) ties."""
@@ -120,7 +125,8 @@ def assign_splits(frame: pd.DataFrame, *, strategy: str, protocol: str,
     """Return the split (``train``/``val``/``gallery``) of every row of ``frame``.
 
     ``frame`` needs ``image_id, label, sha256`` (and ``split`` for ``given``).
-    Under ``leave_one_out`` the val and gallery fractions merge into gallery.
+    Under ``leave_one_out`` and ``text_image`` (:data:`BOTH_ROLES`) the val and gallery fractions merge into
+    gallery.
     ``groups`` (aligned with ``frame``): each row's near-duplicate cluster key, which then replaces
     its content key; every cluster lands in one split (module docstring).
     """
@@ -130,7 +136,7 @@ def assign_splits(frame: pd.DataFrame, *, strategy: str, protocol: str,
                             "(train, val or gallery per row); add it or choose another strategy.")
         return frame["split"].copy()
     train, val, gallery = (float(fractions[k]) for k in SPLITS)
-    if protocol == "leave_one_out":
+    if protocol in BOTH_ROLES:
         val, gallery = 0.0, val + gallery
     units = unit_keys(frame) if groups is None else groups.astype(str)
     labels = frame["label"].fillna("").astype(str)
@@ -165,8 +171,10 @@ def roles(split: pd.Series, protocol: str) -> tuple[pd.Series, pd.Series]:
     ``query_gallery``: val rows are queries, gallery rows are the gallery.
     ``leave_one_out``: every val or gallery row is both a query and a gallery item
     (at score time a query never retrieves its own image).
+    ``text_image``: the same flags (every eval image is an image -> text query and a text -> image gallery item;
+    its captions are the other side).
     """
-    if protocol == "leave_one_out":
+    if protocol in BOTH_ROLES:
         both = split.isin(EVAL_SPLITS)
         return both, both.copy()
     return split.eq("val"), split.eq("gallery")

@@ -21,8 +21,9 @@ re-encoding.
 Integrity (the trust boundary, docs/backbones.md#the-embedding-cache): every row carries an HMAC-SHA256
 (:func:`row_digest`) over the format version, the backbone fingerprint, the image sha256, the dimension and
 the vector bytes, keyed by a random per-cache secret in ``embeddings.key`` beside the file (created once,
-mode 0600). A row whose digest does not match (a flipped byte, a vector stored as text, a row written by
-an older recallk or by anyone who cannot read the key) is not served: it is encoded again and replaced.
+mode 0600; anything but a regular file there is refused, and a key others can read is used with a warning).
+A row whose digest does not match (a flipped byte, a vector stored as text, a row written by an older
+recallk or by anyone who cannot read the key) is not served: it is encoded again and replaced.
 Whoever can read the key and write the file can still forge a row; the encode stage's sample check
 (``encode.verify_cache``, :mod:`recallk.encode.verify`) re-encodes a sample of hits to catch that too.
 A file that is not a cache (another table layout) or whose pages are damaged is an InputError saying so.
@@ -36,6 +37,7 @@ import logging
 import os
 import secrets
 import sqlite3
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -77,9 +79,11 @@ def damaged(path: Path, exc: sqlite3.Error) -> InputError | None:
 def cache_key(path: Path) -> bytes:
     """The secret of the cache at ``path``: 32 random bytes in ``<path>.key`` (``embeddings.key``), created
     once with mode 0600 (written to a temporary file, then linked into place, so two processes starting
-    at once agree on one key)."""
+    at once agree on one key). It must be a regular file (:func:`read_key`: a FIFO there is refused, not read,
+    which would block); a key its group or other users can read is used with a warning naming the mode and
+    ``chmod 600``."""
     key_file = path.with_suffix(".key")
-    if not key_file.exists():
+    if not os.path.lexists(key_file):
         fd, tmp = tempfile.mkstemp(dir=key_file.parent, prefix=".key.")  # mode 0600
         try:
             with os.fdopen(fd, "wb") as fh:
@@ -90,11 +94,51 @@ def cache_key(path: Path) -> bytes:
                 pass  # another process made it first: use that one
         finally:
             os.unlink(tmp)
-    key = key_file.read_bytes()
+    key, mode = read_key(key_file, path)
     if len(key) != 32:
-        raise InputError(f"the embedding cache's key file {quote(str(key_file))} holds {len(key)} bytes, not 32 "
+        held = "more than 32" if len(key) > 32 else str(len(key))
+        raise InputError(f"the embedding cache's key file {quote(str(key_file))} holds {held} bytes, not 32 "
                          f"(damaged); delete it and {quote(str(path))} (that only costs re-encoding).")
+    if os.name == "posix" and mode & 0o044 and (str(key_file), mode) not in _WARNED:  # Windows has no such bits
+        _WARNED.add((str(key_file), mode))
+        who = " and ".join(w for w, bit in (("its group", 0o040), ("every user", 0o004)) if mode & bit)
+        log.warning("the embedding cache's key file %s has mode %04o: %s can read it, and whoever can read the key "
+                    "and write the cache can forge cached embeddings; run `chmod 600 %s` (the key is the cache's "
+                    "trust boundary, docs/backbones.md#the-embedding-cache)", key_file, mode, who, key_file)
     return key
+
+
+#: (key file, mode) pairs already warned about in this process: one warning per cache, not one per opening.
+_WARNED: set[tuple[str, int]] = set()
+#: What a key file that is not a regular file is, by its type bits (for the refusal).
+_NOT_REGULAR = {stat.S_IFIFO: "a FIFO (named pipe)", stat.S_IFDIR: "a folder", stat.S_IFCHR: "a character device",
+                stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}
+
+
+def read_key(key_file: Path, path: Path) -> tuple[bytes, int]:
+    """The first 33 bytes of ``key_file`` (enough to tell a 32-byte key from a longer file) and its permission
+    bits; InputError when it is not a regular file (a FIFO, a folder, a device: opened without blocking and
+    refused, never read) or cannot be opened."""
+    try:
+        fd = os.open(key_file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise InputError(f"cannot read the embedding cache's key file {quote(str(key_file))} ({exc.strerror}); "
+                         f"delete it and {quote(str(path))} (that only costs re-encoding) or set RECALLK_CACHE_DIR "
+                         "to another folder.") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            what = _NOT_REGULAR.get(stat.S_IFMT(info.st_mode), "not a regular file")
+            raise InputError(f"the embedding cache's key file {quote(str(key_file))} is {what}, not a regular file; "
+                             f"delete it and {quote(str(path))} (that only costs re-encoding): the next run makes a "
+                             "new key.")
+        chunks, size = [], 0
+        while size < 33 and (chunk := os.read(fd, 33 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks), stat.S_IMODE(info.st_mode)
 
 
 def _check_layout(db: sqlite3.Connection, path: Path) -> None:

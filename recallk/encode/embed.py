@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from recallk.data.contract import has_files
+from recallk.encode import captions as captions_module
 from recallk.encode import precomputed
 from recallk.encode.base import file_sha256
 from recallk.encode.batches import encode_catalog
@@ -22,8 +24,25 @@ from recallk.images import DEFAULT_BACKGROUND
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class Embedded:
+    """What the encode stage writes: the image embeddings (catalog order), what made them, and with captions their
+    embeddings (caption order; None without captions)."""
+
+    images: np.ndarray
+    provenance: dict[str, Any]
+    texts: np.ndarray | None = None
+
+
 def embed(catalog: pd.DataFrame, settings: EncodeSettings,
           background: str = DEFAULT_BACKGROUND) -> tuple[np.ndarray, dict[str, Any]]:
+    """``(embeddings, provenance)`` of the catalog's images: :func:`embed_all` without captions."""
+    out = embed_all(catalog, settings, background)
+    return out.images, out.provenance
+
+
+def embed_all(catalog: pd.DataFrame, settings: EncodeSettings, background: str = DEFAULT_BACKGROUND,
+              captions: pd.DataFrame | None = None) -> Embedded:
     """Embeddings of the catalog's images in catalog order, for the ``encode`` settings.
 
     Parameters
@@ -45,14 +64,21 @@ def embed(catalog: pd.DataFrame, settings: EncodeSettings,
         recorded it: its pHash saw the same pixels); part of the backbone's fingerprint, so cached embeddings
         of another background are never served. A ``precomputed`` backbone decodes nothing and ignores it.
 
+    captions : DataFrame, optional
+        ``caption_id, caption`` per caption (``data/prepared/captions.csv``); with rows, the backbone must embed
+        text too (:mod:`recallk.encode.captions`: refused before any image is encoded otherwise).
+
     Returns
     -------
-    (embeddings, provenance)
-        float32 array of shape (n_images, dim): images already encoded by the same backbone
+    Embedded
+        ``images``: float32 array of shape (n_images, dim): images already encoded by the same backbone
         (same fingerprint, same sha256) come from the embedding cache (:mod:`recallk.encode.cache`);
-        and what made them: ``backbone``, ``fingerprint`` (for ``precomputed``: the file and its
-        sha256), ``embedding_dim``, ``num_images``.
+        ``provenance``, what made them: ``backbone``, ``fingerprint`` (for ``precomputed``: the file and its
+        sha256), ``embedding_dim``, ``num_images``, and with captions ``text_fingerprint`` (for ``precomputed``:
+        the text file and its sha256) and ``num_captions``; ``texts``: the captions' float32 (n_captions, dim), or
+        None without captions.
     """
+    texts = captions if captions is not None and len(captions) else None
     backbone = settings.backbone
     if backbone != precomputed.NAME and not has_files(catalog):
         raise InputError(f"the catalog lists ids without image files (an embeddings-only manifest: no path column, or "
@@ -64,11 +90,19 @@ def embed(catalog: pd.DataFrame, settings: EncodeSettings,
         ids, emb = precomputed.read_precomputed(path, ids_path)
         out = precomputed.align(ids, emb, catalog["image_id"].tolist(), source=str(path))
         log.info("loaded %d precomputed embeddings (dim %d)", len(out), out.shape[1])
-        return out, _provenance(backbone, f"{path} sha256 {file_sha256(path)[:16]}", out)
+        result = Embedded(out, _provenance(backbone, f"{path} sha256 {file_sha256(path)[:16]}", out))
+        if texts is not None:
+            result.texts, made_by = captions_module.read_precomputed_texts(
+                settings.precomputed.text, texts["caption_id"].tolist(), out.shape[1])
+            result.provenance.update(text_fingerprint=made_by, num_captions=len(texts))
+            log.info("loaded %d precomputed caption embeddings", len(texts))
+        return result
     runtime = Request(device=settings.device, dtype=settings.dtype, reproducible=settings.reproducible,
                       batch_size=settings.batch_size)
     options = settings.backbone_options(options_key(backbone))
     model = get_backbone(backbone, options, runtime=runtime, background=background)
+    if texts is not None and model.encode_text is None:
+        raise captions_module.no_text_tower(backbone)
     source = None
     if settings.engine == "ray":
         from recallk.encode.ray_engine import ray_source
@@ -80,7 +114,16 @@ def embed(catalog: pd.DataFrame, settings: EncodeSettings,
                                                   verify_cache=settings.verify_cache)
     log.info("%s (fingerprint %s, dim %d): encoded %d images, served %d from the cache (%s)", model.name,
              model.fingerprint, out.shape[1], n_encoded, n_cached, cache.path)
-    return out, _provenance(model.name, model.fingerprint, out)
+    result = Embedded(out, _provenance(model.name, model.fingerprint, out))
+    if texts is not None:  # one cache file; the text fingerprint keys the captions apart from any image
+        with EmbeddingCache(default_path(), model.text_fingerprint) as cache:
+            result.texts, n_encoded, n_cached = captions_module.encode_texts(
+                texts["caption"].tolist(), texts["caption_id"].tolist(), model, cache, dim=out.shape[1],
+                batch_size=settings.batch_size, verify_cache=settings.verify_cache)
+        log.info("%s (text fingerprint %s): encoded %d distinct captions, served %d from the cache", model.name,
+                 model.text_fingerprint, n_encoded, n_cached)
+        result.provenance.update(text_fingerprint=model.text_fingerprint, num_captions=len(texts))
+    return result
 
 
 def _provenance(backbone: str, fingerprint: str, emb: np.ndarray) -> dict[str, Any]:

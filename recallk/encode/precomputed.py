@@ -81,7 +81,7 @@ def _load_npy(path: Path, what: str) -> np.ndarray:
             raise InputError(f"cannot load {source} ({clip(str(exc))}); save it with numpy.save.") from None
 
 
-def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray]:
+def load_npz(path: str) -> tuple[np.ndarray, np.ndarray]:
     """Arrays ``ids`` and ``embeddings`` of an ``.npz``, each member's header and sizes checked first."""
     try:
         archive = zipfile.ZipFile(path)
@@ -123,22 +123,28 @@ def _load_npz(path: str) -> tuple[np.ndarray, np.ndarray]:
     return out["ids"], out["embeddings"]
 
 
+def named_file(path: str | None, key: str, what: str, needs: str) -> Path:
+    """The file ``encode.precomputed.<key>`` names (``what``: precomputed embeddings, ...); an InputError saying
+    ``needs`` (what the run needs it for) when it is the placeholder for none, or naming the param when no file is
+    there."""
+    if not path or is_no_file(path):
+        raise InputError(f"{needs}; it is {quote(path)}, the placeholder for none.")
+    if not Path(path).is_file():
+        raise InputError(f"{what} {quote(path)} not found; fix `encode.precomputed.{key}` (it must name a file).")
+    return Path(path)
+
+
 def read_precomputed(path: str | None, ids_path: str | None) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(ids, embeddings)`` as stored, or raise a InputError naming the fix.
 
     An ids ``.txt`` is UTF-8 with one id per line; a byte-order mark (Windows editors write one) is
     not part of the first id.
     """
-    if not path or is_no_file(path):
-        raise InputError("`encode.backbone: precomputed` needs `encode.precomputed.path` (an .npz with ids and "
-                        f"embeddings, or an .npy with `encode.precomputed.ids`); it is {quote(path)}, the "
-                        "placeholder for none.")
-    file = Path(path)
-    if not file.is_file():
-        raise InputError(f"precomputed embeddings {quote(path)} not found; fix `encode.precomputed.path` (it "
-                         "must name a file).")
+    file = named_file(path, "path", "precomputed embeddings",
+                      "`encode.backbone: precomputed` needs `encode.precomputed.path` (an .npz with ids and "
+                      "embeddings, or an .npy with `encode.precomputed.ids`)")
     if file.suffix == ".npz":
-        return _load_npz(path)
+        return load_npz(path)
     if not ids_path or is_no_file(ids_path):
         raise InputError(f"{quote(path)} holds embeddings only; set `encode.precomputed.ids` to the aligned ids file.")
     if not Path(ids_path).is_file():
@@ -169,8 +175,15 @@ def _text_ids(ids: np.ndarray, source: str) -> np.ndarray:
     return np.array([raw.decode("utf-8") for raw in flat.tolist()], dtype=str).reshape(ids.shape)
 
 
-def align(ids: np.ndarray, emb: np.ndarray, catalog_ids: Sequence[str], source: str) -> np.ndarray:
-    """Rows of ``emb`` in catalog order; every id present, one dimension, finite, non-zero."""
+#: How :func:`align`'s messages name an item and its id, by ``what``: the catalog's images, or the captions.
+_ITEMS = {"image": ("catalog image", "image_id", "every catalog image_id"),
+          "caption": ("caption", "caption_id", "every caption_id of data/prepared/captions.csv")}
+
+
+def align(ids: np.ndarray, emb: np.ndarray, catalog_ids: Sequence[str], source: str, what: str = "image") -> np.ndarray:
+    """Rows of ``emb`` in catalog order; every id present, one dimension, finite, non-zero. ``what``: ``image``
+    (``catalog_ids`` are the catalog's image ids) or ``caption`` (the captions table's caption ids)."""
+    item, id_name, every = _ITEMS[what]
     if emb.ndim != 2 or emb.dtype.kind not in "iuf":
         why = " (complex numbers have no cosine here: store the real vectors)" if emb.dtype.kind == "c" else ""
         raise InputError(f"{source}: embeddings must be a numeric 2-D array (n, d); got shape {emb.shape}, "
@@ -181,15 +194,15 @@ def align(ids: np.ndarray, emb: np.ndarray, catalog_ids: Sequence[str], source: 
                         "aligned one to one with the rows.")
     row = {image_id: i for i, image_id in enumerate(ids)}
     if len(row) != len(ids):
-        raise InputError(f"{source}: ids repeat; give every embedding row its own image_id.")
+        raise InputError(f"{source}: ids repeat; give every embedding row its own {id_name}.")
     missing = [i for i in catalog_ids if i not in row]
     if missing:
-        raise InputError(f"{source}: {len(missing)} catalog image(s) have no embedding, e.g. "
-                        f"{', '.join(missing[:5])}; compute embeddings for every catalog image_id.")
+        raise InputError(f"{source}: {len(missing)} {item}(s) have no embedding, e.g. "
+                        f"{', '.join(missing[:5])}; compute embeddings for {every}.")
     out = emb[[row[i] for i in catalog_ids]].astype(np.float32)
     bad = unusable_rows(out)
     if bad.any():
         names = np.asarray(catalog_ids)[bad][:10].tolist()
-        raise InputError(f"{source}: NaN, inf or all-zero embeddings for {int(bad.sum())} image(s): "
+        raise InputError(f"{source}: NaN, inf or all-zero embeddings for {int(bad.sum())} {what}(s): "
                         f"{', '.join(names)}; fix them at the source.")
     return out

@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from recallk.encode.base import Backbone, composited_over, fingerprint, is_no_file
+from recallk.encode.base import Backbone, composited_over, fingerprint, is_no_file, text_fingerprint
 from recallk.errors import InputError, clip, did_you_mean, quote
 from recallk.images import DEFAULT_BACKGROUND
 
@@ -150,7 +150,7 @@ def _check_module_file(spec: str, source: str, module_file: str) -> None:
                      f"{clip(rel)}` (or a folder that holds it, for a package).")
 
 
-def user_callable(spec: str, module_file: str | None = None) -> Backbone:
+def user_callable(spec: str, module_file: str | None = None, text_function: str | None = None) -> Backbone:
     """``callable:package.module:function``: a user function ``list[PIL.Image] -> (n, d)`` array.
 
     It is imported from the working directory or the installed packages. Its
@@ -158,7 +158,9 @@ def user_callable(spec: str, module_file: str | None = None) -> Backbone:
     (``encode.callable.module_file``, which the encode stage depends on in dvc.yaml), the module's
     source must be that file or lie in that folder, so DVC sees its edits too. A builtin
     (``builtins:eval``) has no source file and is refused. Whatever the function raises when
-    called, ``sys.exit`` included, becomes an :class:`InputError` naming it.
+    called, ``sys.exit`` included, becomes an :class:`InputError` naming it. ``text_function``
+    (``encode.callable.text_function``) names a function of the same module, ``list[str] -> (n, d)``, that embeds
+    captions in the images' space: the backbone's text tower, its text fingerprint the module's hash and that name.
     """
     target = spec[len(CALLABLE_PREFIX):]
     module_name, _, func_name = target.partition(":")
@@ -186,8 +188,17 @@ def user_callable(spec: str, module_file: str | None = None) -> Backbone:
     if module_file is not None:
         _check_module_file(spec, source, module_file)
     digest = hashlib.sha256(Path(source).read_bytes()).hexdigest()
-    return Backbone(name=target, dim=None, encode=func, user_code=True,
-                    fingerprint=fingerprint("callable", "1", target=target, source_sha256=digest))
+    fp = fingerprint("callable", "1", target=target, source_sha256=digest)
+    encode_text = None
+    if text_function is not None:
+        encode_text = getattr(module, text_function, None)
+        if not callable(encode_text):
+            raise InputError(f"`encode.callable.text_function` is {quote(text_function)}, but module {module_name!r} "
+                             f"has no such function; name a function of {quote(module_name)} that takes a list of "
+                             "captions and returns an (n, d) array, or set it to null.")
+    return Backbone(name=target, dim=None, encode=func, user_code=True, fingerprint=fp, encode_text=encode_text,
+                    text_fingerprint=None if encode_text is None else
+                    text_fingerprint(fp, {"kind": "callable", "function": text_function}))
 
 
 def get_backbone(name: str, options: dict[str, Any] | None = None, runtime: Any = None,

@@ -93,6 +93,9 @@ class PrecomputedSettings:
                              f"embeddings. {TRACKED}")
     ids: str = tracked_file("with an `.npy` path: the aligned ids, an `.npy` of strings or a `.txt` (UTF-8, one id per "
                             "line). A DVC dependency too (placeholder for \"none\": an `.npz` holds its ids)")
+    text: str = tracked_file("with captions (`split.captions`): an `.npz` with arrays `ids` (caption ids, "
+                             "`<image_id>#<n>` as in `data/prepared/captions.csv`) and `embeddings` (the images' "
+                             "dimension). A DVC dependency too (placeholder for \"none\")")
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,9 @@ class CallableSettings:
     module_file: str = tracked_file("with `backbone: callable:...`: the module's file (or a folder holding it, for "
                                     "a package). A DVC dependency, so editing the module re-runs encode; the stage "
                                     "refuses a callable whose source is elsewhere")
+    text_function: str | None = setting(None, optional_name,
+                                        "with captions: a function of the same module, `list[str] -> (n, d)` array "
+                                        "in the images' space, that embeds them; `null`: the callable embeds no text")
 
 
 @dataclass(frozen=True)

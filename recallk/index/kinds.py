@@ -5,6 +5,11 @@ product of unit rows, i.e. the cosine) or ``hnswlib`` / ``hnswlib,M<m>`` / ``hns
 ``ip`` space; M 16 and ef_construction 200 by default). Each kind has the sweep parameters it has:
 ``nprobe`` (any FAISS index with an IVF stage: 1 to its nlist), ``efSearch`` (FAISS HNSW) and ``ef``
 (hnswlib). FAISS and hnswlib are imported when a kind is made (the ``faiss`` and ``hnswlib`` extras).
+
+FAISS's factory crashes the process on some strings (a segfault, an abort: no error line), so a kind is read
+here first (:func:`kind_problem`, the params check's rule): only the parts of :data:`PARTS`, in their order and
+within their ranges, reach FAISS. Every FAISS or hnswlib call that makes, trains, fills or searches an index
+runs inside :func:`library_call`, so a library failure is one InputError naming the kind.
 """
 
 from __future__ import annotations
@@ -14,18 +19,137 @@ import os
 import re
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
+from recallk.checks import integer_problem
 from recallk.errors import InputError, clip
 
 #: The sweep parameters, by the library that has them.
-#: ``hnswlib``, ``hnswlib,M16``, ``hnswlib,M16,efc200``.
-HNSWLIB = re.compile(r"^hnswlib(?:,M([1-9][0-9]*))?(?:,efc([1-9][0-9]*))?$")
+#: ``hnswlib``, ``hnswlib,M16``, ``hnswlib,M16,efc200`` (the numbers' ranges are checked apart).
+HNSWLIB = re.compile(r"^hnswlib(?:,M([0-9]+))?(?:,efc([0-9]+))?$")
 #: Examples named by the messages.
 EXAMPLES = "`Flat`, `IVF1024,Flat`, `IVF1024,PQ32`, `HNSW32`, `hnswlib,M16`"
+#: The largest value a C int holds: FAISS keeps its parameters (efSearch, seeds) in one.
+C_INT = 2**31 - 1
+#: The longest kind: FAISS's factory parser crashes (a segfault) on a string of some kilobytes.
+MAX_KIND_CHARS = 100
+#: M of an HNSW graph (FAISS's and hnswlib's): below 2 both crash (FAISS divides by log M); hnswlib caps M at
+#: 10,000 (with a warning) and each item's links grow with M.
+HNSW_M = (2, 10_000)
+#: IVF lists: 0 lists build an index that fails every search; FAISS allocates every list when it makes the
+#: index (2**31 of them: bad_alloc), and training needs a row per list.
+IVF_LISTS = (1, 2**22)
+#: Bits of a PQ code: 0 crashes FAISS (SIGFPE); each sub-quantizer trains 2**bits centroids.
+PQ_BITS = (1, 16)
+#: Transforms (PCA, OPQ) before the index.
+MAX_TRANSFORMS = 3
+#: Threads of a build or a search (``index.build_threads``, ``index.threads``).
+MAX_THREADS = 1024
+
+
+@dataclass(frozen=True)
+class Part:
+    """A part of a FAISS factory string the stage builds (``IVF1024``, ``PQ32x8``): its role and numbers."""
+
+    text: str
+    role: str  # transform, coarse, codes, graph, refine
+    numbers: dict[str, int]
+
+
+#: Each part the stage builds: its role, its pattern, and each number's (name, smallest, largest, why).
+PARTS: tuple[tuple[str, re.Pattern, dict[str, tuple[str, int, int, str]]], ...] = (
+    ("transform", re.compile(r"PCAW?R?(?P<d>[0-9]+)"), {"d": ("its output dimension", 1, C_INT, "")}),
+    ("transform", re.compile(r"OPQ(?P<m>[0-9]+)(?:_(?P<d>[0-9]+))?"),
+     {"m": ("its sub-quantizers", 1, C_INT, ""), "d": ("its output dimension", 1, C_INT, "")}),
+    ("coarse", re.compile(r"IVF(?P<nlist>[0-9]+)(?:_HNSW(?P<M>[0-9]+))?"),
+     {"nlist": ("its lists (nlist)", *IVF_LISTS, ": FAISS fails every search of 0 lists and allocates every list "
+                "when it makes the index"),
+      "M": ("M of its HNSW quantizer", *HNSW_M, ": FAISS crashes on a graph of M below 2")}),
+    ("codes", re.compile(r"Flat|SQ4|SQ6|SQ8|SQfp16|SQbf16"), {}),
+    ("codes", re.compile(r"PQ(?P<m>[0-9]+)(?:x(?P<bits>[0-9]+))?"),
+     {"m": ("its sub-quantizers", 1, C_INT, ""),
+      "bits": ("its bits per code", *PQ_BITS, ": FAISS crashes on 0, and each sub-quantizer trains 2^bits "
+               "centroids")}),
+    ("graph", re.compile(r"HNSW(?P<M>[0-9]+)"), {"M": ("M", *HNSW_M, ": FAISS crashes on a graph of M below 2")}),
+    ("refine", re.compile(r"RFlat"), {}),
+)
+#: The parts, as the messages name them.
+PART_NAMES = ("PCA<d>, PCAR<d>, PCAW<d>, PCAWR<d>, OPQ<m> or OPQ<m>_<d> (transforms, first); IVF<n> or "
+              "IVF<n>_HNSW<M> (an IVF stage); Flat, PQ<m>, PQ<m>x<bits>, SQ4, SQ6, SQ8, SQfp16, SQbf16 (the codes); "
+              "HNSW<M> (a graph, alone or before its codes); RFlat (exact re-ranking, last)")
+#: The orders of the roles after the transforms and before RFlat.
+CORES = (("codes",), ("coarse", "codes"), ("graph",), ("graph", "codes"))
+#: Parts FAISS builds that the stage cannot use, and why.
+REFUSED = {"IDMap": "an IDMap index takes the caller's ids and FAISS refuses the stage's add, which numbers the "
+                    "gallery by row; drop the IDMap part"}
+#: Each role, as the messages name it.
+ROLES = {"transform": "a transform", "coarse": "an IVF stage", "codes": "codes", "graph": "an HNSW graph",
+         "refine": "a re-ranking"}
+
+
+def faiss_parts(name: str) -> tuple[list[Part], str | None]:
+    """The parts of the FAISS factory string ``name``, or a sentence (for after "`index.kinds`") saying why the
+    stage does not build it: too long, a part outside :data:`PARTS`, a number out of its range, or the parts
+    in an order other than transforms, then :data:`CORES`, then RFlat (``name`` at most :data:`MAX_KIND_CHARS`
+    long). FAISS itself is not called: its factory crashes the process on some strings (a long one, ``HNSW0``),
+    so only these forms reach it."""
+    parts: list[Part] = []
+    for text in name.split(","):
+        known = next(((role, m, ranges) for role, pattern, ranges in PARTS if (m := pattern.fullmatch(text))), None)
+        if known is None:
+            refused = next((why for prefix, why in REFUSED.items() if text.startswith(prefix)), None)
+            return [], (f"entry {name!r} is not a FAISS factory string the stage builds: its part {clip(text, 40)!r} " +
+                        (f"is refused: {refused}." if refused else f"is none of {PART_NAMES}.") +
+                        f" Examples: {EXAMPLES}.")
+        role, match, ranges = known
+        numbers = {key: int(value) for key, value in match.groupdict().items() if value is not None}
+        for key, value in numbers.items():
+            what, low, high, why = ranges[key]
+            if not low <= value <= high:
+                return [], (f"entry {name!r}: {what} in {text!r} must be {low} to {high}{why}. Got {value} "
+                            f"instead; write e.g. `HNSW32`, `IVF1024,Flat` or `IVF1024,PQ32x8`.")
+        parts.append(Part(text, role, numbers))
+    roles = [p.role for p in parts]
+    start = next((i for i, r in enumerate(roles) if r != "transform"), len(roles))
+    core = roles[start:-1] if roles[-1] == "refine" else roles[start:]
+    if start > MAX_TRANSFORMS or tuple(core) not in CORES:
+        return [], (f"entry {name!r} is not a FAISS factory string the stage builds: write at most "
+                    f"{MAX_TRANSFORMS} transforms (PCA, OPQ), then codes alone (`Flat`, `PQ32`, `SQ8`), an IVF "
+                    "stage and its codes (`IVF1024,Flat`) or an HNSW graph with or without codes (`HNSW32`, "
+                    "`HNSW32,SQ8`), then `RFlat` at most once. Got " +
+                    ", ".join(f"{p.text} ({ROLES[p.role]})" for p in parts) + ".")
+    return parts, None
+
+
+def hnswlib_problem(name: str) -> str | None:
+    """Why ``name`` (``hnswlib...``) is not an hnswlib kind (for after "`index.kinds`"), else None."""
+    match = HNSWLIB.match(name)
+    if not match:
+        return (f"entry {clip(name, 40)!r} is not an hnswlib kind; write `hnswlib`, `hnswlib,M16` or "
+                "`hnswlib,M16,efc200`.")
+    m, efc = (int(g) if g is not None else None for g in match.groups())
+    if m is not None and not HNSW_M[0] <= m <= HNSW_M[1]:
+        return (f"entry {name!r}: M must be {HNSW_M[0]} to {HNSW_M[1]} (hnswlib fails on a graph of M below 2 "
+                f"and caps it at {HNSW_M[1]}). Got {m} instead; write e.g. `hnswlib,M16`.")
+    if efc is not None and not 1 <= efc <= C_INT:
+        return (f"entry {name!r}: efc (ef_construction) must be 1 to {C_INT} (a C int). Got {efc} instead; write "
+                "e.g. `hnswlib,M16,efc200`.")
+    return None
+
+
+def kind_problem(name: str) -> str | None:
+    """Why the stage does not build the kind ``name`` (a sentence for after "`index.kinds`"), else None: the
+    params check's rule, run before FAISS or hnswlib is imported (:func:`faiss_parts`, :func:`hnswlib_problem`)."""
+    if len(name) > MAX_KIND_CHARS:
+        return (f"entry {clip(name, 40)!r} is {len(name)} characters long; a kind has at most {MAX_KIND_CHARS} "
+                f"(FAISS's factory crashes on very long strings). Examples: {EXAMPLES}.")
+    if name.startswith("hnswlib"):
+        return hnswlib_problem(name)
+    return faiss_parts(name)[1]
 
 
 def faiss_module() -> Any:
@@ -55,7 +179,7 @@ class Kind:
         As written in params.yaml.
     library : {"faiss", "hnswlib"}
     params : dict
-        Each sweep parameter this kind has -> its largest allowed value (None: unbounded).
+        Each sweep parameter this kind has -> its largest allowed value (nlist for nprobe, else :data:`C_INT`).
     needs_training : bool
         The index learns from data (IVF centroids, PQ codebooks) before items are added.
     """
@@ -75,30 +199,73 @@ class Kind:
 
 
 def parse_kind(name: str, dim: int) -> Kind:
-    """The :class:`Kind` of one ``index.kinds`` entry; InputError for a string neither library can build."""
+    """The :class:`Kind` of one ``index.kinds`` entry; InputError for a string the stage does not build
+    (:func:`kind_problem`: checked before FAISS sees it), a transform widening the embeddings, or one FAISS
+    cannot build for ``dim``-d embeddings."""
+    problem = kind_problem(name)
+    if problem:
+        raise InputError(f"`index.kinds` {problem}")
     match = HNSWLIB.match(name)
     if match:
-        return Kind(name, "hnswlib", {"ef": None}, False, dim, int(match.group(1) or 16), int(match.group(2) or 200))
-    if name.startswith("hnswlib"):
-        raise InputError(f"`index.kinds`: {clip(name)!r} is not an hnswlib kind; write `hnswlib`, `hnswlib,M16` or "
-                         "`hnswlib,M16,efc200`.")
+        return Kind(name, "hnswlib", {"ef": C_INT}, False, dim, int(match.group(1) or 16), int(match.group(2) or 200))
+    width = dim
+    for part in faiss_parts(name)[0]:
+        out = part.numbers.get("d", width) if part.role == "transform" else width
+        if out > width:
+            raise InputError(f"`index.kinds` entry {name!r}: {part.text} maps {width}-d rows to {out}-d; a "
+                             f"transform keeps at most the dimensions it is given: write at most {width} there.")
+        split = part.numbers.get("m") if part.text.startswith(("OPQ", "PQ")) else None
+        if split and out % split:
+            raise InputError(f"`index.kinds` entry {name!r}: {part.text} splits {out}-d rows into {split} "
+                             f"sub-quantizers, which must divide {out}: write a divisor of {out} there.")
+        width = out
     faiss = faiss_module()
     try:
         index = faiss.index_factory(dim, name, faiss.METRIC_INNER_PRODUCT)
-    except RuntimeError as exc:
-        why = str(exc).rsplit("Error: ", 1)[-1].strip()
-        raise InputError(f"`index.kinds`: {clip(name)!r} is not a FAISS factory string FAISS can build for "
-                         f"{dim}-d embeddings (faiss: {clip(why, 160)}). Examples: {EXAMPLES}.") from None
+    except (RuntimeError, MemoryError) as exc:
+        raise InputError(f"`index.kinds` entry {name!r} is not a FAISS factory string FAISS can build for "
+                         f"{dim}-d embeddings (faiss: {clip(why(exc), 160)}). Examples: {EXAMPLES}.") from None
     params: dict[str, int | None] = {}
     ivf = faiss.try_extract_index_ivf(index)
     if ivf is not None:
         params["nprobe"] = int(ivf.nlist)
     try:
         faiss.ParameterSpace().set_index_parameter(index, "efSearch", 16)
-        params["efSearch"] = None
+        params["efSearch"] = C_INT
     except RuntimeError:
         pass
     return Kind(name, "faiss", params, not index.is_trained, dim)
+
+
+#: FAISS's preamble of an error: ``Error in <function> at <file>:<line>: `` and, for a failed check, ``Error: ``.
+FAISS_PREAMBLE = re.compile(r"^Error in .*? at \S+:[0-9]+: (?:Error: )?", re.S)
+
+
+def why(exc: BaseException) -> str:
+    """What a FAISS or hnswlib exception says, without FAISS's preamble (:data:`FAISS_PREAMBLE`)."""
+    return FAISS_PREAMBLE.sub("", str(exc)).strip() or type(exc).__name__
+
+
+def bounded(param: str, value: Any, low: int, high: int) -> None:
+    """InputError naming ``param`` unless ``value`` is an integer from ``low`` to ``high``: what FAISS and hnswlib
+    take (C ints). The params check has the same rule; a settings object made in Python meets it here."""
+    problem = integer_problem(value, low, high)
+    if problem:
+        raise InputError(f"`{param}` {problem}")
+
+
+@contextmanager
+def library_call(kind: Kind, what: str, fix: str) -> Iterator[None]:
+    """A FAISS or hnswlib call on ``kind`` (making, training, filling or searching its index): its failure (a
+    C++ exception: RuntimeError, MemoryError for bad_alloc, ValueError, OverflowError) is one InputError naming
+    the kind, what it ``cannot`` do (``add 1797 rows``) and the ``fix``."""
+    try:
+        yield
+    except InputError:
+        raise
+    except (RuntimeError, MemoryError, ValueError, OverflowError) as exc:
+        raise InputError(f"`index.kinds`: {kind.name} cannot {what} ({kind.library}: {clip(why(exc), 200)}); "
+                         f"{fix}.") from None
 
 
 def points(kind: Kind, sweep: dict[str, tuple[int, ...]]) -> list[dict[str, int]]:
@@ -113,9 +280,12 @@ def points(kind: Kind, sweep: dict[str, tuple[int, ...]]) -> list[dict[str, int]
     name, values = given[0]
     top = kind.params[name]
     too_big = [v for v in values if top is not None and v > top]
-    if too_big:
+    if too_big and name == "nprobe":
         raise InputError(f"`index.sweep.{name}`: {kind.name} has {top} lists (nlist), so {name} can be 1 to {top}. "
                          f"Got {too_big[0]} instead; remove it or use a kind with more lists.")
+    if too_big:  # the params check bounds them too; a settings object made in Python may not have been checked
+        raise InputError(f"`index.sweep.{name}` can be 1 to {top} (a C int, as the library keeps it). Got "
+                         f"{too_big[0]} instead; remove it.")
     return [{name: int(v)} for v in values]
 
 
@@ -144,32 +314,35 @@ def build(kind: Kind, gallery: np.ndarray, train: np.ndarray, threads: int, seed
     """Train (on ``train``, when the kind needs it) and fill an index with the unit rows ``gallery``.
 
     The build runs on ``threads`` threads (1 gives the same graph every run: FAISS HNSW and hnswlib insert in
-    parallel in an order that depends on timing). InputError when the kind cannot train on so few rows.
+    parallel in an order that depends on timing). InputError when the kind cannot train on so few rows, or when
+    the library fails to make or fill the index (:func:`library_call`).
     """
+    bounded("index.seed", seed, 0, C_INT)
+    bounded("index.build_threads", threads, 1, MAX_THREADS)
     start = time.perf_counter()
+    fill = (f"add {len(gallery)} rows", "use a smaller kind (fewer lists, a smaller M) or fewer build threads")
     if kind.library == "hnswlib":
         import hnswlib
-        index = hnswlib.Index(space="ip", dim=kind.dim)
-        index.init_index(max_elements=max(len(gallery), 1), M=kind.m, ef_construction=kind.ef_construction,
-                         random_seed=seed)
-        index.add_items(gallery, np.arange(len(gallery)), num_threads=threads)
+        with library_call(kind, *fill):
+            index = hnswlib.Index(space="ip", dim=kind.dim)
+            index.init_index(max_elements=max(len(gallery), 1), M=kind.m, ef_construction=kind.ef_construction,
+                             random_seed=seed)
+            index.add_items(gallery, np.arange(len(gallery)), num_threads=threads)
         seconds = time.perf_counter() - start
         return Built(kind, index, seconds, hnswlib_bytes(index))
     faiss = faiss_module()
-    faiss.omp_set_num_threads(threads)
-    index = kind.empty()
-    ivf = faiss.try_extract_index_ivf(index)
-    if ivf is not None:
-        ivf.cp.seed = seed
+    with library_call(kind, f"build for {kind.dim}-d embeddings", "use a smaller kind (fewer lists, a smaller M)"):
+        faiss.omp_set_num_threads(threads)
+        index = kind.empty()
+        ivf = faiss.try_extract_index_ivf(index)
+        if ivf is not None:
+            ivf.cp.seed = seed
     if kind.needs_training:
-        try:
+        with library_call(kind, f"train on {len(train)} rows", "use fewer lists (IVF<n> with n at most the rows) "
+                          "or fewer PQ bits, or give the train split more images"):
             index.train(train)
-        except RuntimeError as exc:
-            why = str(exc).rsplit("Error: ", 1)[-1].strip()
-            raise InputError(f"`index.kinds`: {kind.name} cannot train on {len(train)} rows ({clip(why, 200)}); "
-                             "use fewer lists (IVF<n> with n at most the rows) or fewer PQ bits, or give the "
-                             "train split more images.") from None
-    index.add(gallery)
+    with library_call(kind, *fill):
+        index.add(gallery)
     seconds = time.perf_counter() - start
     return Built(kind, index, seconds, faiss_bytes(faiss, index))
 
@@ -198,35 +371,42 @@ def search(built: Built, queries: np.ndarray, k: int, point: dict[str, int],
 
     Returns the gallery rows (int64, -1: none), the index's similarities (float32), the seconds the search
     took and the point as it ran (hnswlib and FAISS HNSW search with at least ``k`` candidates: an ``ef`` or
-    ``efSearch`` below ``k`` runs at ``k``).
+    ``efSearch`` below ``k`` runs at ``k``; FAISS gets an ``efSearch`` above the gallery size as that size,
+    the same search, without a candidate list of the size asked). InputError when the library fails.
     """
+    bounded("index.threads", threads, 1, C_INT)  # the default, every core, may exceed the params' bound
     k = max(int(k), 1)
     ran = dict(point)
     if built.kind.library == "hnswlib":
         index = built.index
         ef = max(point.get("ef", 10), k)
         ran["ef"] = ef
-        index.set_ef(ef)
-        start = time.perf_counter()
-        try:
+        # hnswlib fails when its graph cannot fill k results
+        with library_call(built.kind, f"return {k} items per query at ef {ef}", "raise `index.sweep.ef` or M"):
+            index.set_ef(ef)
+            start = time.perf_counter()
             labels, distances = index.knn_query(queries, k=min(k, index.get_current_count()), num_threads=threads)
-        except RuntimeError as exc:  # hnswlib cannot fill k results from its graph
-            raise InputError(f"`index.kinds`: {built.kind.name} could not return {k} items per query at ef {ef} "
-                             f"(hnswlib: {clip(str(exc), 160)}); raise `index.sweep.ef` or M.") from None
-        seconds = time.perf_counter() - start
+            seconds = time.perf_counter() - start
         ids = np.full((len(queries), k), -1, dtype=np.int64)
         scores = np.full((len(queries), k), np.nan, dtype=np.float32)
         ids[:, :labels.shape[1]], scores[:, :labels.shape[1]] = labels, 1.0 - distances  # ip space: 1 - <q, g>
         return ids, scores, seconds, ran
     faiss = faiss_module()
-    faiss.omp_set_num_threads(threads)
-    space = faiss.ParameterSpace()
-    for name, value in point.items():
-        if name == "efSearch":
-            value = max(value, k)
-            ran[name] = value
-        space.set_index_parameter(built.index, name, value)
-    start = time.perf_counter()
-    scores, ids = built.index.search(queries, k)
-    seconds = time.perf_counter() - start
+    at = ", ".join(f"{name} {value}" for name, value in point.items()) or "its defaults"
+    with library_call(built.kind, f"search {len(queries)} queries for {k} items at {at}",
+                      "use another kind or sweep value"):
+        faiss.omp_set_num_threads(threads)
+        space = faiss.ParameterSpace()
+        for name, value in point.items():
+            if name == "efSearch":
+                value = max(value, k)
+                ran[name] = value
+                # FAISS allocates (and fills) a candidate list of efSearch entries per query and thread: 2^31 of
+                # them exhaust memory. Above the items the graph holds it is the same search (the list never
+                # fills: every reachable item is visited either way), so it runs at that size
+                value = min(value, max(int(built.index.ntotal), k))
+            space.set_index_parameter(built.index, name, value)
+        start = time.perf_counter()
+        scores, ids = built.index.search(queries, k)
+        seconds = time.perf_counter() - start
     return ids.astype(np.int64, copy=False), scores, seconds, ran

@@ -7,10 +7,12 @@ neighbours' (``true_scores``, the score stage's ``neighbors.csv``) and those of 
 * :func:`ann_benchmarks_recall` (key suffix ``ann_benchmarks``): a returned item among the first ``k`` counts
   when its distance is within the exact ``k``-th distance plus ``epsilon = 1e-3``
   (``ann_benchmarks/plotting/metrics.py``: ``knn_threshold``, ``get_recall_values``).
-* :func:`big_ann_benchmarks_recall` (key suffix ``big_ann_benchmarks``): the exact ids, grouped into tie groups
-  (consecutive distances within ``1e-6`` of their group's first), the first ``k`` groups kept; a returned id
-  among the first ``k`` counts when it is in that set (``benchmark/plotting/metrics.py``:
-  ``compute_recall_with_distance_ties``). Ties beyond the exact table's depth are not seen, as there.
+* :func:`big_ann_benchmarks_recall` (key suffix ``big_ann_benchmarks``): the first ``k`` exact ids, and past
+  position ``k`` every further exact id whose distance is within ``1e-6`` of the ``k``-th distance (stopping at
+  the first that is not); a returned id among the first ``k`` counts when it is in that set
+  (``benchmark/plotting/metrics.py``: ``compute_recall_with_distance_ties`` as merged, PR #74). The exact table
+  (the score stage's ``neighbors.csv``) runs past ``max(ks)`` while a distance is tied there, as big-ann's
+  ground truth runs deeper than ``k``.
 
 Each returns one value per query, the count divided by ``k``; the tests hold the reference functions, ported.
 """
@@ -19,10 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from recallk.score.tables import tie_end
+
 #: ann-benchmarks' default tolerance of ``knn_threshold``.
 ANN_EPSILON = 1e-3
-#: big-ann-benchmarks' tie tolerance of ``compute_recall_with_distance_ties``.
-TIE_TOLERANCE = 1e-6
 
 
 def ann_benchmarks_recall(true_scores: np.ndarray, run_scores: np.ndarray, k: int,
@@ -48,44 +50,34 @@ def ann_benchmarks_recall(true_scores: np.ndarray, run_scores: np.ndarray, k: in
     return np.where(np.isnan(threshold), np.nan, within / float(k))
 
 
-def tie_groups(true_scores: np.ndarray) -> np.ndarray:
-    """(n, depth) each exact neighbour's tie group, 0-based: a new group starts where the distance is
-    ``TIE_TOLERANCE`` or more from the current group's first distance (big-ann-benchmarks' chaining)."""
-    distances = 1.0 - true_scores.astype(np.float64)
-    groups = np.zeros(distances.shape, dtype=np.int64)
-    head = distances[:, 0].copy()
-    for j in range(1, distances.shape[1]):  # depth steps (max(ks)), each over every query
-        new = ~(np.abs(distances[:, j] - head) < TIE_TOLERANCE)
-        head = np.where(new, distances[:, j], head)
-        groups[:, j] = groups[:, j - 1] + new
-    return groups
-
-
-def big_ann_benchmarks_recall(true_ids: np.ndarray, true_scores: np.ndarray, run_ids: np.ndarray,
+def big_ann_benchmarks_recall(true_ids: np.ndarray, true_distances: np.ndarray, run_ids: np.ndarray,
                               k: int) -> tuple[np.ndarray, int]:
-    """Per query, ``|{exact ids in the first k tie groups} & {first k returned ids}| / k``, and the number of
-    queries whose first ``k`` groups hold a tie.
+    """Per query, ``|{exact ids to the tie end} & {first k returned ids}| / k``, and the
+    number of queries whose tie runs past position ``k``.
 
     Parameters
     ----------
-    true_ids : ndarray (n, depth) int
-        The exact neighbours' gallery indices, best first (-1: none).
-    true_scores : ndarray (n, depth)
-        Their cosines (NaN where -1).
+    true_ids : ndarray (n, depth >= k) int
+        The exact neighbours' gallery indices, best first (-1: none); past position ``k`` they count up to
+        :func:`recallk.score.tables.tie_end` (each next one within ``1e-6`` of the ``k``-th distance).
+    true_distances : ndarray (n, depth)
+        Their distances, ascending (here ``1 - cosine``, in float64; NaN where -1), as big-ann's
+        ``true_dists``: the tie test reads them as given.
     run_ids : ndarray (n, >= k) int
         The index's returned gallery indices in its order (-1: none).
     k : int
         The ``count``.
+
+    Returns
+    -------
+    (ndarray (n,) float64, int)
     """
-    groups = tie_groups(true_scores)
-    kept = (groups < k) & (true_ids >= 0)
-    n_groups = np.where(kept, groups + 1, 0).max(axis=1, initial=0)
-    tied = np.count_nonzero(kept, axis=1) > n_groups  # some kept group holds more than one id
+    end = tie_end(true_distances, k)
+    kept = (np.arange(true_ids.shape[1]) < end[:, None]) & (true_ids >= 0)
     run = run_ids[:, :k]
-    n = true_ids.shape[0]
-    found = np.zeros(n, dtype=np.int64)
+    found = np.zeros(true_ids.shape[0], dtype=np.int64)
     for j in range(run.shape[1]):  # k columns: is the j-th returned id among the query's kept exact ids?
         hit = (true_ids == run[:, j:j + 1]) & kept & (run[:, j:j + 1] >= 0)
         dup = (run[:, :j] == run[:, j:j + 1]).any(axis=1)  # a set: a repeated id counts once
         found += hit.any(axis=1) & ~dup
-    return found / float(k), int(np.count_nonzero(tied))
+    return found / float(k), int(np.count_nonzero(end > k))

@@ -16,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from recallk.score.passes import Ranks
 from recallk.score.registry import Span, rows
 
 #: The first rank of a query whose list holds no positive: beyond every K.
@@ -136,4 +137,55 @@ def label_values(columns: np.ndarray, query_codes: np.ndarray, gallery_codes: np
             if metric.name == "mrr":
                 value = np.where(listed > 0, value, 0.0)
             out[metric.name] = np.where(included, value, np.nan)
+    return out
+
+
+def undetermined(columns: np.ndarray, query_codes: np.ndarray, gallery_codes: np.ndarray, n_positives: np.ndarray,
+                 n_retrievable: np.ndarray, exhausted: np.ndarray, metrics: Sequence[str],
+                 ks: Sequence[int]) -> list[str]:
+    """The metric keys the lists ``columns`` cannot give exactly for some query with a positive: each is what a
+    deeper list of the same index could change, so it is not reported (issue 39).
+
+    A query's list is complete when it holds every item the query may retrieve (``n_retrievable``) or the index
+    had nothing more to return (``exhausted``: fewer answers than asked). Otherwise, with ``d`` the depth and
+    ``R`` the positives, by the ranks a metric reads (:class:`recallk.score.registry.Ranks`): the first positive's
+    (recall@K: ``K <= d`` or a listed positive; mrr: a listed positive), the top K or R (precision@K: ``K <= d``;
+    r_precision, map@r: ``R <= d``), every positive's (map: every positive listed).
+
+    Parameters
+    ----------
+    columns : ndarray (n, d) int
+        Each query's list (:func:`ranked_lists`; -1 pads).
+    query_codes, gallery_codes : ndarray
+        Label codes (one code space).
+    n_positives, n_retrievable : ndarray (n,)
+        ``R`` and ``M`` of each query under the exact engine's rules.
+    exhausted : ndarray (n,) bool
+        The index returned fewer items than asked for the query.
+    metrics, ks : sequence
+        As :func:`label_values`.
+
+    Returns
+    -------
+    list of str
+        Keys of :func:`recallk.score.registry.metric_keys`, in its order.
+    """
+    depth = columns.shape[1]
+    hit = (columns >= 0) & (gallery_codes[np.maximum(columns, 0)] == query_codes[:, None])
+    listed_positives = np.count_nonzero(hit, axis=1)
+    R = np.asarray(n_positives, dtype=np.int64)
+    complete = exhausted | (np.count_nonzero(columns >= 0, axis=1) >= np.asarray(n_retrievable))
+    open_ = (R > 0) & ~complete
+    out = []
+    for metric in rows(metrics):
+        for k, key in zip(ks, metric.keys(ks)) if metric.per_k else [(None, metric.name)]:
+            beyond = (k if k is not None else R) > depth  # the top ranks it reads: K, or R
+            if metric.ranks is Ranks.FIRST:  # the first positive: known once one is listed
+                missing = (beyond if k is not None else True) & (listed_positives == 0)
+            elif metric.ranks is Ranks.TOP:
+                missing = beyond
+            else:  # every positive's rank
+                missing = listed_positives < R
+            if np.any(open_ & missing):
+                out.append(key)
     return out

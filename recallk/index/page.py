@@ -46,12 +46,13 @@ def pareto_png(points: Sequence[dict[str, Any]], exact: dict[str, float], axes: 
     y_lo, y_hi = math.floor(math.log10(min(qps))), math.ceil(math.log10(max(qps)) + 1e-9)
     y_hi = max(y_hi, y_lo + 1)
     for a, axis in enumerate(axes):
-        values = [p[axis] for p in points] + [exact[axis]]
+        shown = [p for p in points if axis in p]  # a point whose lists cannot give the metric has none
+        values = [p[axis] for p in shown] + [exact[axis]]
         x_lo = max(0.0, math.floor(min(values) * 10) / 10 - 0.05)
         x_hi = max(min(1.0, max(values) + 0.02), x_lo + 0.05)
         box = (a * PANEL_W + MARGIN, 20, (a + 1) * PANEL_W - 15, PANEL_H - 35)
-        to_xy = panel(draw, font, box, ((x_lo, x_hi), (y_lo, y_hi)), axis, exact[axis], points, kinds)
-        for p in points:  # the chosen point, ringed
+        to_xy = panel(draw, font, box, ((x_lo, x_hi), (y_lo, y_hi)), axis, exact[axis], shown, kinds)
+        for p in shown:  # the chosen point, ringed
             if p["point"] == chosen:
                 x, y = to_xy(p[axis], p["queries_per_second"])
                 draw.ellipse([x - 7, y - 7, x + 7, y + 7], outline=(0, 0, 0), width=2)
@@ -118,9 +119,16 @@ def _measure(v: float) -> str:
 
 
 def _delta(p: dict[str, Any], key: str) -> str:
-    """``0.9100: -0.0100 [-0.0300, +0.0050]``: the point's value, its Δ against exact and the interval."""
+    """``0.9100: -0.0100 [-0.0300, +0.0050]``: the point's value, its Δ against exact and the interval; ``not
+    reported`` for a metric the point's lists cannot give exactly (``unreported_metrics``)."""
+    if key not in p:
+        return UNREPORTED
     return (f"{p[key]:.4f}: {fixed(p[f'delta_{key}'], signed=True)} "
             f"[{fixed(p[f'delta_{key}_ci_low'], signed=True)}, {fixed(p[f'delta_{key}_ci_high'], signed=True)}]")
+
+
+#: The cell of a metric a point does not report.
+UNREPORTED = "not reported (lists too shallow)"
 
 
 def knn_header(key: str) -> str:
@@ -142,18 +150,19 @@ def verdict(points: Sequence[dict[str, Any]], margin: Any, chosen: str | None) -
 
 
 def truncation_note(points: Sequence[dict[str, Any]]) -> str:
-    """Which metrics the index computes from lists cut short (their values are not comparable with exact)."""
+    """Which metrics some point does not report: those its lists, cut at the depth, cannot give exactly (a deeper
+    list of the same index could change them; ``unreported_metrics``)."""
     if not points:
         return ""
     depth = points[0].get("depth")
-    cut = sorted({m for p in points for m in p.get("truncated_metrics", [])})
+    cut = sorted({m for p in points for m in p.get("unreported_metrics", [])})
     where = f"Each index list is cut at depth {depth}" if depth is not None else "Each index list is cut short"
     if not cut:
-        return f"{where}; no metric is computed from truncated lists."
+        return f"{where}, deep enough for every metric reported."
     verb = "is" if len(cut) == 1 else "are"
-    return (f"{where}: {', '.join(cut)} {verb} computed from truncated lists (a positive beyond the list counts as "
-            f"not retrieved), so {'it differs' if len(cut) == 1 else 'they differ'} from exact even for Flat and "
-            f"{verb} left out of the verdict.")
+    return (f"{where}: {', '.join(cut)} {verb} not reported for the points whose lists cannot give "
+            f"{'it' if len(cut) == 1 else 'them'} exactly (a deeper list could change the value); raise index.depth "
+            "to have them.")
 
 
 def terminal_table(points: Sequence[dict[str, Any]], keys: Sequence[str], margin: Any,
@@ -192,8 +201,8 @@ def page(summary: dict[str, Any], points: Sequence[dict[str, Any]], keys: Sequen
                 "</p><p>Non-inferior: every judged metric's Δ interval has its low end above −index.margin "
                 f"({html.escape(_cell(summary.get('margin')))}). {html.escape(truncation_note(points))}</p>")
         knn = sorted({k for p in points for k in p if k.startswith("knn_recall@")})
-        cut = {m for p in points for m in p.get("truncated_metrics", [])}
-        head = (["non-inferior", "point"] + [f"{k} Δ vs exact [interval]" + (" (truncated lists)"
+        cut = {m for p in points for m in p.get("unreported_metrics", [])}
+        head = (["non-inferior", "point"] + [f"{k} Δ vs exact [interval]" + (" (not reported for some points)"
                                                                                 if k in cut else "")
                                              for k in keys]
                 + ["queries/s", "queries/s (1 thread)", "build s", "memory MiB", "trained on", "short lists",

@@ -8,21 +8,25 @@ from typing import Any
 
 from recallk.checks import integer, is_int
 from recallk.errors import quote
+from recallk.index.kinds import C_INT, MAX_THREADS, kind_problem
 from recallk.settings.base import setting
 
 
 def kinds_problem(v: Any) -> str | None:
-    """A list of distinct, non-blank strings (each is checked against FAISS / hnswlib when the stage runs)."""
+    """A list of distinct, non-blank strings, each a kind the stage builds (:func:`recallk.index.kinds.kind_problem`:
+    its form and numbers; what depends on the embeddings' dimension is checked when the stage runs)."""
     if not isinstance(v, list) or not all(isinstance(k, str) and k.strip() for k in v) or len(set(v)) != len(v):
         return ("must be a list of distinct index kinds: FAISS factory strings such as `IVF1024,Flat` or `HNSW32`, "
                 f"or `hnswlib`; `[]` turns the stage off. Got {quote(v)} instead.")
-    return None
+    return next(filter(None, map(kind_problem, v)), None)
 
 
 def values_problem(v: Any) -> str | None:
-    """A list of distinct positive integers, ascending (the sweep's operating points)."""
-    if not isinstance(v, list) or not all(is_int(x) and x >= 1 for x in v) or v != sorted(set(v)):
-        return f"must be distinct positive integers, ascending, such as [1, 8, 64]. Got {quote(v)} instead."
+    """A list of distinct integers from 1 to a C int's largest, ascending (the sweep's operating points: FAISS
+    and hnswlib keep them in C ints)."""
+    if not isinstance(v, list) or not all(is_int(x) and 1 <= x <= C_INT for x in v) or v != sorted(set(v)):
+        return (f"must be distinct integers from 1 to {C_INT} (a C int, as FAISS keeps them), ascending, such as "
+                f"[1, 8, 64]. Got {quote(v)} instead.")
     return None
 
 
@@ -40,6 +44,13 @@ def optional_positive(v: Any) -> str | None:
     return None
 
 
+def optional_threads(v: Any) -> str | None:
+    """Null, or threads as ``index.build_threads`` takes them (1 to :data:`MAX_THREADS`)."""
+    if v is not None and (not is_int(v) or not 1 <= v <= MAX_THREADS):
+        return f"must be an integer between 1 and {MAX_THREADS}, or null (every core). Got {quote(v)} instead."
+    return None
+
+
 @dataclass(frozen=True)
 class SweepSettings:
     """``index.sweep``: the operating points of each kind (a kind sweeps the one parameter it has; empty:
@@ -47,8 +58,10 @@ class SweepSettings:
 
     nprobe: tuple[int, ...] = setting([], values_problem,
                                       "IVF lists visited per query (FAISS kinds with an IVF stage), each 1 to nlist")
-    efSearch: tuple[int, ...] = setting([], values_problem, "candidates kept while searching a FAISS HNSW graph")
-    ef: tuple[int, ...] = setting([], values_problem, "candidates kept while searching an hnswlib graph")
+    efSearch: tuple[int, ...] = setting([], values_problem, "candidates kept while searching a FAISS HNSW graph, "
+                                        "each 1 to 2^31 - 1 (a C int)")
+    ef: tuple[int, ...] = setting([], values_problem, "candidates kept while searching an hnswlib graph, each 1 to "
+                                  "2^31 - 1")
 
 
 @dataclass(frozen=True)
@@ -58,8 +71,9 @@ class IndexSettings:
 
     kinds: tuple[str, ...] = setting([], kinds_problem,
                                      "FAISS factory strings (`Flat`, `IVF1024,Flat`, `IVF1024,PQ32`, `HNSW32`) and "
-                                     "`hnswlib` / `hnswlib,M16,efc200`, on the cosine; `[]` (default): the stage "
-                                     "writes placeholders and nothing is built")
+                                     "`hnswlib` / `hnswlib,M16,efc200`, on the cosine, each at most 100 characters "
+                                     "of the parts and ranges in [index.md](index.md#what-is-built-and-on-what); "
+                                     "`[]` (default): the stage writes placeholders and nothing is built")
     sweep: SweepSettings = setting(SweepSettings)
     margin: float = setting(0.01, margin_problem,
                             "non-inferiority margin: a point is non-inferior when the paired interval of every "
@@ -70,11 +84,12 @@ class IndexSettings:
                                 "map@r is scored. map and mrr are then computed on lists of that depth (a positive "
                                 "beyond counts as not retrieved, as in a deployed list): exact only with a depth "
                                 "of the whole gallery")
-    threads: int | None = setting(None, optional_positive,
-                                  "threads of the timed all-cores search; `null`: every core")
+    threads: int | None = setting(None, optional_threads,
+                                  "threads of the timed all-cores search, 1 to 1024; `null`: every core")
     single_thread_queries: int = setting(1000, integer(1, 10_000_000),
                                          "queries of the one-thread timing (the first ones)")
-    build_threads: int = setting(1, integer(1, 1024),
-                                 "threads of the build; 1 builds the same graph every run (HNSW inserts in a "
-                                 "timing-dependent order on more)")
-    seed: int = setting(0, integer(0), "seed of the IVF k-means and of hnswlib's levels")
+    build_threads: int = setting(1, integer(1, MAX_THREADS),
+                                 "threads of the build, 1 to 1024; 1 builds the same graph every run (HNSW "
+                                 "inserts in a timing-dependent order on more)")
+    seed: int = setting(0, integer(0, C_INT), "seed of the IVF k-means and of hnswlib's levels (below 2^31: "
+                        "FAISS keeps it in a C int)")

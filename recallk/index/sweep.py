@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -22,7 +22,7 @@ import pandas as pd
 from recallk.errors import InputError
 from recallk.index import kinds as kinds_mod
 from recallk.index.knn import ann_benchmarks_recall, big_ann_benchmarks_recall
-from recallk.index.lists import exclusion_bound, label_values, ranked_lists, short_lists
+from recallk.index.lists import exclusion_bound, label_values, ranked_lists, short_lists, undetermined
 from recallk.index.settings import IndexSettings
 from recallk.progress import Progress
 from recallk.score.ranking.scan import exact_pairs
@@ -37,8 +37,8 @@ from recallk.tables_contract import per_query_column
 
 log = logging.getLogger(__name__)
 
-#: Metrics whose lists must reach every positive (``R``) / the whole gallery for exact values.
-TO_R, TO_GALLERY = ("r_precision", "map@r"), ("map", "mrr")
+#: Metrics whose lists must reach every positive (``R``) for exact values.
+TO_R = ("r_precision", "map@r")
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,24 +78,12 @@ class Exact:
 
 def needed_depth(metrics: Sequence[str], ks: Sequence[int], exact: Exact, n_gallery: int) -> int:
     """The default depth of the lists (``index.depth: null``): ``max(ks)``, or the largest ``R`` when
-    r_precision or map@r is scored, at most the gallery. map and mrr read ranks beyond it (see
-    :func:`truncated`)."""
+    r_precision or map@r is scored, at most the gallery. A metric that reads deeper for some query (map, mrr)
+    is reported for a point only where its lists give it exactly (:func:`recallk.index.lists.undetermined`)."""
     depth = max(ks)
     if any(m in TO_R for m in metrics):
         depth = max(depth, int(exact.table["num_positives"].max()))
     return max(1, min(depth, n_gallery))
-
-
-def truncated(metrics: Sequence[str], depth: int, exact: Exact) -> list[str]:
-    """The metrics whose index values lists of ``depth`` items cut short for some query: r_precision and map@r
-    when a query has more than ``depth`` positives, map and mrr when a query may retrieve more than ``depth``
-    items (a positive beyond the list counts as not retrieved, so even ``Flat`` differs from exact there)."""
-    out = []
-    for name in metrics:
-        limit = exact.table["num_positives" if name in TO_R else "num_retrievable"].max()
-        if name in TO_R + TO_GALLERY and limit > depth:
-            out.append(name)
-    return out
 
 
 def check_kinds(settings: IndexSettings, dim: int) -> list[tuple[kinds_mod.Kind, list[dict[str, int]]]]:
@@ -115,11 +103,10 @@ def exact_columns(exact: Exact, keys: Sequence[str]) -> dict[str, np.ndarray]:
 
 
 def paired(index_values: dict[str, np.ndarray], exact: Exact, score: ScoreSettings, margin: float,
-           unjudged: Sequence[str] = (), exact_values: dict[str, np.ndarray] | None = None,
-           counts_cache: dict | None = None) -> dict[str, Any]:
+           exact_values: dict[str, np.ndarray] | None = None, counts_cache: dict | None = None) -> dict[str, Any]:
     """Each metric's mean, Δ against exact with its paired interval (``score.bootstrap``'s resamples, level, seed
     and unit), McNemar for recall@K, and the verdict: non-inferior when every interval's low end is above
-    ``-margin``, the ``unjudged`` metrics (cut short by the depth, :func:`truncated`) left out.
+    ``-margin`` (and some metric is reported: ``index_values`` holds only those the lists give exactly).
     ``exact_values`` (:func:`exact_columns`) and ``counts_cache`` (the bootstrap's counts,
     :func:`recallk.stats.inference.bootstrap_deltas`) serve every point of a sweep."""
     boot = score.bootstrap
@@ -135,7 +122,7 @@ def paired(index_values: dict[str, np.ndarray], exact: Exact, score: ScoreSettin
         deltas[key] = pairs[key][1] - pairs[key][0]
     # recallk compare's paired bootstrap (stats.bootstrap_deltas), once for every metric: the same resamples
     # serve every column, so the intervals are those stats.paired_bootstrap_ci gives metric by metric
-    groups = labels[kept] if boot.unit == "label" else None
+    groups = labels[kept] if boot.unit == "label" and pairs else None
     means: dict[str, np.ndarray] = {}
     if boot.resamples and deltas:
         draws = stats.bootstrap_deltas(np.column_stack(list(deltas.values())), boot.resamples, boot.seed, groups,
@@ -148,12 +135,11 @@ def paired(index_values: dict[str, np.ndarray], exact: Exact, score: ScoreSettin
         out[f"delta_{key}"] = value - mean(a)
         low, high = percentile_interval(means[key], boot.confidence) if means else (out[f"delta_{key}"],) * 2
         out[f"delta_{key}_ci_low"], out[f"delta_{key}_ci_high"] = low, high
-        if key not in unjudged:
-            verdict &= low > -margin
+        verdict &= low > -margin
         if key.startswith("recall@"):
             p, lost, gained = stats.mcnemar_exact(a > 0, b > 0)
             out[f"mcnemar_p_{key}"], out[f"lost_{key}"], out[f"gained_{key}"] = p, lost, gained
-    out["non_inferior"] = bool(verdict)
+    out["non_inferior"] = bool(verdict) and bool(pairs)  # a point with no metric reported is not judged good
     return out
 
 
@@ -166,6 +152,12 @@ def returned_cosines(problem: IndexProblem, ids: np.ndarray) -> np.ndarray:
     return exact
 
 
+def order_tolerance(problem: IndexProblem) -> float:
+    """How far an uncompressed index's float32 score may lie from the exact cosine: twice the float32 product's
+    bound, and the exact value's own rounding."""
+    return 2 * float32_dot_error_bound(problem.gallery.shape[1]) + 2.0**-22
+
+
 def ordering_scores(problem: IndexProblem, ids: np.ndarray, scores: np.ndarray,
                     exact: np.ndarray | None = None) -> tuple[np.ndarray, str]:
     """The scores a point's lists are ordered by, and which: the exact cosines of the returned items
@@ -175,7 +167,7 @@ def ordering_scores(problem: IndexProblem, ids: np.ndarray, scores: np.ndarray,
     the index's own."""
     exact = returned_cosines(problem, ids) if exact is None else exact
     valid = ids >= 0
-    tol = 2 * float32_dot_error_bound(problem.gallery.shape[1]) + 2.0**-22
+    tol = order_tolerance(problem)
     gap = np.abs(np.subtract(exact, scores, dtype=np.float64))
     if valid.any() and float(gap.max(where=valid, initial=0.0)) <= tol:
         return exact, "exact cosine (the index's scores are exact up to float32 rounding)"
@@ -192,9 +184,10 @@ def knn_recalls(problem: IndexProblem, exact: Exact, columns: np.ndarray, ks: Se
     if column_cosines is None:
         column_cosines = returned_cosines(problem, run)
     run_scores = column_cosines[:, :top]
+    true_distances = 1.0 - exact.neighbor_scores.astype(np.float64)  # the whole table: ties run past max(ks)
     for k in (k for k in ks if k <= top):
         ann = ann_benchmarks_recall(exact.neighbor_scores, run_scores, k)
-        big, tied = big_ann_benchmarks_recall(exact.neighbor_rows, exact.neighbor_scores, run, k)
+        big, tied = big_ann_benchmarks_recall(exact.neighbor_rows, true_distances, run, k)
         out[f"knn_recall@{k}_ann_benchmarks"] = mean(ann[~np.isnan(ann)])
         out[f"knn_recall@{k}_big_ann_benchmarks"] = mean(big)
         out[f"knn_tied_queries@{k}"] = tied
@@ -208,11 +201,9 @@ def point_name(kind: str, point: dict[str, int]) -> str:
 
 @dataclass(frozen=True, eq=False)
 class Shared:
-    """What every point of a sweep scores against, computed once: the unjudged (truncated) metrics, the margin,
-    the exact per-query values (:func:`exact_columns`), the bootstrap's counts (filled by the first point) and
-    each query's R and M."""
+    """What every point of a sweep scores against, computed once: the margin, the exact per-query values
+    (:func:`exact_columns`), the bootstrap's counts (filled by the first point) and each query's R and M."""
 
-    truncated: Sequence[str]
     margin: float
     exact_values: dict[str, np.ndarray]
     counts: dict
@@ -220,22 +211,114 @@ class Shared:
     n_retrievable: np.ndarray
 
 
-def score_answers(problem: IndexProblem, exact: Exact, ids: np.ndarray, scores: np.ndarray, depth: int,
-                  score: ScoreSettings, shared: Shared) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """What a point reports that follows from its answers ``ids``, ``scores`` (not its timings): the order, the
-    short lists, the k-NN recall, each metric paired with exact; and the per-query values. The exact cosines
-    of the answers are computed once and serve the order and the k-NN recall."""
+def score_answers(problem: IndexProblem, exact: Exact, answer: Answer, score: ScoreSettings,
+                  shared: Shared) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """What a point reports that follows from its ``answer`` (not its timings): the order, the short lists, the
+    k-NN recall, each metric its lists give exactly (:func:`recallk.index.lists.undetermined`; the others are
+    named in ``unreported_metrics``) paired with exact; and those metrics' per-query values."""
+    lists = answer.lists
+    columns = lists.columns
+    values = label_values(columns, problem.query_codes, problem.gallery_codes, shared.n_positives,
+                          shared.n_retrievable, score.metrics, score.ks)
+    unreported = undetermined(columns, problem.query_codes, problem.gallery_codes, shared.n_positives,
+                              shared.n_retrievable, answer.exhausted, score.metrics, score.ks)
+    values = {key: v for key, v in values.items() if key not in unreported}
+    result: dict[str, Any] = {"order": lists.order, "short_lists": short_lists(columns, shared.n_retrievable),
+                              "tie_extended_queries": answer.extended, "unreported_metrics": unreported}
+    result.update(knn_recalls(problem, exact, columns, score.ks, lists.column_cosines))
+    result.update(paired(values, exact, score, shared.margin, shared.exact_values, shared.counts))
+    return result, values
+
+
+@dataclass(frozen=True, eq=False)
+class Lists:
+    """A point's ranked lists (:func:`ranked_lists`, ``(n, depth)``): gallery rows and their exact cosines, the
+    order they follow (:func:`ordering_scores`) and, per list, its ``depth``-th item's score in that order (NaN
+    for a short list)."""
+
+    columns: np.ndarray
+    column_cosines: np.ndarray
+    order: str
+    cut: np.ndarray
+
+
+def lists_of(problem: IndexProblem, ids: np.ndarray, scores: np.ndarray, depth: int) -> Lists:
+    """The ranked lists of the answers ``ids``, ``scores``; the exact cosines of the answers are computed once and
+    serve the order, the cut and the k-NN recall."""
     cosines = returned_cosines(problem, ids)
     order_scores, order = ordering_scores(problem, ids, scores, cosines)
     columns, column_cosines = ranked_lists(ids, order_scores, problem.own, problem.exclude, depth, cosines)
-    values = label_values(columns, problem.query_codes, problem.gallery_codes, shared.n_positives,
-                          shared.n_retrievable, score.metrics, score.ks)
-    result: dict[str, Any] = {"order": order, "short_lists": short_lists(columns, shared.n_retrievable),
-                              "truncated_metrics": list(shared.truncated)}
-    result.update(knn_recalls(problem, exact, columns, score.ks, column_cosines))
-    result.update(paired(values, exact, score, shared.margin, shared.truncated, shared.exact_values,
-                         shared.counts))
-    return result, values
+    listed = column_cosines if order_scores is cosines else ranked_lists(ids, order_scores, problem.own,
+                                                                          problem.exclude, depth)[1]
+    return Lists(columns, column_cosines, order, listed[:, depth - 1].astype(np.float64))
+
+
+def relisted(problem: IndexProblem, lists: Lists, sub: np.ndarray, ids: np.ndarray, scores: np.ndarray,
+             depth: int) -> Lists:
+    """``lists`` with the rows ``sub`` ranked again from their new answers (``ids``, ``scores``: every row): only
+    those rows' cosines are computed, unless their answers change the order the point's lists follow (then all)."""
+    part = replace(problem, queries=problem.queries[sub], query_codes=problem.query_codes[sub], own=problem.own[sub],
+                   exclude=[(qc[sub], gc) for qc, gc in problem.exclude])
+    new = lists_of(part, ids[sub], scores[sub], depth)
+    if new.order != lists.order:
+        return lists_of(problem, ids, scores, depth)
+    columns, column_cosines, cut = lists.columns.copy(), lists.column_cosines.copy(), lists.cut.copy()
+    columns[sub], column_cosines[sub], cut[sub] = new.columns, new.column_cosines, new.cut
+    return Lists(columns, column_cosines, lists.order, cut)
+
+
+@dataclass(frozen=True, eq=False)
+class Answer:
+    """A point's answers: gallery rows and the index's scores (``(n, width)``; -1 / NaN pad), their lists, the
+    seconds the searches took, the point as it ran, which queries the index had no more items for
+    (``exhausted``) and how many were asked again, deeper, past a tie at the cut (``extended``)."""
+
+    ids: np.ndarray
+    scores: np.ndarray
+    lists: Lists
+    seconds: float
+    ran: dict[str, int]
+    exhausted: np.ndarray
+    extended: int
+
+
+def open_cuts(problem: IndexProblem, ids: np.ndarray, scores: np.ndarray, lists: Lists,
+              width: np.ndarray) -> np.ndarray:
+    """(n,) the queries whose answer may end inside a tie at the cut: the index returned all ``width`` items asked,
+    and its last score is not strictly below the ``depth``-th list item's (``lists.cut``, in the order the lists
+    follow; exact cosines compared with the float32 tolerance that order allows), so an item it did not return
+    may tie with, or outrank, one the list holds."""
+    returned = np.count_nonzero(ids >= 0, axis=1)
+    last = np.min(np.where(ids >= 0, scores, np.inf), axis=1, initial=np.inf).astype(np.float64)
+    tol = order_tolerance(problem) if lists.order.startswith("exact") else 0.0
+    return (returned >= width) & ~np.isnan(lists.cut) & (last >= lists.cut - tol)
+
+
+def search_past_cut(built: kinds_mod.Built, problem: IndexProblem, asked: int, point: dict[str, int], threads: int,
+                    depth: int) -> Answer:
+    """Search every query for ``asked`` items, then ask the queries whose answer ends inside a tie at the cut
+    (:func:`open_cuts`) again for twice as many, until the last returned score is strictly below the cut or the
+    gallery is asked: so an exact index (``Flat``) lists the tie group as the exact engine does (exact cosine,
+    ties by gallery row) and every Δ is 0."""
+    m = problem.gallery.shape[0]
+    ids, scores, seconds, ran = kinds_mod.search(built, problem.queries, asked, point, threads)
+    width = np.full(len(ids), ids.shape[1])
+    extended = np.zeros(len(ids), dtype=bool)
+    lists = lists_of(problem, ids, scores, depth)
+    todo = open_cuts(problem, ids, scores, lists, width)
+    while todo.any() and ids.shape[1] < m:
+        k = min(2 * ids.shape[1], m)
+        sub = np.flatnonzero(todo)
+        more_ids, more_scores, more_seconds, _ = kinds_mod.search(built, problem.queries[sub], k, point, threads)
+        ids = np.pad(ids, ((0, 0), (0, k - ids.shape[1])), constant_values=-1)
+        scores = np.pad(scores, ((0, 0), (0, k - scores.shape[1])), constant_values=np.nan)
+        ids[sub], scores[sub], width[sub] = more_ids, more_scores, k
+        seconds += more_seconds
+        extended[sub] = True
+        lists = relisted(problem, lists, sub, ids, scores, depth)
+        todo = open_cuts(problem, ids, scores, lists, width)
+    exhausted = np.count_nonzero(ids >= 0, axis=1) < width
+    return Answer(ids, scores, lists, seconds, ran, exhausted, int(np.count_nonzero(extended)))
 
 
 def warn_below_k(kind: str, points: Sequence[dict[str, Any]], asked: int) -> None:
@@ -261,12 +344,11 @@ def score_index(problem: IndexProblem, exact: Exact, settings: IndexSettings,
     n, m = problem.queries.shape[0], problem.gallery.shape[0]
     planned = check_kinds(settings, problem.gallery.shape[1])
     depth = min(settings.depth or needed_depth(score.metrics, score.ks, exact, m), m)
-    cut = truncated(score.metrics, depth, exact)
     extra = int(exclusion_bound(problem.own, problem.exclude).max(initial=0))
-    asked = min(depth + extra, m)
+    asked = min(depth + extra + 1, m)  # one past the cut: a tie there shows (search_past_cut)
     threads = settings.threads or os.cpu_count() or 1
     one = min(settings.single_thread_queries, n)
-    shared = Shared(cut, settings.margin, exact_columns(exact, metric_keys(score.metrics, score.ks)), {},
+    shared = Shared(settings.margin, exact_columns(exact, metric_keys(score.metrics, score.ks)), {},
                     *(exact.table[c].to_numpy(dtype=np.int64) for c in ("num_positives", "num_retrievable")))
     points: list[dict[str, Any]] = []
     tables: list[pd.DataFrame] = []
@@ -279,16 +361,18 @@ def score_index(problem: IndexProblem, exact: Exact, settings: IndexSettings,
                                     settings.build_threads, settings.seed)
             log.info("%s built in %.2f s (%d bytes), trained on %s", kind.name, built.build_seconds,
                      built.memory_bytes, trained_on)
-            answers: dict[tuple, tuple[np.ndarray, np.ndarray, dict[str, Any], dict[str, np.ndarray]]] = {}
+            answers: dict[tuple, tuple[Answer, dict[str, Any], dict[str, np.ndarray]]] = {}
             for point in kind_points:
-                ids, scores, seconds, ran = kinds_mod.search(built, problem.queries, asked, point, threads)
+                answer = search_past_cut(built, problem, asked, point, threads, depth)
+                ran, seconds = answer.ran, answer.seconds
                 one_seconds = kinds_mod.search(built, problem.queries[:one], asked, point, 1)[2]
                 same = answers.get(tuple(sorted(ran.items())))
-                if same is not None and np.array_equal(same[0], ids) and np.array_equal(same[1], scores, True):
-                    result, values = same[2], same[3]  # the point ran as an earlier one: the same answers
+                if (same is not None and np.array_equal(same[0].ids, answer.ids)
+                        and np.array_equal(same[0].scores, answer.scores, True)):
+                    result, values = same[1], same[2]  # the point ran as an earlier one: the same answers
                 else:
-                    result, values = score_answers(problem, exact, ids, scores, depth, score, shared)
-                    answers[tuple(sorted(ran.items()))] = ids, scores, result, values
+                    result, values = score_answers(problem, exact, answer, score, shared)
+                    answers[tuple(sorted(ran.items()))] = answer, result, values
                 entry: dict[str, Any] = {
                     "point": point_name(kind.name, point), "kind": kind.name, "library": kind.library,
                     "param": next(iter(point), None), "value": next(iter(point.values()), None),

@@ -22,6 +22,8 @@ def provenance(split: dict[str, Any] | None, encode: dict[str, Any] | None, scor
             out["transparency"] = (f"{split.get('num_transparent_images')} of {split['num_images']} images have "
                                    f"transparency, composited over {split['background']} (split.background)")
         out["split"] = f"{split['strategy']}, {split['protocol']}, seed {split['seed']}"
+        if split.get("captions"):  # text <-> image: the captions file and its counts
+            out["captions"] = caption_line(split)
         nd = split.get("near_duplicates")
         if split.get("images") == "none":
             out["near-dups"] = "unavailable (embeddings-only catalog: no image files to compare)"
@@ -36,13 +38,31 @@ def provenance(split: dict[str, Any] | None, encode: dict[str, Any] | None, scor
         out["near-copies"] = (f"queries with another image at cosine >= {min_cosine:g} in {backbone} "
                               "(data/scores/embedding_copies.csv)")
     boot = score["bootstrap"]
-    intervals = (f"{boot['resamples']} bootstrap resamples by {boot['unit']}, {boot['confidence']:.0%}"
+    # text <-> image: resampled by image, each with its captions (recallk.score.crossmodal.crossmodal_intervals)
+    unit = "image (with its captions)" if (split or {}).get("protocol") == "text_image" else boot["unit"]
+    intervals = (f"{boot['resamples']} bootstrap resamples by {unit}, {boot['confidence']:.0%}"
                  if boot["resamples"] else "off")
     rules = "".join(f", {k} {score[k]}" for k in OPTIONAL_WHAT if score.get(k))
     out["scoring"] = (f"exclude_same {list(score['exclude_same'])}{rules}, whiten {score['whiten']}, "
                       f"backend {score['backend']}, intervals {intervals}")
     out["id"] = evaluation_id(split, encode, score)
     return out
+
+
+def caption_line(split: dict[str, Any]) -> str:
+    """The ``captions:`` line of a split with captions (its provenance.json): how many, of how many images, how many
+    of eval images (scored), and how many are ambiguous (the exact text of another eval image's caption)."""
+    skipped = split.get("num_skipped_captions") or 0
+    return (f"{split['captions']}: {split['num_captions']} captions of {split['num_captioned_images']} images, "
+            f"{split.get('num_eval_captions', split['num_captions'])} of eval images scored, "
+            f"{split['num_ambiguous_captions']} ambiguous (the exact text of another eval image's caption)"
+            + (f", {skipped} of skipped images dropped" if skipped else ""))
+
+
+#: The split provenance's caption keys (``split.captions`` and its counts): hashed into :func:`evaluation_id` only
+#: when captions are set, so the ids of runs without them stay as they were.
+CAPTION_KEYS = ("captions", "num_captions", "num_captioned_images", "num_eval_captions", "num_ambiguous_captions",
+                "num_skipped_captions")
 
 
 #: Score params that decide what the tables measure (the others decide how it is computed, the
@@ -59,6 +79,8 @@ def evaluation_id(split: dict[str, Any] | None, encode: dict[str, Any] | None, s
     (:data:`WHAT`; not ``backend``, ``max_memory_mb``, ``bootstrap`` or ``failures``). Every report CSV
     carries it in its last column ``evaluated`` and
     ``metrics/evaluated.json`` under ``id``, so a table found on its own says what it measured."""
+    if split and not split.get("captions"):
+        split = {k: v for k, v in split.items() if k not in CAPTION_KEYS}
     blob = json.dumps({"split": split, "encode": encode,
                        "score": {**{k: score.get(k) for k in WHAT},
                                  **{k: score[k] for k in OPTIONAL_WHAT if score.get(k)}}},

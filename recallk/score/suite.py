@@ -124,7 +124,7 @@ def score_split(sets: SplitSets, catalog: pd.DataFrame,
     out.update(num_gallery=int(g_emb.shape[0]), embedding_dim=int(g_emb.shape[1]),
                capped_ks=capped_ks(settings.ks, ranking.n_retrievable))
     failures = settings.failures
-    cols, scores = top_k(data, max(depth, failures.k), settings.max_memory_mb)
+    cols, scores = tied_top_k(data, depth, max(depth, failures.k), settings.max_memory_mb)
     neighbors = tables.neighbors(queries, q_labels, gallery, g_labels, cols, scores)
     min_cosine = settings.embedding_copies.min_cosine
     copies = embedding_copies.empty_pairs()
@@ -144,10 +144,33 @@ def score_split(sets: SplitSets, catalog: pd.DataFrame,
     frames = {"per_class": table, "curve": curve,
               "curve_band": tables.curve_band(ranking, curve, **bootstrap, labels=q_labels, order=order),
               "per_query": tables.per_query(queries, q_labels, ranking, values, neighbors),
-              "neighbors": neighbors[neighbors["rank"] <= depth].reset_index(drop=True),
+              "neighbors": tables.neighbors(queries, q_labels, gallery, g_labels, past_ties(cols, scores, depth),
+                                            scores),
               "confusions": tables.confusions(neighbors), "embedding_copies": copies}
     frames["failures"] = failure_rows(data, frames["per_query"], neighbors, failures) if failures.queries else []
     return out, frames
+
+
+def tied_top_k(data: RetrievalData, depth: int, width: int,
+               max_memory_mb: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`~recallk.score.ranking.neighbors.top_k` at least ``width`` deep and one past ``depth``, deeper (doubled)
+    while a query's tie at its ``depth``-th item (:func:`recallk.score.tables.tie_end`) reaches the last column."""
+    m = data.gallery_emb.shape[0]
+    width = min(max(width, depth + 1), m)
+    while True:
+        cols, scores = top_k(data, width, max_memory_mb)
+        if width >= m or not (tables.tie_end(1.0 - scores.astype(np.float64), depth) >= width).any():
+            return cols, scores
+        width = min(2 * width, m)
+
+
+def past_ties(cols: np.ndarray, scores: np.ndarray, depth: int) -> np.ndarray:
+    """``cols`` (:func:`tied_top_k`) as ``neighbors.csv`` keeps them (-1 elsewhere): the first ``depth``, every
+    item past it within 1e-6 of the ``depth``-th distance (a tie at the cut, as big-ann-benchmarks' ground truth
+    runs past K) and the first that is not, so a reader sees where the tie ends."""
+    depth = min(depth, cols.shape[1])
+    end = tables.tie_end(1.0 - scores.astype(np.float64), depth) + 1
+    return np.where(np.arange(cols.shape[1]) < end[:, None], cols, -1)
 
 
 def _whitened(sets: SplitSets, whiten: str, q_emb: np.ndarray, g_emb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -95,6 +95,20 @@ def per_query(image_ids: Sequence[str], labels: Sequence[str], ranking: Ranking,
     return frame
 
 
+#: big-ann-benchmarks' tie tolerance on distances ``1 - cosine`` (``compute_recall_with_distance_ties``): how close
+#: to the ``max(ks)``-th an item must be for ``neighbors.csv`` to run past it (:func:`tie_end`).
+TIE_TOLERANCE = 1e-6
+
+
+def tie_end(distances: np.ndarray, k: int) -> np.ndarray:
+    """(n,) where each query's tie at its ``k``-th item ends: ``k``, then one more for each next distance within
+    :data:`TIE_TOLERANCE` of the ``k``-th (anchored there, not chained), up to the first that is not (NaN is
+    not): big-ann-benchmarks' rule, by which ``neighbors.csv`` runs past ``max(ks)``."""
+    distances = np.asarray(distances, dtype=np.float64)
+    close = np.abs(distances[:, k:] - distances[:, k - 1:k]) < TIE_TOLERANCE  # NaN compares False
+    return k + np.cumprod(close, axis=1).sum(axis=1, dtype=np.int64)
+
+
 def neighbors(query_ids: Sequence[str], query_labels: Sequence[str], gallery_ids: Sequence[str],
               gallery_labels: Sequence[str], cols: np.ndarray, scores: np.ndarray) -> pd.DataFrame:
     """What each query retrieved (:func:`recallk.score.ranking.neighbors.top_k`), one row per (query, rank):

@@ -29,19 +29,21 @@ def test_the_index_page_renders_in_chromium(scored_project, tmp_path) -> None:
     assert on_first_screen(box), box
 
 
-def point(name: str, kind: str, qps: float, delta: float, good: bool) -> dict:
-    """A scored point as :func:`recallk.index.sweep.score_index` gives it (two metrics)."""
+def point(name: str, kind: str, qps: float, delta: float, good: bool, unreported: tuple = ()) -> dict:
+    """A scored point as :func:`recallk.index.sweep.score_index` gives it (two metrics, less the ``unreported``)."""
     out = {"point": name, "kind": kind, "trained_on": "-", "queries_per_second": qps,
            "queries_per_second_one_thread": qps / 4, "build_seconds": 0.5, "memory_bytes": 3 * 2**20,
            "short_lists": 0, "knn_recall@10_ann_benchmarks": 0.9, "knn_recall@10_big_ann_benchmarks": 0.9,
-           "non_inferior": good, "depth": 10, "truncated_metrics": ["map"]}
+           "non_inferior": good, "depth": 10, "unreported_metrics": list(unreported)}
     for key, value in (("recall@1", 0.9), ("map", 0.5)):
+        if key in unreported:
+            continue
         out |= {key: value + delta, f"delta_{key}": delta, f"delta_{key}_ci_low": delta - 0.01,
                 f"delta_{key}_ci_high": delta + 0.01}
     return out
 
 
-POINTS = [point("Flat", "Flat", 100.0, 0.0, True), point("HNSW8 efSearch=8", "HNSW8", 900.0, -0.2, False),
+POINTS = [point("Flat", "Flat", 100.0, 0.0, True), point("HNSW8 efSearch=8", "HNSW8", 900.0, -0.2, False, ("map",)),
           point("HNSW8 efSearch=64", "HNSW8", 400.0, -0.001, True)]
 
 
@@ -59,12 +61,16 @@ def test_the_verdict_leads_the_terminal_table_and_the_page(tmp_path) -> None:
     heads = html[html.index("<thead>"):html.index("</thead>")]
     assert heads.index("non-inferior") < heads.index(">point<") < heads.index("recall@1 Δ")
     for human in ("queries/s", "build s", "memory MiB", "k-NN recall@10 (big-ann-benchmarks)",
-                  "map Δ vs exact [interval] (truncated lists)"):
+                  "map Δ vs exact [interval] (not reported for some points)"):
         assert human in heads, human
     assert "memory_bytes" not in html and "knn_recall@" not in heads
     assert "<td>400</td><td>100</td><td>0.50</td><td>3.00</td>" in html  # rates whole, seconds and MiB to 2 places
     assert '<tr class="chosen"><td>yes</td><td>HNSW8 efSearch=64</td>' in html
-    assert "Each index list is cut at depth 10: map is computed from truncated lists" in html
+    assert ("Each index list is cut at depth 10: map is not reported for the points whose lists cannot give it "
+            "exactly") in html
+    assert html.count(index_page.UNREPORTED) == 1  # HNSW8 efSearch=8's map cell
+    map_plot = index_page.pareto_png(POINTS, {"recall@1": 0.9, "map": 0.5}, ["recall@1", "map"], chosen)
+    assert map_plot.width == 2 * plot.width  # a point without map is left off that panel
     assert html.index('id="verdict"') < html.index("<table>")
     page = tmp_path / "ann_index.html"
     page.write_text(html, encoding="utf-8")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from recallk.index.lists import exclusion_bound, label_values, ranked_lists, short_lists
+from recallk.index.lists import exclusion_bound, label_values, ranked_lists, short_lists, undetermined
 from recallk.score.registry import metric_keys
 
 METRICS = ("recall", "precision", "r_precision", "map@r", "map", "mrr")
@@ -71,3 +71,34 @@ def test_ranked_lists_drop_what_exact_never_retrieves() -> None:
     assert np.isnan(kept[0]).all() and kept[1].tolist() == pytest.approx([0.5, 0.5, 0.4])
     assert short_lists(columns, np.array([4, 7])) == 1
     assert exclusion_bound(own, [(camera_q, camera_g)]).tolist() == [1 + 3, 0]
+
+
+@pytest.mark.parametrize("seed, depth, exhausted", [
+    (3, 3, False),   # shallow lists: most metrics open for some query
+    (4, 6, False),   # in between
+    (5, 12, False),  # lists as deep as the gallery: every list complete, everything reported
+    (6, 3, True),    # shallow, but the index had nothing more to return: complete, everything reported
+])
+def test_a_metric_is_unreported_exactly_when_a_deeper_list_could_change_it(seed, depth, exhausted) -> None:
+    """Every metric key undetermined leaves reported has, from the lists cut at ``depth``, the value the same index's
+    full lists give; and a shallow cut leaves some key unreported."""
+    rng = np.random.default_rng(seed)
+    m, n = 12, 40
+    g_label, q_label = rng.integers(0, 3, m), rng.integers(0, 3, n)
+    ids = np.array([rng.permutation(m) for _ in range(n)])
+    scores = np.tile(np.arange(m, 0, -1, dtype=np.float32), (n, 1))  # the index's order as given
+    own = np.full(n, -1)
+    R = np.array([np.count_nonzero(g_label == label) for label in q_label])
+    M = np.full(n, m)
+    cut, _ = ranked_lists(ids, scores, own, [], depth)
+    unreported = undetermined(cut, q_label, g_label, R, M, np.full(n, exhausted), METRICS, KS)
+    keys = metric_keys(METRICS, KS)
+    if exhausted:  # the index returned only these: its lists are complete as they are
+        assert unreported == []
+        return
+    at_cut = label_values(cut, q_label, g_label, R, M, METRICS, KS)
+    full = label_values(ranked_lists(ids, scores, own, [], m)[0], q_label, g_label, R, M, METRICS, KS)
+    for key in keys:
+        same = np.allclose(at_cut[key], full[key], rtol=0, atol=1e-15, equal_nan=True)
+        assert same or key in unreported, key  # a value a deeper list changes is never reported
+    assert (depth >= m) == (unreported == [])
