@@ -77,13 +77,13 @@ class IndexSettings:
     sweep: SweepSettings = setting(SweepSettings)
     margin: float = setting(0.01, margin_problem,
                             "non-inferiority margin: a point is non-inferior when the paired interval of every "
-                            "label metric's Δ against exact lies above `-margin` (metrics the depth cuts short "
-                            "are reported but not judged)")
+                            "label metric's Δ against exact lies above `-margin` (metrics a point's lists cannot "
+                            "give exactly are not reported for it, nor judged)")
     depth: int | None = setting(None, optional_positive,
                                 "items each ranked list keeps; `null`: max(ks), or the largest R when r_precision or "
-                                "map@r is scored. map and mrr are then computed on lists of that depth (a positive "
-                                "beyond counts as not retrieved, as in a deployed list): exact only with a depth "
-                                "of the whole gallery")
+                                "map@r is scored. A metric those lists cannot give exactly (map reads every "
+                                "positive; mrr, r_precision and map@r need theirs listed) is not reported for a "
+                                "point (`unreported_metrics`): raise the depth to have it")
     threads: int | None = setting(None, optional_threads,
                                   "threads of the timed all-cores search, 1 to 1024; `null`: every core")
     single_thread_queries: int = setting(1000, integer(1, 10_000_000),
