@@ -1,10 +1,12 @@
 """Small fixture trees in each benchmark's official file format (the real file names and line formats, a
-few classes, real JPEG files through Pillow), for ``recallk datasets prepare`` (importable beside helpers).
+few classes, real JPEG files through Pillow; Karpathy's split files for the caption benchmarks), for
+``recallk datasets prepare`` (importable beside helpers).
 
 Each ``write_<name>(root)`` builds the tree under ``root`` and returns the counts ``prepare`` must measure."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -144,6 +146,90 @@ def write_reid(root: Path, style: str = "market") -> dict[str, int]:
     gallery = REID_PLAN["bounding_box_test"]
     return {"train": 6, "query": 6, "gallery": len(gallery), "gallery_junk": sum(p == -1 for p, _ in gallery),
             "train_ids": 3, "query_ids": 6}
+
+
+def _sentence(image: int, k: int, text: str) -> dict:
+    """One sentence of a Karpathy split file (``raw`` is the caption; ``tokens`` as the file gives them)."""
+    return {"tokens": text.lower().strip(" .\n").split(), "raw": text, "imgid": image, "sentid": image * 10 + k}
+
+
+def write_karpathy(root: Path, dataset: str, plan: list[tuple[str, int]], size: tuple[int, int] = SIZE
+                   ) -> dict[str, int]:
+    """Karpathy's split file (``dataset_flickr30k.json`` or ``dataset_coco.json``: ``{"images": [{"filename",
+    "filepath" (coco), "split", "imgid", "sentids", "sentences": [{"tokens", "raw", "imgid", "sentid"}],
+    "cocoid" (coco)}], "dataset"}``) and its images (``flickr30k-images/<id>.jpg``; COCO ``train2014/`` for
+    train images, ``val2014/`` for the others, as Karpathy's val, restval and test come from val2014), one entry
+    per ``(split, number of captions)`` of ``plan``, in order. Every caption is distinct; the second caption of
+    each image ends in a line break and spaces, as some of the release's ``raw`` texts do. Returns the counts
+    ``prepare`` must measure."""
+    seeds, images = Seeds(900), []
+    for n, (split, n_captions) in enumerate(plan):
+        captions = [f"Photo {n} shows scene {k} of the {split} split." for k in range(n_captions)]
+        if n_captions > 1:
+            captions[1] += " \n "
+        entry = {"sentids": [n * 10 + k for k in range(n_captions)], "imgid": n, "split": split,
+                 "sentences": [_sentence(n, k, c) for k, c in enumerate(captions)]}
+        if dataset == "coco":
+            folder = "train2014" if split == "train" else "val2014"
+            entry.update(filepath=folder, filename=f"COCO_{folder}_{100000 + n:012d}.jpg", cocoid=100000 + n)
+            rel = f"{folder}/{entry['filename']}"
+        else:
+            entry["filename"] = f"{1000000000 + n}.jpg"
+            rel = f"flickr30k-images/{entry['filename']}"
+        save_image(root / rel, seed=seeds(), size=size, fmt="JPEG")
+        images.append(entry)
+    (root / f"dataset_{dataset}.json").write_text(json.dumps({"images": images, "dataset": dataset}),
+                                                  encoding="utf-8")
+    splits = [split for split, _ in plan]
+    counts = {"images": len(plan), **{s: splits.count(s) for s in ("train", "val", "restval", "test")}}
+    if dataset != "coco":
+        del counts["restval"]
+    counts["test_captions"] = sum(n for split, n in plan if split == "test")
+    return counts
+
+
+#: A small Flickr30k: 4 train, 2 val and 3 test images, five captions each.
+FLICKR_PLAN = [("train", 5)] * 4 + [("val", 5)] * 2 + [("test", 5)] * 3
+#: A small COCO: train, restval, val and test images; test images with 5, 6 and 7 captions.
+COCO_PLAN = [("train", 5), ("restval", 5), ("train", 5), ("val", 5), ("restval", 5), ("test", 5), ("test", 6),
+             ("val", 5), ("test", 7), ("test", 5)]
+#: The 6- and 7-caption images among the 5,000 test images of :func:`write_coco_test`: 8 images with 6 and one
+#: with 7 give 25,010 captions, as Karpathy's COCO test split; fold N is test images 1,000(N-1) to 1,000N - 1.
+COCO_EXTRA = {100: 6, 1200: 6, 2300: 6, 2999: 7, 3400: 6, 4500: 6, 4600: 6, 4700: 6, 4800: 6}
+#: The captions of each COCO 1K fold of :func:`write_coco_test`.
+COCO_FOLD_CAPTIONS = {1: 5001, 2: 5001, 3: 5003, 4: 5001, 5: 5004}
+
+
+def write_flickr30k(root: Path) -> dict[str, int]:
+    return write_karpathy(root, "flickr30k", FLICKR_PLAN)
+
+
+def write_coco(root: Path) -> dict[str, int]:
+    return write_karpathy(root, "coco", COCO_PLAN)
+
+
+def write_coco_test(root: Path) -> dict[str, int]:
+    """COCO with Karpathy's whole test split (5,000 images, 25,010 captions: :data:`COCO_EXTRA`) and one image
+    of each other split; 4x4 images, to stay quick."""
+    plan = [("train", 5), ("restval", 5), ("val", 5)] + [("test", COCO_EXTRA.get(n, 5)) for n in range(5000)]
+    return write_karpathy(root, "coco", plan, size=(4, 4))
+
+
+#: A project's params file for ``--apply`` (comments that must survive; no ``split.captions``, which ``--apply``
+#: adds at the section's end).
+PARAMS = """# the project's params (comments must survive --apply)
+split:
+  data_root: data/digits  # where the images are
+  csv: null
+  strategy: class_disjoint
+  protocol: query_gallery
+  images: auto
+score:
+  ks: [1, 5, 10]
+  exclude_same: []
+  exclude_same_all: []
+  junk: null  # off
+"""
 
 
 WRITERS = {"cub200": write_cub, "cars196": write_cars_mat, "sop": write_sop, "inshop": write_inshop,

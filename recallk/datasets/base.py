@@ -25,11 +25,13 @@ REPAIR = "Re-extract the release, or correct the line or file named"
 @dataclass(frozen=True)
 class Dataset:
     """One benchmark: its name, the release it reads, the expected layout (a sentence for errors and docs),
-    its reader, the official counts, the protocol's params and its source.
+    its reader, the official counts, the protocol's params, its source and its name.
 
     ``read(root)`` returns the manifest rows (``path`` relative to ``root``, ``label``, ``split``, extra
     columns, and ``source``: where each row comes from, "line 3 of 'ROOT/images.txt'", which :func:`prepare`
-    names in its errors and drops) and the counts measured, keyed like ``official``."""
+    names in its errors and drops; the caption benchmarks' rows also ``image_id`` and the internal ``captions``,
+    ``karpathy`` and ``fold``: :mod:`recallk.datasets.karpathy`) and the counts measured, keyed like
+    ``official``."""
 
     name: str
     release: str
@@ -39,6 +41,9 @@ class Dataset:
     protocol: str
     score: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+    #: The protocol's name, in every output (printed, the protocol file): ``cub200-classes-101-200-loo``; a
+    #: ``{fold}`` in it (COCO 1K) is the fold chosen.
+    protocol_name: str = ""
 
     def missing(self, root: Path, what: str) -> InputError:
         """The error of a file or folder ``what`` the release should have under ``root``."""

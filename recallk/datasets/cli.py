@@ -1,7 +1,8 @@
-"""``recallk datasets prepare NAME ROOT [--out DIR] [--apply] [--params FILE] [--strict]``.
+"""``recallk datasets prepare NAME ROOT [--out DIR] [--apply] [--params FILE] [--strict] [--fold N]``.
 
-Writes the manifest, prints the params of the official protocol (YAML, on stdout) and the counts; with
-``--apply`` writes them into params.yaml (comments kept). Exit 0, or 2 with one ``error:`` line."""
+Writes the manifest (and the captions and the protocol file), prints the protocol's name and sizes, the params
+of the official protocol (YAML, on stdout) and the counts; with ``--apply`` writes the params into params.yaml
+(comments kept). Exit 0, or 2 with one ``error:`` line."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import logging
 import sys
 from typing import Sequence
 
-from recallk.datasets import DATASETS, count_message, prepare
+from recallk.datasets import DATASETS, count_message, describe, prepare
 from recallk.errors import InputError
 
 
@@ -28,6 +29,8 @@ def parser() -> argparse.ArgumentParser:
                       "(only their values change; with the manifest: both or neither)")
     prep.add_argument("--params", default="params.yaml", help="the params file --apply writes (default: %(default)s)")
     prep.add_argument("--strict", action="store_true", help="counts off the official release are an error")
+    prep.add_argument("--fold", type=int, default=None, help="coco1k: the fold evaluated, 1 to 5 (1,000 test "
+                      "images each, in the split file's order); run the five and average")
     return p
 
 
@@ -63,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.addFilter(drop)
     try:
         result = prepare(args.name, args.root, out=args.out, strict=args.strict,
-                         apply_to=args.params if args.apply else None)
+                         apply_to=args.params if args.apply else None, fold=args.fold)
     except InputError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2
@@ -72,7 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if result.differences:
         sys.stderr.write(f"warning: {count_message(args.name, result.differences)}\n")
     counts = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in result.counts.items())
-    sys.stdout.write(f"# {args.name}: wrote {result.manifest} ({counts})\n")
+    wrote = f"{result.manifest}, {result.captions}" if result.captions else f"{result.manifest}"
+    sys.stdout.write(f"# {args.name}: wrote {wrote} ({counts})\n")
+    sys.stdout.write(f"# protocol {describe(result.protocol)}\n")
     sys.stdout.write(params_yaml(result.params))
     if args.apply:
         sys.stdout.write(f"# written into {args.params}; run `dvc repro`\n")

@@ -193,7 +193,8 @@ def test_paths_leaving_the_data_root_are_refused_by_prepare(tmp_path, fixture, d
 # -------------------------------------------------------------------------------------------- --apply
 
 #: The keys --apply sets (each on its own line of the project's params.yaml).
-APPLIED = ("data_root", "csv", "strategy", "protocol", "images", "exclude_same", "exclude_same_all", "junk")
+APPLIED = ("data_root", "csv", "strategy", "protocol", "images", "captions", "exclude_same", "exclude_same_all",
+           "junk")
 
 
 def _apply(tmp_path: Path, params: Path, *extra: str) -> int:

@@ -6,6 +6,7 @@ round trips are tests/pipeline/test_datasets_flow.py."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shutil
@@ -14,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dataset_fixtures import WRITERS, write_cars_folders, write_cub, write_reid
+from dataset_fixtures import PARAMS, WRITERS, write_cars_folders, write_cub, write_reid
 from helpers import ROOT
 from recallk.data.prepare import prepare_all
 from recallk.data.settings import SplitSettings
@@ -28,6 +29,15 @@ from reference_evals import eval_market1501, pml_leave_one_out, similarity
 #: What each dataset's protocol selects (split.protocol, the score rules).
 PROTOCOLS = {"cub200": "leave_one_out", "cars196": "leave_one_out", "sop": "leave_one_out",
              "inshop": "query_gallery", "market1501": "query_gallery", "dukemtmc": "query_gallery"}
+#: Each protocol's name and the sizes its protocol file gives for the fixture (tests/dataset_fixtures.py).
+PROTOCOL_SIZES = {
+    "cub200": ("cub200-classes-101-200-loo", {"queries": 9, "gallery": 9, "classes": 3}),
+    "cars196": ("cars196-classes-99-196-loo", {"queries": 6, "gallery": 6, "classes": 2}),
+    "sop": ("sop-ebay-test-loo", {"queries": 6, "gallery": 6, "classes": 3}),
+    "inshop": ("inshop-query-gallery", {"queries": 2, "gallery": 4, "classes": 2}),
+    "market1501": ("market1501-query-gallery-reid", {"queries": 6, "gallery": 20, "classes": 6}),
+    "dukemtmc": ("dukemtmc-query-gallery-reid", {"queries": 6, "gallery": 20, "classes": 6}),
+}
 
 
 @pytest.mark.parametrize("name", list(WRITERS))
@@ -37,7 +47,12 @@ def test_prepare_writes_the_manifest_counts_and_protocol_params(tmp_path, name, 
         result = prepare(name, tmp_path)
     assert result.counts == want and result.manifest == tmp_path / f"recallk_{name}.csv"
     assert result.params["split"] == {"data_root": str(tmp_path), "csv": f"recallk_{name}.csv",
-                                      "strategy": "given", "protocol": PROTOCOLS[name], "images": "files"}
+                                      "strategy": "given", "protocol": PROTOCOLS[name], "images": "files",
+                                      "captions": None}  # a caption benchmark's captions set before are unset
+    # the protocol file beside the manifest names the protocol and its sizes
+    written = json.loads((tmp_path / f"recallk_{name}.protocol.json").read_text(encoding="utf-8"))
+    assert written == result.protocol and (written["name"], written["sizes"]) == PROTOCOL_SIZES[name]
+    assert written["split_protocol"] == PROTOCOLS[name] and written["counts"] == want and written["captions"] is None
     reid = name in ("market1501", "dukemtmc")
     assert result.params["score"] == {"exclude_same": [], "exclude_same_all": ["label", "camera"] if reid else [],
                                       "junk": "junk" if reid else None}
@@ -204,19 +219,6 @@ def test_cub_protocol_through_the_suite_agrees_with_pml_conventions(tmp_path):
 # ---------------------------------------------------------------------------------------------- the CLI
 
 
-PARAMS = """# the project's params (comments must survive --apply)
-split:
-  data_root: data/digits  # where the images are
-  csv: null
-  strategy: class_disjoint
-  protocol: query_gallery
-  images: auto
-score:
-  ks: [1, 5, 10]
-  exclude_same: []
-  exclude_same_all: []
-  junk: null  # off
-"""
 
 
 def test_cli_prints_the_params_and_apply_keeps_comments(tmp_path, capsys):
@@ -226,6 +228,7 @@ def test_cli_prints_the_params_and_apply_keeps_comments(tmp_path, capsys):
     assert main(["prepare", "market1501", str(tmp_path / "Market"), "--apply", "--params", str(params)]) == 0
     printed = capsys.readouterr()
     assert "wrote" in printed.out and "exclude_same_all: [label, camera]" in printed.out
+    assert "# protocol market1501-query-gallery-reid (query_gallery): 6 queries, 20 gallery, 6 classes\n" in printed.out
     assert "strategy: given" in printed.out and "warning: market1501: counts differ" in printed.err
     text = params.read_text(encoding="utf-8")
     assert text.startswith("# the project's params (comments must survive --apply)\n")
