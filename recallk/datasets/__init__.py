@@ -111,7 +111,8 @@ INTERNAL = ("source", "captions", "karpathy", "fold")
 
 
 def prepare(name: str, root: str | os.PathLike, *, out: str | os.PathLike | None = None, strict: bool = False,
-            apply_to: str | os.PathLike | None = None, fold: int | None = None) -> PreparedDataset:
+            apply_to: str | os.PathLike | None = None, fold: int | None = None,
+            with_train: bool = False) -> PreparedDataset:
     """Write the manifest of benchmark ``name`` from its extracted release under ``root``.
 
     Parameters
@@ -131,12 +132,18 @@ def prepare(name: str, root: str | os.PathLike, *, out: str | os.PathLike | None
     fold : int, optional
         ``coco1k`` only, and required there: the fold evaluated (1-5: test images 1-1,000, 1,001-2,000, ... in
         the split file's order).
+    with_train : bool
+        Caption benchmarks only: list the images that are not evaluated too (Karpathy's train, val and restval,
+        COCO 1K's other folds) as ``train``, e.g. for the near-duplicate check across train and test. By default
+        the manifest holds the evaluated images alone, so the encode stage embeds 1,000 (Flickr30k) or 5,000
+        (COCO) images, not 31,014 or 123,287; the counts checked against the release read the whole split file
+        either way.
 
     Returns
     -------
     PreparedDataset
         The manifest (``<out>/recallk_<name>.csv``; ``recallk_coco1k_fold<N>.csv``), the captions
-        (``<out>/recallk_<name>_captions.csv``, caption benchmarks), the protocol file beside the manifest
+        (``<manifest's name>_captions.csv``, caption benchmarks), the protocol file beside the manifest
         (``recallk_<name>.protocol.json``: the protocol's name and sizes, the counts), all written atomically,
         and the params.
 
@@ -156,6 +163,9 @@ def prepare(name: str, root: str | os.PathLike, *, out: str | os.PathLike | None
                          f"Known: {', '.join(DATASETS)}.")
     ds = DATASETS[name]
     folded = "{fold}" in ds.protocol_name
+    if with_train and ds.protocol != TEXT_IMAGE:
+        raise InputError(f"{name}: --with-train is for the caption benchmarks (flickr30k, coco, coco1k), whose "
+                         f"manifests list the evaluated images alone by default; {name}'s lists every image.")
     if fold is not None and not folded:
         raise InputError(f"{name}: --fold {fold} given, but {name} has no folds (only coco1k does: the 5 folds of "
                          "COCO 1K).")
@@ -173,6 +183,8 @@ def prepare(name: str, root: str | os.PathLike, *, out: str | os.PathLike | None
     frame, counts = ds.read(root_path, ds)
     if folded:
         select_fold(frame, counts, fold, ds)
+    if ds.protocol == TEXT_IMAGE and not with_train:  # what is scored, not 118K train images encoded for nothing
+        frame = frame[frame["split"].eq("gallery")].reset_index(drop=True)
     check_paths(frame, root_path, base, ds)
     captions = caption_rows(frame)
     frame = frame.drop(columns=[c for c in INTERNAL if c in frame.columns])
@@ -182,7 +194,7 @@ def prepare(name: str, root: str | os.PathLike, *, out: str | os.PathLike | None
     if found and strict:
         raise InputError(count_message(name, found, strict=True))
     manifest = base / f"recallk_{name}{f'_fold{fold}' if folded else ''}.csv"
-    captions_file = base / f"recallk_{name}_captions.csv" if captions is not None else None
+    captions_file = base / f"{manifest.stem}_captions.csv" if captions is not None else None
     params = {"split": {"data_root": str(base), "csv": manifest.name, "strategy": "given", "protocol": ds.protocol,
                         "images": "files", "captions": captions_file.name if captions_file else None},
               "score": dict(ds.score)}
@@ -206,8 +218,8 @@ def prepare(name: str, root: str | os.PathLike, *, out: str | os.PathLike | None
 
 def caption_rows(frame: pd.DataFrame) -> pd.DataFrame | None:
     """The captions file of a caption benchmark (``image_id,caption``, the split file's order): the captions of
-    its test images (those of COCO 1K's other folds too: listed, counted by the split stage, not scored); None
-    for the others."""
+    the manifest's test images (with ``with_train``, COCO 1K's other folds too: listed, counted by the split
+    stage, not scored); None for the others."""
     if "captions" not in frame.columns:
         return None
     test = frame[frame["karpathy"].eq("test")]

@@ -31,6 +31,8 @@ def parser() -> argparse.ArgumentParser:
     prep.add_argument("--strict", action="store_true", help="counts off the official release are an error")
     prep.add_argument("--fold", type=int, default=None, help="coco1k: the fold evaluated, 1 to 5 (1,000 test "
                       "images each, in the split file's order); run the five and average")
+    prep.add_argument("--with-train", action="store_true", help="caption benchmarks: list the images not evaluated "
+                      "too, as train (default: the evaluated images alone, so encode embeds no more)")
     return p
 
 
@@ -66,7 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logger.addFilter(drop)
     try:
         result = prepare(args.name, args.root, out=args.out, strict=args.strict,
-                         apply_to=args.params if args.apply else None, fold=args.fold)
+                         apply_to=args.params if args.apply else None, fold=args.fold,
+                         with_train=args.with_train)
     except InputError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2

@@ -58,11 +58,12 @@ def test_flickr30k_manifest_captions_protocol_and_params(tmp_path, caplog):
     manifest = _read(result.manifest)
     assert list(manifest.columns) == ["image_id", "path", "label", "split"]
     assert manifest["label"].equals(manifest["image_id"]) and manifest["path"].str.startswith("flickr30k-images/").all()
-    # Karpathy's test images are the eval split; its train and val images are not evaluated
-    assert manifest["split"].tolist() == ["train"] * 6 + ["gallery"] * 3
+    # Karpathy's test images are the eval split, and the manifest lists them alone (its train and val images are
+    # not evaluated: encode would embed them for nothing; --with-train lists them, below)
+    assert manifest["split"].tolist() == ["gallery"] * 3
     captions = _read(result.captions)
     assert list(captions.columns) == ["image_id", "caption"] and len(captions) == 15
-    assert captions["image_id"].tolist() == [i for i in manifest["image_id"][6:] for _ in range(5)]  # file order
+    assert captions["image_id"].tolist() == [i for i in manifest["image_id"] for _ in range(5)]  # file order
     # a line break and spaces at a caption's end are dropped (one caption is one line)
     assert captions["caption"].tolist()[:2] == ["Photo 6 shows scene 0 of the test split.",
                                                 "Photo 6 shows scene 1 of the test split."]
@@ -77,15 +78,26 @@ def test_flickr30k_manifest_captions_protocol_and_params(tmp_path, caplog):
     assert out.caption_summary["num_ambiguous_captions"] == 0
 
 
+def test_with_train_lists_the_images_not_evaluated_as_train(tmp_path):
+    write_flickr30k(tmp_path)
+    result = prepare("flickr30k", tmp_path, with_train=True)
+    manifest = _read(result.manifest)
+    assert manifest["split"].tolist() == ["train"] * 6 + ["gallery"] * 3
+    assert len(_read(result.captions)) == 15  # the test images' captions alone, as without it
+    assert result.protocol["sizes"] == {"images": 3, "captions": 15}
+    with pytest.raises(InputError, match="--with-train is for the caption benchmarks"):
+        prepare("cub200", tmp_path, with_train=True)
+
+
 def test_coco_keeps_every_caption_of_the_test_images(tmp_path):
     want = write_coco(tmp_path)
     result = prepare("coco", tmp_path)
     assert result.counts == want == {"images": 10, "train": 2, "val": 2, "restval": 2, "test": 4,
                                      "test_captions": 23}
     manifest = _read(result.manifest)
-    test = manifest[manifest["split"] == "gallery"]
-    assert test["path"].str.match(r"val2014/COCO_val2014_\d{12}\.jpg$").all() and len(test) == 4
-    assert manifest.loc[manifest["split"] == "train", "path"].str.match(r"(train|val)2014/").all()
+    assert manifest["path"].str.match(r"val2014/COCO_val2014_\d{12}\.jpg$").all() and len(manifest) == 4
+    train = _read(prepare("coco", tmp_path, with_train=True).manifest).query("split == 'train'")
+    assert len(train) == 6 and train["path"].str.match(r"(train|val)2014/").all()
     per_image = _read(result.captions)["image_id"].value_counts()
     assert sorted(per_image.tolist()) == [5, 5, 6, 7]  # 6 and 7 captions kept, not cut to 5
     assert result.protocol["name"] == "coco-karpathy-5k-test"
@@ -121,14 +133,15 @@ def test_coco1k_fold_is_a_thousand_consecutive_test_images(coco_test, fold):
     assert result.manifest == root / f"recallk_coco1k_fold{fold}.csv"
     manifest = _read(result.manifest)
     test_ids = [f"COCO_val2014_{100003 + n:012d}" for n in range(5000)]  # after one train, restval, val image
-    assert manifest.loc[manifest["split"] == "gallery", "image_id"].tolist() == \
-        test_ids[1000 * (fold - 1):1000 * fold]
+    assert manifest["split"].eq("gallery").all()  # the fold alone (--with-train: the rest as train)
+    assert manifest["image_id"].tolist() == test_ids[1000 * (fold - 1):1000 * fold]
     assert result.protocol["name"] == f"coco-karpathy-1k-fold{fold}"
     assert result.protocol["sizes"] == {"images": 1000, "captions": COCO_FOLD_CAPTIONS[fold]}
     assert result.counts["fold_images"] == 1000 and result.counts["fold_captions"] == COCO_FOLD_CAPTIONS[fold]
     assert not any(d.startswith(("test", "fold")) for d in result.differences)
-    # every fold lists the same captions: the 5,000 test images', scored for the fold's images only
-    assert result.captions == root / "recallk_coco1k_captions.csv" and len(_read(result.captions)) == 25010
+    # each fold its own captions file: its images' captions
+    assert result.captions == root / f"recallk_coco1k_fold{fold}_captions.csv"
+    assert len(_read(result.captions)) == COCO_FOLD_CAPTIONS[fold]
     assert result.params["split"]["csv"] == f"recallk_coco1k_fold{fold}.csv"
     assert result.params["split"]["protocol"] == "text_image"
 
@@ -258,17 +271,18 @@ def test_cli_coco1k_apply_sets_the_text_image_params(tmp_path, capsys):
     assert main(["prepare", "coco1k", str(tmp_path / "coco"), "--fold", "1", "--apply", "--params", str(params)]) == 0
     printed = capsys.readouterr()
     assert "# protocol coco-karpathy-1k-fold1 (text_image): 4 images, 23 captions\n" in printed.out
-    assert "captions: recallk_coco1k_captions.csv" in printed.out and "fold images 4 (official 1,000)" in printed.err
+    assert "captions: recallk_coco1k_fold1_captions.csv" in printed.out
+    assert "fold images 4 (official 1,000)" in printed.err
     text = params.read_text(encoding="utf-8")
     assert "  csv: recallk_coco1k_fold1.csv\n" in text and "  protocol: text_image\n" in text
     # the key the section lacked added at its end; the other lines as they were
-    assert "  images: files\n  captions: recallk_coco1k_captions.csv\nscore:\n  ks: [1, 5, 10]\n" in text
+    assert "  images: files\n  captions: recallk_coco1k_fold1_captions.csv\nscore:\n  ks: [1, 5, 10]\n" in text
     assert text.startswith("# the project's params (comments must survive --apply)\n")
     # the params written are a valid split section, and the split stage's library reads the fold
     out = prepare_all(SplitSettings(**YAML(typ="safe").load(text)["split"]))
     assert out.caption_summary["num_captions"] == 23 and out.caption_summary["num_eval_captions"] == 23
-    assert _written(tmp_path / "coco") == ["recallk_coco1k_captions.csv", "recallk_coco1k_fold1.csv",
-                                           "recallk_coco1k_fold1.protocol.json"]
+    assert _written(tmp_path / "coco") == ["recallk_coco1k_fold1.csv", "recallk_coco1k_fold1.protocol.json",
+                                           "recallk_coco1k_fold1_captions.csv"]
 
 
 def test_cli_coco1k_without_a_fold_is_one_error_line(tmp_path, capsys):
