@@ -10,10 +10,12 @@ timed calls; the median per call is reported:
   ``argsort``, the first hit per query (:func:`numpy_recall`);
 * ``small pml``: pytorch-metric-learning's ``AccuracyCalculator`` (``bench/pml_anchor.py``), skipped
   when it is not importable;
-* ``small pair``: the engine's call and plain numpy's alternated call by call in one process,
-  :data:`PAIR_CALLS` each: the ratio of their fastest calls (min of N) and of their medians. On a busy
-  machine the separate children's medians swing with what else runs meanwhile; alternated calls see the
-  same machine, so this is the ratio the target is read from.
+* ``small pair``: the engine's call, a kept :class:`~recallk.score.metrics.Scorer`'s (a training loop builds
+  one and calls it every batch; ``recallk.training.Evaluator`` does) and plain numpy's alternated call by call in
+  one process, :data:`PAIR_CALLS` each: the ratio of their fastest calls (min of N) and of their medians. On a
+  busy machine the separate children's medians swing with what else runs meanwhile; alternated calls see the
+  same machine, so this is the ratio the target is read from (``bench/training_loop_bench.py`` takes the median
+  of several such runs).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from full_matrix import unit
 N_QUERY, N_GALLERY, DIM, CLASSES, NOISE = 64, 64, 256, 16, 3.0
 CALLS, WARMUP = 1000, 20
 PAIR_CALLS = 4000
-TARGET = 2.0  # the issue's: the engine's call at most twice plain numpy's
+TARGET = 1.5  # issue 40's: the engine's call at most 1.5 times plain numpy's (issue 28's was 2)
 #: Every S child runs BLAS on one thread: a 64 x 64 product gains nothing from threads, and BLAS threads waiting
 #: for a core on a busy machine made plain numpy's calls swing from 0.15 to 16 ms between runs.
 ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -60,12 +62,15 @@ def numpy_recall(q: np.ndarray, g: np.ndarray, ql: np.ndarray, gl: np.ndarray, k
 
 
 def _call(method: str, d: dict, ks) -> Callable[[], dict]:
-    from recallk.score.metrics import recall_at_k, retrieval_metrics
+    from recallk.score.metrics import Scorer, recall_at_k, retrieval_metrics
     q, g, ql, gl = d["q"], d["g"], d["ql"], d["gl"]
     if method == "small engine":
         return lambda: recall_at_k(q, g, ql, gl, ks=ks)
     if method == "small suite":
         return lambda: retrieval_metrics(q, g, ql, gl, ks=ks)
+    if method == "small scorer":  # kept from call to call, as a training loop keeps it
+        scorer = Scorer(ks=ks, metrics=["recall"])
+        return lambda: scorer(q, g, ql, gl)
     if method == "small pml":  # the batch converted to unit rows and tensors each call, as a loop would
         calc = pml_anchor.calculator()
         return lambda: pml_anchor.pml_metrics(calc, unit(q), unit(g), ql, gl, loo=False)
@@ -73,10 +78,10 @@ def _call(method: str, d: dict, ks) -> Callable[[], dict]:
 
 
 def run_pair(seed: int, ks) -> dict:
-    """In a child: the engine's call and plain numpy's alternated, :data:`PAIR_CALLS` each after the warm-up:
-    each one's fastest and median call."""
+    """In a child: the engine's call, a kept Scorer's and plain numpy's alternated, :data:`PAIR_CALLS` each after
+    the warm-up: each one's fastest and median call."""
     batch = make_batch(seed)
-    fns = {"small engine": _call("small engine", batch, ks), "small numpy": _call("small numpy", batch, ks)}
+    fns = {name: _call(name, batch, ks) for name in ("small engine", "small scorer", "small numpy")}
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(WARMUP):
         for fn in fns.values():
@@ -88,6 +93,7 @@ def run_pair(seed: int, ks) -> dict:
             times[name].append(time.perf_counter() - t0)
     return {"seconds": min(times["small engine"]), "numpy_seconds": min(times["small numpy"]),
             "median": statistics.median(times["small engine"]), "numpy_median": statistics.median(times["small numpy"]),
+            "scorer_seconds": min(times["small scorer"]), "scorer_median": statistics.median(times["small scorer"]),
             "info": {}}
 
 
@@ -134,6 +140,9 @@ def report(run_child: Callable[[str], dict], ks) -> None:
               f"{pair['seconds'] * 1e3:.3f} / {pair['numpy_seconds'] * 1e3:.3f} ms = {ratio:5.2f}x (target <= "
               f"{TARGET:.2f}x: {'MET' if ratio <= TARGET else 'MISSED'}); medians {pair['median'] * 1e3:.3f} / "
               f"{pair['numpy_median'] * 1e3:.3f} ms = {pair['median'] / pair['numpy_median']:5.2f}x")
+        print(f"  small scorer/small numpy (a kept Scorer) alternated likewise: fastest "
+              f"{pair['scorer_seconds'] * 1e3:.3f} ms = {pair['scorer_seconds'] / pair['numpy_seconds']:5.2f}x; "
+              f"medians {pair['scorer_median'] / pair['numpy_median']:5.2f}x")
     if "seconds" in eng and "seconds" in ref:
         ratio = eng["seconds"] / ref["seconds"]
         print(f"  small engine/small numpy = {ratio:5.2f}x per call, medians of separate children (no verdict: "

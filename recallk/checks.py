@@ -277,6 +277,8 @@ def check_matrix(x: Any, name: str) -> np.ndarray:
 
 #: Values checked for finiteness at a time: the boolean scratch stays small (4 MiB) whatever the array's size.
 _FINITE_CHUNK = 2**22
+#: Arrays of at most this many values are checked element by element at once (no sum first).
+_SMALL_FINITE = 2**16
 
 
 def _all_finite(arr: np.ndarray) -> bool:
@@ -284,8 +286,9 @@ def _all_finite(arr: np.ndarray) -> bool:
 
     A float array's sum first, one pass with no scratch: a NaN or an inf anywhere makes it NaN or inf, so a finite
     sum proves every value finite; only a non-finite sum (a bad value, or finite values so large that their sum
-    overflows) takes the element check."""
-    if arr.dtype.kind == "f":
+    overflows) takes the element check. A training loop's batch (at most :data:`_SMALL_FINITE` values) takes the
+    element check at once: cheaper there than the sum and its error state."""
+    if arr.dtype.kind == "f" and arr.size > _SMALL_FINITE:
         with np.errstate(over="ignore", invalid="ignore"):
             if np.isfinite(np.add.reduce(arr, axis=None)):
                 return True

@@ -135,15 +135,53 @@ def checked(cls: type, given: Any, prefix: str, errors: list[str], check_values:
             out[f.name] = checked(sub, given.get(f.name), name, errors, check_values)
             continue
         value = given.get(f.name, default_of(f))
-        rule = f.metadata.get("rule")
-        problem = rule(value) if check_values and rule is not None else None
+        problem = field_problem(f, value, name) if check_values else None
         if problem:
-            errors.append(f"`{name}` {problem}")
+            errors.append(problem)
             fields_ok = False
         out[f.name] = value
-    whole = getattr(cls, "problem", None)
-    if check_values and fields_ok and whole is not None:
-        problem = from_mapping(cls, out).problem()
+    if check_values and fields_ok and getattr(cls, "problem", None) is not None:
+        problem = whole_problem(from_mapping(cls, out), prefix)
         if problem:
-            errors.append(f"`{prefix}` {problem}" if prefix else f"{cls.__name__} {problem}")
+            errors.append(problem)
+    return out
+
+
+def field_problem(f: dataclasses.Field, value: Any, name: str) -> str | None:
+    """The sentence for ``value`` breaking the rule of the value field ``f`` (the param ``name``), or None."""
+    rule = f.metadata.get("rule")
+    problem = rule(value) if rule is not None else None
+    return f"`{name}` {problem}" if problem else None
+
+
+def whole_problem(obj: Any, prefix: str) -> str | None:
+    """The sentence for ``obj`` (its section named ``prefix``; ``""``: its class) breaking its class's rule across
+    fields (``problem()``), or None."""
+    whole = getattr(obj, "problem", None)
+    problem = whole() if whole is not None else None
+    if not problem:
+        return None
+    return f"`{prefix}` {problem}" if prefix else f"{type(obj).__name__} {problem}"
+
+
+def with_values(obj: Any, given: dict[str, Any], errors: list[str]) -> Any:
+    """``obj``, a settings object whose fields meet their rules (its class's defaults, say), with the value fields
+    of ``given`` in place (lists as tuples): what :func:`from_mapping` of :func:`checked` gives for ``obj``'s params
+    with ``given`` in them, with the same sentences in ``errors`` (prefix ``""``: the bare field names, as the
+    Python API's arguments are named), at the cost of the given fields' rules alone: a training loop's call
+    checks its few arguments, not every field of the section again. None when a problem was found."""
+    fields_ok = True
+    for f in dataclasses.fields(obj):
+        if f.name in given:
+            problem = field_problem(f, given[f.name], f.name)
+            if problem:
+                errors.append(problem)
+                fields_ok = False
+    if not fields_ok:
+        return None
+    out = dataclasses.replace(obj, **{name: tuple(v) if isinstance(v, list) else v for name, v in given.items()})
+    problem = whole_problem(out, "")
+    if problem:
+        errors.append(problem)
+        return None
     return out

@@ -110,18 +110,24 @@ def _raw_first_ranks(p: Problem, positive: np.ndarray, retrievable: np.ndarray |
         return None
     scale = 1 / np.sqrt(squares.astype(np.float64))
     with single_threaded_blas(x.shape[0] * y.shape[0] * x.shape[1]):
-        sims = (x @ y.T) * scale[:x.shape[0], None]
+        sims = (x @ y.T).astype(np.float64)  # exact; then scaled in place (no mixed-type loop)
+    sims *= scale[:x.shape[0], None]
     sims *= scale[None, x.shape[0]:]
-    first, window = _window(sims, positive, retrievable, 2 * raw_error_bound(x.shape[1]) + _ROUNDING)[::2]
-    return (first, first) if _alone(window, has) else None
+    first, _, _, alone = _window(sims, positive, retrievable, 2 * raw_error_bound(x.shape[1]) + _ROUNDING, has)
+    return (first, first) if alone else None
 
 
-def _window(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | None,
-            half: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _window(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | None, half: float,
+            has: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """Per row of the scores ``sims``: the retrievable cells more than ``half`` above its best positive's score
     (a boolean mask ``above`` and their count ``first``) and those at or above that score less ``half`` (``near``,
-    which holds ``above``), and how many of these are not above (``window``). Returns (first, above, window,
-    near)."""
+    which holds ``above``); and whether every row with positives (``has``) holds one cell in its window, ``near``
+    less ``above`` (its best positive: the others are above or below it for sure). Returns (first, above, near,
+    alone).
+
+    Every such row's best positive lies in its own window, so the windows hold one cell each exactly when they
+    hold ``has.sum()`` cells in all: two counts of the whole masks, no count per row. A row without positives
+    (its best score -inf) has every retrievable cell above and none in its window."""
     masked = np.empty_like(sims)  # the positives' scores, -inf elsewhere
     masked.fill(-np.inf)
     np.copyto(masked, sims, where=positive)
@@ -132,14 +138,8 @@ def _window(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | No
     if retrievable is not None:
         above &= retrievable
         near &= retrievable
-    first = np.add.reduce(above, axis=1)
-    return first, above, np.add.reduce(near, axis=1) - first, near
-
-
-def _alone(window: np.ndarray, has: np.ndarray) -> bool:
-    """Whether every row with positives has one cell in its window (its best positive: the others are above or
-    below it for sure)."""
-    return np.maximum.reduce(window if has.all() else window[has], initial=0) <= 1
+    alone = np.count_nonzero(near) - np.count_nonzero(above) == np.count_nonzero(has)
+    return np.add.reduce(above, axis=1), above, near, alone
 
 
 def _window_first_ranks(q: np.ndarray, g: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | None,
@@ -153,10 +153,10 @@ def _window_first_ranks(q: np.ndarray, g: np.ndarray, positive: np.ndarray, retr
     n, m = positive.shape
     with single_threaded_blas(n * m * q.shape[1]):
         sims = q @ g.T
-    first, above, window, near = _window(sims, positive, retrievable, 2 * tol + _ROUNDING)
+    first, above, near, alone = _window(sims, positive, retrievable, 2 * tol + _ROUNDING, has)
     # usually each row's window is its float32 best positive alone: that is its exact best and no other cell
     # comes near it, so its rank is the cells above under either tie rule
-    if _alone(window, has):
+    if alone:
         return first, first
     near ^= above  # the window (``above`` lies within ``near``)
     if not has.all():  # rows without positives: no window (their -inf best would take every cell)
