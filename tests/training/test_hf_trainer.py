@@ -24,16 +24,6 @@ from recallk.training.hf import RetrievalTrainerCallback  # noqa: E402
 TRAIN, VAL = 192, 90
 
 
-@pytest.fixture(autouse=True)
-def _no_datasets_library(monkeypatch):
-    """tests/ is on sys.path (pyproject's pythonpath), so its folder tests/datasets is a namespace package named
-    ``datasets``: transformers takes it for Hugging Face's datasets library (find_spec) and fails on
-    ``datasets.Dataset``. The library is not installed; say so to the Trainer."""
-    import transformers.trainer
-
-    monkeypatch.setattr(transformers.trainer, "is_datasets_available", lambda: False)
-
-
 class TinyViTEmbedder(torch.nn.Module):
     """A 1-layer ViT over 8×8 one-channel images (2×2 patches), its [CLS] state projected and normalised; the loss
     a normalized softmax against one learned proxy per label."""
