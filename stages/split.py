@@ -11,11 +11,13 @@ counts, the background transparency is composited over and how many images have 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
 
 from recallk.atomic import write_all
+from recallk.data.catalog import benchmark_protocol
 from recallk.data.phash import PAIR_COLUMNS
 from recallk.data.prepare import prepare_all
 from recallk.data.settings import SplitSettings
@@ -61,6 +63,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                   # split.captions (copied verbatim) and its counts: all, of eval images (scored), the eval captions
                   # whose exact text another eval image has too, those of skipped images (dropped); zeros without
                   "captions": settings.captions, **out.caption_summary}
+    benchmark = benchmark_protocol(Path(settings.data_root), settings.csv)
+    if benchmark is not None:  # a `recallk datasets prepare` manifest: the protocol it was written for
+        provenance["benchmark"] = benchmark
     write_outputs([cat, split, skipped, pairs, out.captions], outputs, provenance)
     if len(skipped):
         log.warning("the %d skipped images and their reasons are listed in %s", len(skipped), args.skipped)

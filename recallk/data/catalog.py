@@ -14,11 +14,13 @@ from __future__ import annotations
 import csv
 import errno
 import hashlib
+import json
 import logging
 import os
 import stat
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -209,6 +211,30 @@ def read_manifest(root: Path, csv_name: str, images: str = "files") -> pd.DataFr
         frame.insert(0, "image_id", frame["path"])
     first = ["image_id", "label"] if ids_only else ["image_id", "path", "label"]
     return frame[first + [c for c in frame.columns if c not in first]]
+
+
+#: What ``recallk datasets prepare`` writes beside a benchmark's manifest: ``<manifest>.protocol.json``, the
+#: protocol's ``name`` and ``sizes`` (and the release's counts), which the split stage records.
+PROTOCOL_SUFFIX = ".protocol.json"
+
+
+def benchmark_protocol(root: Path, csv_name: str | None) -> dict[str, Any] | None:
+    """``{"name", "sizes"}`` of the standard protocol a ``recallk datasets prepare`` manifest was written for (the
+    :data:`PROTOCOL_SUFFIX` file beside it, inside the data root, so a DVC dep of the split), or None for a manifest
+    of one's own or a folder per label. A protocol file that is not that JSON is one error naming it."""
+    if csv_name is None:
+        return None
+    path = root / Path(csv_name).with_suffix(PROTOCOL_SUFFIX)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        protocol = {"name": str(data["name"]), "sizes": {str(k): int(v) for k, v in data["sizes"].items()}}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InputError(f"{quote(str(path))}, the protocol file `recallk datasets prepare` wrote beside the "
+                         f"manifest, is not its JSON ({type(exc).__name__}: {clip(str(exc))}): prepare the dataset "
+                         "again, or delete the file to use the manifest as one's own.") from None
+    return protocol
 
 
 def file_in_root(root: Path, name: str, key: str, what: str) -> Path:

@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from recallk.atomic import write_all
+from recallk.data.catalog import PROTOCOL_SUFFIX
 from recallk.data.settings import TEXT_IMAGE
 from recallk.datasets.base import Dataset, check_paths, differences
 from recallk.datasets.karpathy import read_coco, read_coco1k, read_flickr30k, select_fold
@@ -205,7 +206,7 @@ def prepare(name: str, root: str | os.PathLike, *, out: str | os.PathLike | None
     writes = [(manifest, lambda tmp: frame.to_csv(tmp, index=False, lineterminator="\n"))]
     if captions is not None:
         writes.append((captions_file, lambda tmp: captions.to_csv(tmp, index=False, lineterminator="\n")))
-    writes.append((manifest.with_suffix(".protocol.json"), lambda tmp: tmp.write_text(
+    writes.append((manifest.with_suffix(PROTOCOL_SUFFIX), lambda tmp: tmp.write_text(
         json.dumps(protocol, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")))
     if apply_to is not None:  # renamed last: a failure before it takes the manifest back too
         writes.append(params_write(params, apply_to))

@@ -22,6 +22,9 @@ def provenance(split: dict[str, Any] | None, encode: dict[str, Any] | None, scor
             out["transparency"] = (f"{split.get('num_transparent_images')} of {split['num_images']} images have "
                                    f"transparency, composited over {split['background']} (split.background)")
         out["split"] = f"{split['strategy']}, {split['protocol']}, seed {split['seed']}"
+        if split.get("benchmark"):  # a `recallk datasets prepare` manifest: the standard protocol, by name
+            sizes = ", ".join(f"{v:,} {k}" for k, v in split["benchmark"]["sizes"].items())
+            out["benchmark"] = f"{split['benchmark']['name']} ({sizes})"
         if split.get("captions"):  # text <-> image: the captions file and its counts
             out["captions"] = caption_line(split)
         nd = split.get("near_duplicates")

@@ -7,6 +7,7 @@ embeddings."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -73,6 +74,12 @@ def test_cub200_prepared_and_reproduced_gives_the_pml_numbers(tmp_path):
     want = pml_leave_one_out(similarity(q_emb, q_emb), cat.loc[q, "label"].to_numpy())
     for key in ("precision@1", "r_precision", "map@r"):
         assert abs(metrics[key] - want[key]) <= 1e-12, key
+    # the split records the protocol the manifest was prepared for, and the report names it
+    provenance = json.loads((repo / "data/prepared/provenance.json").read_text(encoding="utf-8"))
+    assert provenance["benchmark"] == {"name": "cub200-classes-101-200-loo",
+                                       "sizes": {"queries": 9, "gallery": 9, "classes": 3}}
+    shown = run([sys.executable, "-m", "stages.score", "--show"], cwd=repo).stdout
+    assert re.search(r"\n  benchmark: +cub200-classes-101-200-loo \(9 queries, 9 gallery, 3 classes\)\n", shown)
 
 
 def test_market1501_prepared_and_reproduced_gives_torchreid_numbers(tmp_path):
