@@ -38,7 +38,8 @@ from recallk.training import layout, live
 __all__ = ["DecisionSettings", "EpochResult", "Evaluator"]
 
 #: The stop rules: ``significant`` (no new best, which needs Δ's interval above zero) or ``plain`` (the monitored
-#: mean not above its highest by more than ``min_delta``: Lightning's and Keras' EarlyStopping).
+#: mean not above the mean of the last progress by more than ``min_delta``: Lightning's and Keras' EarlyStopping,
+#: whose reference moves only on progress, so rises smaller than ``min_delta`` add up).
 STOP_RULES = ("significant", "plain")
 
 
@@ -202,7 +203,8 @@ class Evaluator:
     stop_rule : {"significant", "plain"}
         ``significant``: progress is a new best epoch (Δ's paired interval above zero), so the loop stops after
         ``patience`` evaluations without a significant improvement; ``plain``: progress is a mean above the
-        highest so far by more than ``min_delta`` (Lightning's EarlyStopping).
+        reference by more than ``min_delta``, and the reference is the mean of the last progress (Lightning's and
+        Keras' EarlyStopping: rises smaller than ``min_delta`` add up until they count).
     min_delta : float
         ``plain`` only.
     subsample : int, optional
@@ -264,7 +266,7 @@ class Evaluator:
             self._write_evaluated()
         self.history: list[EpochResult] = []
         self._best: tuple[int, dict[str, float], np.ndarray] | None = None  # epoch, means, monitored values
-        self._highest = -math.inf
+        self._reference = -math.inf  # stop_rule plain: the monitored mean at the last progress
         self._since_progress = 0
 
     def __repr__(self) -> str:
@@ -435,9 +437,11 @@ class Evaluator:
         intervals = {k: (ci[f"{k}_ci_low"], ci[f"{k}_ci_high"]) for k in self.keys}
         delta, is_best = self._decide(epoch, means, values[self.monitor])
         table = tables.compact_per_query(tables.per_query(self._names, self._labels_text, ranking, values))
-        result = EpochResult(epoch, means, intervals, self.monitor, delta, is_best, self._best[0],
-                             self._best[1], self._since_progress, self.should_stop, summary["num_queries"],
-                             summary["num_excluded_queries"], int(data.n_gallery), table)
+        result = EpochResult(epoch=epoch, metrics=means, intervals=intervals, monitor=self.monitor, delta=delta,
+                             is_best=is_best, best_epoch=self._best[0], best_metrics=self._best[1],
+                             epochs_without_progress=self._since_progress, should_stop=self.should_stop,
+                             num_queries=summary["num_queries"], num_excluded_queries=summary["num_excluded_queries"],
+                             num_gallery=int(data.n_gallery), table=table)
         if self._sink is not None:
             result = self._log(result)
         self.history.append(_without_table(result))
@@ -461,9 +465,11 @@ class Evaluator:
             is_best = low > 0
         if is_best:
             self._best = (epoch, means, monitored)
-        progress = is_best if self.decisions.stop_rule == "significant" else \
-            value > self._highest + self.decisions.min_delta
-        self._highest = max(self._highest, value)
+        if self.decisions.stop_rule == "significant":
+            progress = is_best
+        else:  # as Lightning's EarlyStopping: the reference moves only on progress
+            progress = value - self.decisions.min_delta > self._reference
+            self._reference = value if progress else self._reference
         self._since_progress = 0 if progress else self._since_progress + 1
         return delta, is_best
 

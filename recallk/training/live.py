@@ -35,15 +35,13 @@ def _dvclive_value(value: Any) -> Any:
 class LiveFiles:
     """DVCLive's files in ``folder`` without dvclive: ``metrics.json``, ``plots/metrics/<name>.tsv`` (the bytes
     ``dvclive.Live`` writes: a ``step`` and a value column, tab-separated) and a ``dvc.yaml`` beside them that
-    declares both, so DVC shows them. The earlier run's files there are removed first, as ``Live`` does."""
+    declares both, so DVC shows them. The earlier run's files there are removed first, as ``Live`` does: its
+    ``plots/metrics`` and ``metrics.json``, nothing else."""
 
     def __init__(self, folder: str | os.PathLike) -> None:
         self.dir = str(folder)
-        root = Path(folder)
-        if root.exists() and not root.is_dir():
-            raise InputError(f"`log` names {quote(str(folder))}, which is a file; name a folder (DVCLive's layout is "
-                             "written there) or pass a dvclive.Live.")
-        shutil.rmtree(root / "plots", ignore_errors=True)
+        root = check_folder(folder)
+        shutil.rmtree(root / PLOTS, ignore_errors=True)
         (root / SUMMARY).unlink(missing_ok=True)
         self.summary: dict[str, Any] = {}
         self._declared = False
@@ -101,6 +99,22 @@ class LiveLogger:
             live.step = before
 
 
+def check_folder(folder: str | os.PathLike) -> Path:
+    """``folder`` as a log folder: not a file, and not a folder holding a dvc.yaml of its own (a DVC project's root:
+    DVCLive removes the ``dvc.yaml``, ``metrics.json`` and ``plots/metrics`` of its folder when it starts, so
+    ``log="."`` there would delete the project's pipeline). The ``dvc.yaml`` this module writes may be there."""
+    root = Path(folder)
+    if root.exists() and not root.is_dir():
+        raise InputError(f"`log` names {quote(str(folder))}, which is a file; name a folder (DVCLive's layout is "
+                         "written there) or pass a dvclive.Live.")
+    own = root / DVC_YAML
+    if own.is_file() and own.read_text(encoding="utf-8", errors="replace") != DVC_YAML_TEXT:
+        raise InputError(f"`log` names {quote(str(folder))}, which holds a dvc.yaml of its own ({quote(str(own))}): "
+                         "DVCLive removes the dvc.yaml and metrics.json of its folder when it starts. Log to a "
+                         "folder of its own, e.g. `log=\"dvclive\"`.")
+    return root
+
+
 def is_live(value: Any) -> bool:
     """Whether ``value`` is a ``dvclive.Live`` (checked without importing dvclive)."""
     return any(c.__module__.split(".")[0] == "dvclive" and c.__name__ == "Live" for c in type(value).__mro__)
@@ -123,8 +137,7 @@ def open_log(log: Any) -> LiveFiles | LiveLogger | None:
         from dvclive import Live
     except ImportError:
         return LiveFiles(log)
-    if Path(log).exists() and not Path(log).is_dir():
-        LiveFiles(log)  # the same message
+    check_folder(log)
     logger = LiveLogger(Live(dir=str(log), save_dvc_exp=False, dvcyaml=False))
     declare(log)
     return logger

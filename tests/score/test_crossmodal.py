@@ -20,9 +20,9 @@ IMAGES = np.eye(3)
     ([[1, 0, 0], [0.9, 0.1, 0], [0, 1, 0], [0, 0, 1]], [0, 0, 1, 2],
      {"recall@1": 1.0, "mrr": 1.0, "mean_rank": 1.0, "median_rank": 1.0, "num_queries": 4},
      {"recall@1": 1.0, "mrr": 1.0, "map": 1.0, "mean_rank": 1.0, "median_rank": 1.0, "num_queries": 3}),
-    # caption 1 describes image 0 but points at image 1: text->image rank 2 for it; image 0 still hits with
-    # caption 0, and its second caption ranks 3rd among the texts (after caption 0, before? no: caption 2 is
-    # image 1's, orthogonal): image 0 lists captions 0 (1.0), 1 (0.1) ...
+    # caption 1 describes image 0 but lies near image 1: its image ranks 2nd (text->image); image->text still hits
+    # at rank 1 for every image (image 0 with caption 0, image 1 with caption 2, image 2 with caption 3), and
+    # image 0's map is 1.0: its captions 0 and 1 rank 1st and 2nd among the four texts (caption 1's 0.1 beats 0)
     ([[1, 0, 0], [0.1, 1, 0], [0, 1, 0], [0, 0, 1]], [0, 0, 1, 2],
      {"recall@1": 0.75, "mrr": 0.875, "mean_rank": 1.25, "median_rank": 1.0, "num_queries": 4},
      {"recall@1": 1.0, "mrr": 1.0, "map": 1.0, "mean_rank": 1.0, "median_rank": 1.0, "num_queries": 3}),

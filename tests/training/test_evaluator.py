@@ -101,6 +101,26 @@ def test_the_plain_stop_rule_counts_any_rise_above_min_delta():
     assert strict(1, epoch_emb(1.98)).should_stop
 
 
+def test_the_plain_stop_rule_is_lightnings_early_stopping():
+    """Rises smaller than min_delta add up, as in Lightning's EarlyStopping (the reference moves only on
+    progress): its own _evaluate_stopping_criteria is the oracle of the wait count and the stop, step by step.
+    The means are binary fractions, so float32 (Lightning) and float64 (ours) agree on every comparison."""
+    torch = extra("torch", "torch")
+    callbacks = extra("lightning.pytorch.callbacks", "lightning")
+    means = [0.5, 0.5078125, 0.515625, 0.5234375, 0.53125, 0.5234375, 0.5390625, 0.546875, 0.5546875, 0.5]
+    theirs = callbacks.EarlyStopping(monitor="map@r", min_delta=1 / 64, patience=2, mode="max")
+    ours = Evaluator(LABELS, ks=(1,), patience=2, stop_rule="plain", min_delta=1 / 64)
+    n = ours.n_queries
+    waits = []
+    for epoch, value in enumerate(means):
+        stop, _ = theirs._evaluate_stopping_criteria(torch.tensor(value))
+        ours._decide(epoch, {"map@r": value}, np.full(n, value))
+        assert (ours._since_progress, ours.should_stop) == (theirs.wait_count, stop), epoch
+        waits.append(theirs.wait_count)
+    # the sub-min_delta rises of epochs 1-3 add up at epoch 3; epoch 6's rise equals min_delta: not progress
+    assert waits == [0, 1, 2, 0, 1, 2, 3, 0, 1, 2]
+
+
 def test_the_subsample_is_fixed_seeded_and_paired():
     queries, gallery, ql, gl = split_sets()
     a = Evaluator(ql, gl, ks=(1,), subsample=10, seed=4)

@@ -15,6 +15,7 @@ import pytest
 from extras import extra
 from helpers import dvc, git, git_init
 from recallk.compare.board_cli import track_main
+from recallk.errors import InputError
 from recallk.training import Evaluator, LiveFiles
 from recallk.training.layout import run_epochs
 
@@ -59,6 +60,25 @@ def test_a_second_run_starts_afresh(tmp_path):
     run(LiveFiles(tmp_path / "log"), noises=(1.0,))
     assert len(tsv(tmp_path / "log" / "plots" / "metrics" / "map@r.tsv")) == 1
     assert [name for name, _ in run_epochs(str(tmp_path / "log"))] == ["epoch0"]
+
+
+def test_a_log_folder_keeps_what_is_not_dvclives(tmp_path):
+    # a project's own plots and pipeline beside the log: only plots/metrics and metrics.json are the log's
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / "failures.png").write_bytes(b"png")
+    run(LiveFiles(tmp_path))
+    run(LiveFiles(tmp_path), noises=(1.0,))
+    assert (tmp_path / "plots" / "failures.png").read_bytes() == b"png"
+    assert len(tsv(tmp_path / "plots" / "metrics" / "map@r.tsv")) == 1
+
+
+@pytest.mark.parametrize("make_log", [LiveFiles, str])  # without dvclive, and a folder (a real Live there)
+def test_a_folder_with_a_dvc_yaml_of_its_own_is_refused(tmp_path, make_log):
+    pipeline = "stages:\n  train:\n    cmd: python train.py\n"
+    (tmp_path / "dvc.yaml").write_text(pipeline)
+    with pytest.raises(InputError, match=r"holds a dvc\.yaml of its own .*Log to a folder of its own"):
+        run(make_log(tmp_path))
+    assert (tmp_path / "dvc.yaml").read_text() == pipeline
 
 
 def test_a_real_dvclive_live_writes_the_same_bytes(tmp_path, monkeypatch):
@@ -115,7 +135,10 @@ def test_dvc_reads_the_epochs(tmp_path, writer):
         table = dvc("exp", "show", "--csv", "--sort-by", "map@r", "--sort-order", order, cwd=repo).stdout
         names = [line.split(",")[0] for line in table.splitlines()[1:] if line.split(",")[0]]
         assert names == [first, "slow" if first == "fast" else "fast"]
-        dvc("exp", "show", "--csv", "--sort-by", "recall@1", "--sort-order", order, cwd=repo)
+        by_recall = dvc("exp", "show", "--csv", "--sort-by", "recall@1", "--sort-order", order, cwd=repo).stdout
+        ranked = [line.split(",")[0] for line in by_recall.splitlines()[1:] if line.split(",")[0]]
+        values = [{"slow": slow, "fast": fast}[name][-1].metrics["recall@1"] for name in ranked]
+        assert sorted(ranked) == ["fast", "slow"] and values == sorted(values, reverse=order == "desc")
         qualified = dvc("exp", "show", "--csv", "--sort-by", "dvclive/metrics.json:map@r", "--sort-order", order,
                         cwd=repo).stdout  # the form to use when another metrics file has the same key
         assert qualified == table
