@@ -92,6 +92,11 @@ def restore_formulas(frame: pd.DataFrame) -> pd.DataFrame:
 _PER_QUERY_NAMES = {"map@r": "ap@r", "map": "ap", "mrr": "rr"}
 #: Columns identifying each query and its task, first in both per-query tables.
 TASK_COLUMNS = ("image_id", "label", "num_positives", "num_retrievable")
+#: A text <-> image run's per-query table holds both directions' queries, told apart by this column
+#: (:mod:`recallk.score.text_image`); its ``label`` is the image a query belongs to (the resampling cluster).
+DIRECTION_COLUMN = "direction"
+#: Its values, in the table's order.
+DIRECTIONS = ("text_to_image", "image_to_text")
 #: The name of every per-query metric column (:func:`per_query_column`).
 METRIC_COLUMN = r"^(?:hit@[1-9][0-9]*|precision@[1-9][0-9]*|r_precision|ap@r|ap|rr)$"
 #: The hit@K columns (each 0 or 1).

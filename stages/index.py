@@ -103,6 +103,9 @@ def run(args: Any, settings: IndexSettings, score: ScoreSettings) -> tuple[dict[
     run evaluated (:func:`evaluated_id`), after the exact run is checked against the embeddings
     (:func:`check_current`) and read through its contracts (:mod:`recallk.index.inputs`)."""
     split = read_provenance(args.split_provenance)
+    if (split or {}).get("protocol") == "text_image":  # the exact run is text <-> image: no image neighbours
+        raise InputError("`index.kinds` builds image retrieval indexes, but split.protocol is text_image (captions "
+                         "against images), which the index stage does not score; set `index.kinds: []`.")
     inputs = load_inputs(args.catalog, args.split, inside(args.embeddings, EMBEDDING_FILES["embeddings"]),
                          inside(args.embeddings, EMBEDDING_FILES["ids"]), train=True, data_root=data_root_of(split))
     keys = metric_keys(score.metrics, score.ks)

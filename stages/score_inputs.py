@@ -17,9 +17,11 @@ import pandas as pd
 from PIL import Image
 
 from recallk import images
+from recallk.data.contract import EVAL_SPLITS
 from recallk.errors import InputError, quote
 from recallk.score.suite import SplitSets
-from stages.runner import read_catalog, read_split
+from recallk.score.text_image import TextImageSets
+from stages.runner import read_captions, read_catalog, read_split
 
 REENCODE = "re-run encode (`dvc repro -f encode`)"
 #: What :func:`load_inputs` reads, by option name (``--catalog PATH`` ...): the score stage's inputs, and those
@@ -53,17 +55,7 @@ def load_inputs(catalog_csv: str, split_csv: str, embeddings_npy: str, ids_npy: 
     if not split["query"].any():
         raise InputError(f"{split_csv} marks no image as a query; check `split.fractions.val` (and the strategy), "
                          "then re-run split.")
-    try:
-        emb = np.load(embeddings_npy, allow_pickle=False)
-        ids = np.load(ids_npy, allow_pickle=False)
-    except (ValueError, EOFError) as exc:  # EOFError: an empty file
-        raise InputError(f"cannot load embeddings {embeddings_npy} / {ids_npy} ({exc or 'empty file'}); "
-                         f"{REENCODE}.") from None
-    if emb.ndim != 2 or ids.ndim != 1 or len(ids) != len(emb) or (emb.shape[0] and not emb.shape[1]):
-        raise InputError(f"embeddings {embeddings_npy} {emb.shape} and ids {ids_npy} {ids.shape} do not align; "
-                         f"{REENCODE}.")
-    if not np.issubdtype(emb.dtype, np.number) or np.issubdtype(emb.dtype, np.complexfloating):
-        raise InputError(f"embeddings {embeddings_npy} hold {emb.dtype} values, not real numbers; {REENCODE}.")
+    emb, ids = _arrays(embeddings_npy, ids_npy)
     text_ids = pd.Series(ids.astype(str))
     repeated = text_ids[text_ids.duplicated()].unique().tolist()
     if repeated:
@@ -87,6 +79,22 @@ def load_inputs(catalog_csv: str, split_csv: str, embeddings_npy: str, ids_npy: 
     check_finite(emb, row[chosen].to_numpy(), chosen, embeddings_npy)
     same_set = bool(used["query"].eq(used["gallery"]).all())  # leave_one_out: every eval image plays both roles
     return ScoreInputs(SplitSets(emb, row, queries, gallery, train_ids, same_set), catalog)
+
+
+def _arrays(embeddings_npy: str, ids_npy: str) -> tuple[np.ndarray, np.ndarray]:
+    """An embeddings file and its ids file, loaded and checked: one row per id, real numbers."""
+    try:
+        emb = np.load(embeddings_npy, allow_pickle=False)
+        ids = np.load(ids_npy, allow_pickle=False)
+    except (ValueError, EOFError) as exc:  # EOFError: an empty file
+        raise InputError(f"cannot load embeddings {embeddings_npy} / {ids_npy} ({exc or 'empty file'}); "
+                         f"{REENCODE}.") from None
+    if emb.ndim != 2 or ids.ndim != 1 or len(ids) != len(emb) or (emb.shape[0] and not emb.shape[1]):
+        raise InputError(f"embeddings {embeddings_npy} {emb.shape} and ids {ids_npy} {ids.shape} do not align; "
+                         f"{REENCODE}.")
+    if not np.issubdtype(emb.dtype, np.number) or np.issubdtype(emb.dtype, np.complexfloating):
+        raise InputError(f"embeddings {embeddings_npy} hold {emb.dtype} values, not real numbers; {REENCODE}.")
+    return emb, ids
 
 
 def check_finite(emb: np.ndarray, rows: np.ndarray, image_ids: np.ndarray, embeddings_npy: str) -> None:
@@ -120,3 +128,39 @@ def verified_loader(catalog: pd.DataFrame,
                              "Run `dvc repro` (split and encode see the new file).")
         return images.decode(data, background=background)
     return load
+
+
+def load_text_image(inputs: ScoreInputs, captions_csv: str, text_embeddings_npy: str,
+                    text_ids_npy: str) -> TextImageSets:
+    """The eval images of ``inputs`` (:func:`load_inputs` under ``split.protocol: text_image``: each both a query
+    and a gallery item) and their captions (the rows of ``captions_csv`` of an eval split), with the captions'
+    embeddings aligned by caption_id (the encode stage's ``text_embeddings.npy`` and ``text_ids.npy``)."""
+    sets = inputs.sets
+    captions = read_captions(captions_csv)
+    captions = captions[captions["split"].isin(EVAL_SPLITS)].reset_index(drop=True)
+    if captions.empty:
+        raise InputError(f"{captions_csv} holds no caption of an eval image (val or gallery), but split.protocol is "
+                         "text_image; the split and its captions come from different runs: run `dvc repro`.")
+    for path in (text_embeddings_npy, text_ids_npy):
+        if not Path(path).is_file():
+            raise InputError(f"{path} not found: the captions have no embeddings; {REENCODE} with a backbone that "
+                             "embeds text (docs/backbones.md).")
+    emb, ids = _arrays(text_embeddings_npy, text_ids_npy)
+    row = pd.Series(np.arange(len(ids)), index=pd.Index(ids.astype(str)))
+    if row.index.duplicated().any():
+        raise InputError(f"{text_ids_npy} repeats caption_id {row.index[row.index.duplicated()][0]}; {REENCODE}.")
+    missing = captions.loc[~captions["caption_id"].isin(row.index), "caption_id"].tolist()
+    if missing:
+        raise InputError(f"{len(missing)} captions of {captions_csv} have no embedding in {text_embeddings_npy} "
+                         f"(e.g. {', '.join(missing[:5])}); the embeddings are stale: run `dvc repro`.")
+    image_ids = sets.queries
+    position = pd.Series(np.arange(len(image_ids)), index=image_ids)
+    outside = captions.loc[~captions["image_id"].isin(position.index), "image_id"].tolist()
+    if outside:
+        raise InputError(f"{captions_csv} captions {len(outside)} image(s) that are not eval images of the split "
+                         f"(e.g. {', '.join(outside[:5])}); the split and its captions come from different runs: "
+                         "run `dvc repro`.")
+    chosen = captions["caption_id"].to_numpy()
+    check_finite(emb, row[chosen].to_numpy(), chosen, text_embeddings_npy)
+    return TextImageSets(image_ids, sets.embeddings(image_ids), chosen, captions["caption"].to_numpy(),
+                         position[captions["image_id"]].to_numpy(), emb[row[chosen].to_numpy()])

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from recallk.atomic import write_all
-from recallk.compare import family, leaderboard, outputs, sources, systems
+from recallk.compare import family, leaderboard, outputs, paired, sources, systems
 from recallk.compare.outputs import strict
 from recallk.errors import InputError
 from recallk.stats import fixed
 from recallk.stats.inference import MAX_ASKED
+from recallk.tables_contract import DIRECTIONS
 
 
 def _f(x: float | None, signed: bool = False) -> str:
@@ -263,7 +264,10 @@ def parser(prog: str, description: str) -> argparse.ArgumentParser:
     p.add_argument("--experiments", metavar="PATTERN", help="add every DVC experiment whose name matches PATTERN "
                                                             "('*': all experiments of the repository)")
     p.add_argument("--repo", default=".", help="the git/DVC repository of revisions and experiments (default: .)")
-    p.add_argument("--by", choices=("query", "label"), default="query", help="resampling and permutation unit")
+    p.add_argument("--by", choices=("query", "label"), help="resampling and permutation unit (default: query; label "
+                                                           "with --direction text_to_image: a caption's image)")
+    p.add_argument("--direction", choices=DIRECTIONS, help="of text <-> image runs (split.protocol: text_image): "
+                                                          "the queries of this direction")
     p.add_argument("--adjust", choices=tuple(family.ADJUSTMENTS), default="holm",
                    help="adjustment of the vs-reference family: holm (family-wise error) or bh (false discovery rate)")
     p.add_argument("--intersect", action="store_true", help="keep the queries every run shares")
@@ -307,7 +311,7 @@ def specs_of(args: argparse.Namespace) -> list[systems.SystemSpec]:
 def gather(args: argparse.Namespace, specs: list[systems.SystemSpec] | None = None) -> systems.Panel:
     """The panel of the command line's systems (and --experiments), restricted to --metric."""
     specs = specs_of(args) if specs is None else specs
-    board = systems.panel(systems.load_systems(specs, args.repo), intersect=args.intersect)
+    board = systems.panel(systems.load_systems(specs, args.repo, args.direction), intersect=args.intersect)
     if args.metric:
         unknown = [m for m in args.metric if m not in board.metrics]
         if unknown:
@@ -318,7 +322,8 @@ def gather(args: argparse.Namespace, specs: list[systems.SystemSpec] | None = No
 
 
 def settings_of(args: argparse.Namespace, baseline: str | None = None) -> leaderboard.BoardSettings:
-    return leaderboard.BoardSettings(baseline=baseline, adjust=args.adjust, by=args.by, resamples=args.resamples,
+    return leaderboard.BoardSettings(baseline=baseline, adjust=args.adjust,
+                                     by=paired.default_unit(args.by, args.direction), resamples=args.resamples,
                                      permutations=args.permutations, seed=args.seed, confidence=args.confidence,
                                      alpha=args.alpha)
 

@@ -33,6 +33,7 @@ from recallk.compare import outputs, paired, sources
 from recallk.errors import InputError
 from recallk.stats import fixed
 from recallk.stats import inference as stats
+from recallk.tables_contract import DIRECTIONS
 
 #: Flipped queries listed per K and direction in the text output (all of them go to --json).
 SHOWN_FLIPS = 10
@@ -136,6 +137,8 @@ def text_report(result: dict[str, Any], origin: Sequence[str]) -> str:
     table = [columns] + rows(result)
     widths = [max(len(r[i]) for r in table) for i in range(len(columns))]
     unit = UNIT_WORDS[result["by"]]
+    if result.get("direction") and result["by"] != "query":  # text <-> image: a query's label is its image
+        unit = "images (each with its queries: a caption's label is its image)"
     lines = [f"A: {origin[0]}", f"B: {origin[1]}"]
     for side, facts in zip("AB", result.get("evaluated", ({}, {}))):
         lines += [f"   {side} {key}: {value}" for key, value in facts.items()]
@@ -236,9 +239,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("a", help="baseline: a per-query CSV, a folder of score outputs, a git revision or an experiment")
     p.add_argument("b", help="candidate, the same kinds")
     p.add_argument("--repo", default=".", help="the git/DVC repository of revisions and experiments (default: .)")
-    p.add_argument("--by", choices=paired.UNITS, default="query",
-                   help="resampling unit: queries, labels (their queries together; use it for leave-one-out), or "
-                        "two-level (the bootstrap draws labels, then queries within them; the sign flips flip labels)")
+    p.add_argument("--by", choices=paired.UNITS,
+                   help="resampling unit: queries (the default), labels (their queries together; use it for "
+                        "leave-one-out; the default with --direction text_to_image, where a caption's label is its "
+                        "image), or two-level (the bootstrap draws labels, then queries within them; the sign flips "
+                        "flip labels)")
+    p.add_argument("--direction", choices=DIRECTIONS, help="of text <-> image runs (split.protocol: text_image): "
+                                                          "compare the queries of this direction")
     p.add_argument("--intersect", action="store_true", help="compare the common queries when the query sets differ")
     p.add_argument("--resamples", type=int, default=10_000,
                    help=f"bootstrap resamples (default 10000, at most {stats.MAX_ASKED:,})")
@@ -271,14 +278,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, value in (("--confidence", args.confidence), ("--alpha", args.alpha)):
             if not 0 < value < 1:
                 raise InputError(f"`{name}` must be strictly between 0 and 1. Got {value!r} instead.")
-        settings = paired.CompareSettings(by=args.by, intersect=args.intersect, resamples=args.resamples,
+        settings = paired.CompareSettings(by=paired.default_unit(args.by, args.direction), intersect=args.intersect,
+                                          resamples=args.resamples,
                                           permutations=args.permutations, confidence=args.confidence, seed=args.seed,
                                           max_draws=args.max_draws, alpha=args.alpha, delta=args.delta)
         outputs.check_targets([("--json", args.json), ("--md", args.md)],
                               [(side, path) for side, spec in (("A", args.a), ("B", args.b))
                                for path in sources.input_files(spec)])
-        (table_a, origin_a), (table_b, origin_b) = sources.load(args.a, args.repo), sources.load(args.b, args.repo)
+        (table_a, origin_a), (table_b, origin_b) = (sources.load(args.a, args.repo, args.direction),
+                                                      sources.load(args.b, args.repo, args.direction))
         result = paired.compare(table_a, table_b, settings)
+        if args.direction:
+            result["direction"] = args.direction  # of text <-> image runs
         result["gates"] = [gate(result, spec, args.alpha) for spec in args.fail_if_worse]
         result["sources"] = [origin_a, origin_b]
         result["evaluated"] = [sources.evaluated(args.a, args.repo), sources.evaluated(args.b, args.repo)]

@@ -21,7 +21,7 @@ from recallk.errors import InputError
 from recallk.progress import Progress
 from recallk.stats import inference as stats
 from recallk.stats import mean
-from recallk.tables_contract import TASK_COLUMNS, headline_key
+from recallk.tables_contract import DIRECTIONS, TASK_COLUMNS, headline_key
 
 log = logging.getLogger(__name__)
 #: The resampling units: single queries, whole labels, or labels then queries within labels.
@@ -79,6 +79,12 @@ class CompareSettings:
             raise InputError(f"`by` must be one of {', '.join(UNITS)}. Got {self.by!r} instead.")
         stats.check_asked("--resamples", self.resamples)
         stats.check_asked("--permutations", self.permutations)
+
+
+def default_unit(by: str | None, direction: str | None) -> str:
+    """``--by`` as given; by default ``label`` for text -> image (the captions of one image share their target: the
+    image, their ``label``, is the resampling unit) and ``query`` otherwise."""
+    return by or ("label" if direction == DIRECTIONS[0] else "query")
 
 
 def metric_columns(frame: pd.DataFrame) -> list[str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from recallk.errors import InputError, quote
-from recallk.tables_contract import check_per_query, restore_formulas
+from recallk.tables_contract import DIRECTION_COLUMN, DIRECTIONS, check_per_query, metric_columns, restore_formulas
 
 #: The compact per-query table, committed with the metrics.
 TABLE = "metrics/per_query.csv"
@@ -113,11 +113,12 @@ def record_lines(text: str) -> list[int]:
     return starts
 
 
-def read_table(data: bytes | str, source: str) -> pd.DataFrame:
+def read_table(data: bytes | str, source: str, direction: str | None = None) -> pd.DataFrame:
     """Parse a per-query CSV (every cell as text, empty cells missing), checked against its contract
     (:func:`recallk.tables_contract.check_per_query`): one InputError naming ``source``, each bad column, its
     CSV lines and queries. Text that is not UTF-8, holds a NUL byte, or does not end with a newline (the
-    writer ends every line with one: the file was cut short) is refused too."""
+    writer ends every line with one: the file was cut short) is refused too. A text <-> image run's table (a
+    ``direction`` column) gives the queries of ``direction`` (:func:`one_direction`)."""
     text = decode(data, source)
     if text and not text.endswith("\n"):
         last = text.rsplit("\n", 1)[-1]
@@ -130,8 +131,34 @@ def read_table(data: bytes | str, source: str) -> pd.DataFrame:
     except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error) as exc:
         raise InputError(f"{source} is not a readable per-query CSV ({exc}).") from None
     frame = restore_formulas(frame).replace("", pd.NA)  # the score stage quotes formula-like text
-    check_per_query(frame, source, lines if len(lines) == len(frame) else None)
+    lines = lines if len(lines) == len(frame) else None
+    if direction is not None or DIRECTION_COLUMN in frame.columns:
+        frame, lines = one_direction(frame, lines, source, direction)
+    check_per_query(frame, source if direction is None else f"{source} ({direction})", lines)
     return frame
+
+
+def one_direction(frame: pd.DataFrame, lines: list[int] | None, source: str,
+                  direction: str | None) -> tuple[pd.DataFrame, list[int] | None]:
+    """The rows of a text <-> image run's per-query table (:data:`~recallk.tables_contract.DIRECTION_COLUMN`) of
+    ``direction``, without that column and without the metric columns no row of it holds (``ap`` of text ->
+    image), and their CSV lines; an InputError when ``direction`` is None (the two directions are different
+    queries and cannot be pooled) or the table has no such column."""
+    if DIRECTION_COLUMN not in frame.columns:
+        raise InputError(f"{source} is an image retrieval run's per-query table (no `{DIRECTION_COLUMN}` column), but "
+                         f"--direction {direction} names a text <-> image direction; drop --direction.")
+    if direction is None:
+        raise InputError(f"{source} is a text <-> image run (split.protocol: text_image): its per-query table holds "
+                         "two directions, different queries. Name one with --direction "
+                         f"{' or --direction '.join(DIRECTIONS)}.")
+    keep = (frame[DIRECTION_COLUMN] == direction).to_numpy()
+    if not keep.any():
+        raise InputError(f"{source} holds no {direction} query (its `{DIRECTION_COLUMN}` column has "
+                         f"{', '.join(map(str, frame[DIRECTION_COLUMN].dropna().unique()[:3]))}); re-run the score "
+                         "stage that wrote it.")
+    rows = frame[keep].drop(columns=DIRECTION_COLUMN)
+    rows = rows[[c for c in rows.columns if not (metric_columns(rows[[c]]) and rows[c].isna().all())]]
+    return rows.reset_index(drop=True), None if lines is None else [n for n, k in zip(lines, keep) if k]
 
 
 def evaluated(spec: str, repo: str | Path = ".") -> dict[str, str]:
@@ -189,19 +216,20 @@ def _beside(path: Path) -> list[Path]:
     return []
 
 
-def load(spec: str, repo: str | Path = ".") -> tuple[pd.DataFrame, str]:
+def load(spec: str, repo: str | Path = ".", direction: str | None = None) -> tuple[pd.DataFrame, str]:
     """The per-query table named by ``spec`` and a description of where it came from.
 
     ``spec`` is tried as a file, a folder (``per_query.csv`` or ``metrics/per_query.csv`` in it),
     then a git revision or DVC experiment name in ``repo`` (``metrics/per_query.csv`` at that commit).
+    ``direction``: the queries of that direction of a text <-> image run (:func:`one_direction`).
     """
     path = Path(spec)
     if path.is_file():
-        return read_table(path.read_bytes(), str(path)), str(path)
+        return read_table(path.read_bytes(), str(path), direction), str(path)
     if path.is_dir():
         for name in CANDIDATES:
             if (path / name).is_file():
-                return read_table((path / name).read_bytes(), str(path / name)), str(path / name)
+                return read_table((path / name).read_bytes(), str(path / name), direction), str(path / name)
         raise InputError(f"folder {spec!r} holds no per-query table ({' or '.join(CANDIDATES)}); run the score "
                          "stage there, or name the CSV file.")
     repo = Path(repo)
@@ -214,8 +242,8 @@ def load(spec: str, repo: str | Path = ".") -> tuple[pd.DataFrame, str]:
                          "list experiments with `dvc exp list`.")
     shown = _git("show", f"{commit}:{TABLE}", cwd=repo, binary=True)
     if shown.returncode == 0:
-        return read_table(shown.stdout, f"{spec}:{TABLE}"), f"{spec} ({commit[:7]}):{TABLE}"
-    full = read_table(_from_dvc_cache(spec, commit, repo), f"{spec}:{FULL_TABLE}")
+        return read_table(shown.stdout, f"{spec}:{TABLE}", direction), f"{spec} ({commit[:7]}):{TABLE}"
+    full = read_table(_from_dvc_cache(spec, commit, repo), f"{spec}:{FULL_TABLE}", direction)
     return full, f"{spec} ({commit[:7]}):{FULL_TABLE}"
 
 

@@ -95,12 +95,13 @@ class Panel:
         return [family.between_run_sd(runs) for runs in self.run_means[metric]]
 
 
-def load_systems(specs: Sequence[SystemSpec], repo: str | Path = ".") -> list[tuple[str, list[pd.DataFrame],
-                                                                                    list[str]]]:
-    """Every run's per-query table and origin, system by system."""
+def load_systems(specs: Sequence[SystemSpec], repo: str | Path = ".", direction: str | None = None
+                 ) -> list[tuple[str, list[pd.DataFrame], list[str]]]:
+    """Every run's per-query table and origin, system by system (of text <-> image runs, the queries of
+    ``direction``)."""
     loaded = []
     for spec in specs:
-        tables = [sources.load(run, repo) for run in spec.runs]
+        tables = [sources.load(run, repo, direction) for run in spec.runs]
         loaded.append((spec.name, [t for t, _ in tables], [o for _, o in tables]))
     names = [name for name, _, _ in loaded]
     twice = sorted({n for n in names if names.count(n) > 1})

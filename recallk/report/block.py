@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from recallk.score.embedding_copies import SUGGESTED_MIN_COSINE
+from recallk.score.text_image import INTERVAL_NOTE
 from recallk.stats import fixed
 
 #: Keys that go to metrics/intervals.json: each metric's interval and class mean (and, with
@@ -134,3 +135,38 @@ def near_duplicate_lines(metrics: dict[str, Any], keys: list[str]) -> list[str]:
             lines.append("  (a near-exact copy of a query makes its hit easy; a positive at that cosine is not a leak: "
                          f"score.embedding_copies.min_cosine {SUGGESTED_MIN_COSINE:g} flags near-exact copies only)")
     return ["", "[near-duplicates]"] + lines if lines else []
+
+
+#: The heading and the query and gallery words of each text <-> image direction, in report order.
+DIRECTION_WORDS = {"text_to_image": ("[text -> image]", "captions", "images"),
+                   "image_to_text": ("[image -> text]", "images", "captions")}
+
+
+def format_text_image_report(files: dict[str, dict[str, Any]], evaluated: dict[str, str] | None = None) -> str:
+    """The report block of a text <-> image run (``split.protocol: text_image``): what was evaluated, then per
+    direction its counts and every mean with its interval (``files``: the three metrics files' contents,
+    ``recall``, ``counts`` and ``intervals``, each nested by direction; :func:`recallk.score.text_image.
+    score_text_image`), then what the intervals resample."""
+    lines = []
+    if evaluated:
+        lines += ["[evaluated]"] + [f"  {(k + ':').ljust(14)} {v}" for k, v in evaluated.items()] + [""]
+    for direction, (heading, queries, gallery) in DIRECTION_WORDS.items():
+        counts, detail = files["counts"][direction], files["intervals"].get(direction, {})
+        means = {**files["recall"][direction], **{k: v for k, v in detail.items() if not k.endswith(DETAIL_SUFFIXES)}}
+        excluded = counts["num_excluded_queries"]
+        lines += [heading, f"  num queries:   {counts['num_queries']} {queries}"
+                  + (f" ({excluded} without a caption, left out)" if excluded else ""),
+                  f"  num gallery:   {counts['num_gallery']} {gallery}"]
+        width = max(len(k) for k in means) + 1
+        for key, value in means.items():
+            text = f"  {(key + ':').ljust(width)}  {format_float(value) if key != 'median_rank' else f'{value:g}'}"
+            if f"{key}_ci_low" in detail:
+                text += f"  [{format_float(detail[key + '_ci_low'])}, {format_float(detail[key + '_ci_high'])}]"
+            if key.rpartition("@")[2] in {str(k) for k in counts.get("capped_ks") or ()}:
+                text += f"  {CAPPED_MARK}"
+            lines.append(text)
+        lines += [f"  queries whose first positive moves under the opposite tie rule: {counts['tie_sensitive']}", ""]
+    lines.append(f"  {INTERVAL_NOTE}" if "interval_unit" in files["intervals"] and any(
+        k.endswith("_ci_low") for d in DIRECTION_WORDS for k in files["intervals"].get(d, {})) else "  intervals: off")
+    lines.append(f"  embedding_dim: {files['counts']['embedding_dim']}")
+    return "\n".join(lines)

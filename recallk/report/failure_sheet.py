@@ -73,16 +73,18 @@ def _tile(image: Image.Image, colour: tuple[int, int, int], lines: Sequence[str]
     return tile
 
 
-def draw(rows: Sequence[dict], load: Callable[[str], Image.Image]) -> Image.Image:
+def draw(rows: Sequence[dict], load: Callable[[str], Image.Image],
+         legend: Sequence[str] = LEGEND_LINES) -> Image.Image:
     """The contact sheet of ``rows`` under its legend: each row ``{"query": (id, label), "retrieved": [(id, label,
-    score, is_positive)], "first": (id, rank, score) or None}``; ``load(image_id)`` gives an upright image."""
+    score, is_positive)], "first": (id, rank, score) or None}``; ``load(image_id)`` gives an upright image (a text
+    <-> image sheet: :func:`text_tile` for a caption id, with :data:`TEXT_IMAGE_LEGEND`)."""
     font = ImageFont.load_default()
     width = max(1, max((2 + len(r["retrieved"]) for r in rows), default=1))
     tile_w, tile_h = THUMB + 2 * FRAME + GAP, THUMB + 2 * FRAME + CAPTION + GAP
-    legend_w = max(int(font.getlength(line)) for line in LEGEND_LINES) + 2 * GAP
+    legend_w = max(int(font.getlength(line)) for line in legend) + 2 * GAP
     sheet = Image.new("RGB", (max(width * tile_w + GAP, legend_w), LEGEND + max(1, len(rows)) * tile_h + GAP),
                       "white")
-    for n, line in enumerate(LEGEND_LINES):
+    for n, line in enumerate(legend):
         ImageDraw.Draw(sheet).text((GAP, 2 + n * LINE), line, fill=(0, 0, 0), font=font)
     for y, row in enumerate(rows):
         ids = [row["query"][0]] + [gid for gid, *_ in row["retrieved"]] + \
@@ -91,3 +93,37 @@ def draw(rows: Sequence[dict], load: Callable[[str], Image.Image]) -> Image.Imag
             tile = _tile(load(image_id), COLOURS[kind], lines, font)
             sheet.paste(tile, (GAP + x * tile_w, LEGEND + GAP + y * tile_h))
     return sheet
+
+
+#: The legend of a text <-> image sheet (:func:`text_tile` draws a caption where an image would be).
+TEXT_IMAGE_LEGEND = ("each row: a query (blue: a caption, drawn as text, or an image), its top retrieved items, then "
+                     "its first positive",
+                     "+ <image>: the query's own image, or one of its captions (green)   x <image>: another image's "
+                     "(red)   under each: cosine",
+                     "#<rank>: the first positive (grey) and its rank; under a caption, the image it describes")
+
+
+def text_tile(text: str, side: int = THUMB) -> Image.Image:
+    """A caption drawn as a ``side`` x ``side`` image, word-wrapped with the built-in font; what does not fit
+    ends with :data:`ELLIPSIS`."""
+    font = ImageFont.load_default()
+    image = Image.new("RGB", (side, side), (246, 246, 246))
+    lines, line = [], ""
+    for word in printable(text).split():
+        trial = f"{line} {word}".strip()
+        if font.getlength(trial) <= side - 4:
+            line = trial
+            continue
+        if line:
+            lines.append(line)
+        line = fit(word, side - 4, font.getlength)
+    lines.append(line)
+    rows = (side - 2) // LINE
+    if len(lines) > rows:
+        lines = lines[:rows]
+        while lines[-1] and font.getlength(lines[-1] + ELLIPSIS) > side - 4:
+            lines[-1] = lines[-1][:-1]
+        lines[-1] += ELLIPSIS
+    for n, text_line in enumerate(lines):
+        ImageDraw.Draw(image).text((2, 1 + n * LINE), text_line, fill=(0, 0, 0), font=font)
+    return image

@@ -16,8 +16,9 @@ from typing import Any
 import pandas as pd
 from PIL import Image
 
-from recallk.report.block import CAPPED_MARK, PAIR_COUNTS, WITHOUT_SUFFIX
+from recallk.report.block import CAPPED_MARK, DIRECTION_WORDS, PAIR_COUNTS, WITHOUT_SUFFIX
 from recallk.report.page import STYLE, png_data_uri
+from recallk.score.text_image import INTERVAL_NOTE
 
 #: Counts shown besides the four of every run: the split stage's pairs and the embedding check's queries.
 NEAR_DUPLICATE_KEYS = (*PAIR_COUNTS, "num_embedding_copy_queries")
@@ -59,6 +60,12 @@ def curve_svg(curve: pd.DataFrame, width: int = 560, height: int = 300) -> str:
             f'<polygon points="{band}" fill="#1f77b4" fill-opacity="0.2"/>'
             f'<polyline points="{line}" fill="none" stroke="#1f77b4" stroke-width="2"/>'
             f'<text x="{(left + width - right) / 2:.0f}" y="{height - 4}" text-anchor="middle">K</text></svg>')
+
+
+def gallery_html(failures: Image.Image | None) -> str:
+    """The failure gallery embedded as a PNG, or why there is none."""
+    return (f'<img alt="failure gallery" src="{png_data_uri(failures)}">' if failures is not None
+            else "<p>off (score.failures.queries: 0, or an embeddings-only catalog: no image to show)</p>")
 
 
 #: Rows of the per-class table shown open (the worst classes); the rest are folded in a ``<details>``.
@@ -128,11 +135,62 @@ def page(metrics: dict[str, Any], keys: list[str], provenance: dict[str, Any], c
     if without:
         headline += _table(["metric", "all queries", "without the queries with an embedding copy "
                                                       "(score.embedding_copies)"], without)
-    gallery = (f'<img alt="failure gallery" src="{png_data_uri(failures)}">' if failures is not None
-               else "<p>off (score.failures.queries: 0, or an embeddings-only catalog: no image to show)</p>")
+    gallery = gallery_html(failures)
     lead = html.escape(summary(metrics, keys, provenance, per_class))
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Recall@K report</title>"
             f"<style>{STYLE}</style></head><body><h1>Recall@K report</h1><p id=\"summary\">{lead}</p>"
             f"<h2>What was evaluated</h2><dl>{facts}</dl><h2>Metrics</h2>{headline}{counts}<h2>recall@K</h2>"
             f"{curve_svg(curve)}<h2>Failure gallery</h2>{gallery}<h2>Per class</h2>"
             f"{classes_table(per_class, keys)}</body></html>\n")
+
+
+#: Queries of each direction the text <-> image page lists, the deepest first positive first.
+SHOWN_QUERIES = 20
+
+
+def hardest(per_query: pd.DataFrame, direction: str) -> pd.DataFrame:
+    """The :data:`SHOWN_QUERIES` queries of ``direction`` with the deepest first positive (ties by query id)."""
+    rows = per_query[per_query["direction"].eq(direction) & per_query["first_positive_rank"].notna()]
+    order = rows.assign(_rank=-rows["first_positive_rank"].astype("int64"))
+    return order.sort_values(["_rank", "image_id"], kind="mergesort").head(SHOWN_QUERIES)
+
+
+def text_image_page(files: dict[str, dict[str, Any]], provenance: dict[str, Any], curve: pd.DataFrame,
+                    per_query: pd.DataFrame, failures: Image.Image | None) -> str:
+    """The page of a text <-> image run: what was evaluated, each direction's metrics with their intervals (by
+    image), the recall@K curve of text -> image, the failure gallery (captions drawn as text) and the hardest
+    queries of each direction with the caption text (``files``: the metrics files' contents,
+    :func:`recallk.score.text_image.score_text_image`)."""
+    facts = "".join(f"<dt>{html.escape(str(k))}</dt><dd>{html.escape(str(v))}</dd>" for k, v in provenance.items())
+    parts, lead = [], []
+    for direction, (heading, queries, gallery) in DIRECTION_WORDS.items():
+        counts, detail = files["counts"][direction], files["intervals"].get(direction, {})
+        means = {**files["recall"][direction], **{k: v for k, v in detail.items() if not k.endswith(("_ci_low",
+                                                                                                   "_ci_high"))}}
+        rows = [[k, v, f"[{detail[k + '_ci_low']:.4f}, {detail[k + '_ci_high']:.4f}]" if k + "_ci_low" in detail
+                 else ""] for k, v in means.items()]
+        first = next(iter(means))
+        lead.append(f"{heading.strip('[]')} {first} {_number(means[first])} ({counts['num_queries']} {queries} "
+                    f"against {counts['num_gallery']} {gallery})")
+        parts.append(f"<h3>{html.escape(heading.strip('[]'))}</h3>"
+                     + _table(["metric", "value", "interval"], rows)
+                     + _table(["count", "value"], [[k, counts[k]] for k in ("num_queries", "num_excluded_queries",
+                                                                            "num_gallery", "tie_sensitive")]))
+    t2i = hardest(per_query, "text_to_image")
+    captions = _table(["caption", "caption_id", "its image", "rank of its image"],
+                      [[c, q, i, int(r)] for c, q, i, r in zip(t2i["caption"], t2i["image_id"], t2i["label"],
+                                                               t2i["first_positive_rank"])])
+    i2t = hardest(per_query, "image_to_text")
+    texts = per_query[per_query["direction"].eq("text_to_image")].groupby("label", sort=False)["caption"].agg(
+        " | ".join)
+    images = _table(["image", "rank of its first caption", "its captions"],
+                    [[i, int(r), texts.get(i, "")] for i, r in zip(i2t["image_id"], i2t["first_positive_rank"])])
+    band = curve.assign(ci_low=curve["recall"], ci_high=curve["recall"])
+    backbone = f" {provenance['backbone']}" if "backbone" in provenance else ""
+    summary = html.escape(f"Evaluated{backbone}: " + "; ".join(lead) + ".")
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Text-image retrieval report"
+            f"</title><style>{STYLE}</style></head><body><h1>Text &#8596; image retrieval report</h1>"
+            f"<p id=\"summary\">{summary}</p><h2>What was evaluated</h2><dl>{facts}</dl><h2>Metrics</h2>"
+            f"{''.join(parts)}<p>{html.escape(INTERVAL_NOTE)}.</p><h2>recall@K, text -&gt; image</h2>{curve_svg(band)}"
+            f"<h2>Failure gallery</h2>{gallery_html(failures)}<h2>Hardest captions (text -&gt; image)</h2>{captions}"
+            f"<h2>Hardest images (image -&gt; text)</h2>{images}</body></html>\n")
