@@ -35,3 +35,18 @@ def has_extra(module: str) -> bool:
     except ImportError:
         return False
     return True
+
+
+#: Set where a CUDA GPU must be used (the device machine's check): a test that needs one fails without it.
+REQUIRE_GPU = os.environ.get("RECALLK_REQUIRE_GPU", "") not in ("", "0")
+
+
+def need_cuda(torch: Any) -> None:
+    """Skip the calling test where torch sees no CUDA GPU (CI has none; the CPU paths are tested there), or fail it
+    under ``RECALLK_REQUIRE_GPU=1``, which the device machine's run sets: a GPU path is never skipped there."""
+    __tracebackhide__ = True
+    if torch.cuda.is_available():
+        return
+    if REQUIRE_GPU:
+        pytest.fail("RECALLK_REQUIRE_GPU=1 but torch sees no CUDA GPU")
+    pytest.skip("needs a CUDA GPU (RECALLK_REQUIRE_GPU=1 on the device machine makes this a failure)")

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from extras import extra
+from extras import extra, need_cuda
 from helpers import ROOT
 from recallk import retrieval_metrics
 from recallk.errors import InputError
@@ -218,8 +218,7 @@ def test_torch_tensors_are_taken_detached_on_their_device():
 
 def test_tensors_stay_on_the_gpu():
     torch = extra("torch", "torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
+    need_cuda(torch)
     emb = epoch_emb(1.5)
     want = Evaluator(LABELS, ks=(1, 5), subsample=30)(0, emb)
     on_gpu = torch.tensor(emb, device="cuda", requires_grad=True) * 1.0
