@@ -13,7 +13,6 @@ one of them is its positive): such captions are counted and a few named in a war
 
 from __future__ import annotations
 
-import csv
 import logging
 from pathlib import Path
 from typing import Any
@@ -43,14 +42,7 @@ def read_captions(root: Path, name: str) -> pd.DataFrame:
     """The captions file ``name`` (inside ``root``, the data root) as text: ``image_id, caption`` in file order,
     indexed from 0 (row ``i`` is CSV line ``i + 2``). Nothing is stripped or judged here but the file itself:
     where it is, its encoding, its header and that it has rows."""
-    path = catalog.file_in_root(root, name, "captions", "captions file")
-    try:
-        catalog.check_header(path, "captions file")
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError, csv.Error) as exc:
-        raise InputError(f"captions file {quote(str(path))} is not a readable UTF-8 CSV ({clip(str(exc))}); "
-                         "fix the file.") from None
-    frame.columns = [str(c).strip() for c in frame.columns]
+    path, frame = catalog.read_text_csv(root, name, "captions", "captions file")
     missing = [c for c in SOURCE_COLUMNS if c not in frame.columns]
     if missing:
         raise InputError(f"captions file {quote(str(path))} lacks column(s) {', '.join(missing)}; it needs a header "

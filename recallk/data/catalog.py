@@ -181,14 +181,7 @@ def read_manifest(root: Path, csv_name: str, images: str = "files") -> pd.DataFr
     :func:`recallk.data.contract.same_number_labels`), and
     empty cells become missing values for the contract to report.
     """
-    csv_path = file_in_root(root, csv_name, "csv", "manifest")
-    try:
-        check_header(csv_path)
-        frame = pd.read_csv(csv_path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError, csv.Error) as exc:
-        raise InputError(f"manifest {quote(str(csv_path))} is not a readable UTF-8 CSV ({clip(str(exc))}); "
-                         "fix the file.") from None
-    frame.columns = [str(c).strip() for c in frame.columns]
+    csv_path, frame = read_text_csv(root, csv_name, "csv", "manifest")
     if images == "none" and "path" in frame.columns:
         log.warning("split.images: none: ignoring the path column of %s (no image is read)", csv_path)
         frame = frame.drop(columns="path")
@@ -268,6 +261,22 @@ def check_header(csv_path: Path, what: str = "manifest") -> None:
         listed = "; ".join(f"{quote(name)} as {', '.join(map(quote, raw))}" for name, raw in repeated.items())
         raise InputError(f"{what} {quote(str(csv_path))} names a column more than once in its header (spaces "
                          f"around names are ignored): {clip(listed)}; give every column its own name.")
+
+
+def read_text_csv(root: Path, name: str, key: str, what: str) -> tuple[Path, pd.DataFrame]:
+    """The path and the rows of the CSV file ``name`` that the param ``split.<key>`` names inside the data root
+    ``root`` (a ``what``: manifest, captions file; :func:`file_in_root`), read as text: every cell a string (an
+    empty one ``""``), a UTF-8 BOM dropped, the header's names stripped of spaces (a name given twice is refused:
+    :func:`check_header`). A file that is not a readable UTF-8 CSV is one InputError naming it."""
+    path = file_in_root(root, name, key, what)
+    try:
+        check_header(path, what)
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError, csv.Error) as exc:
+        raise InputError(f"{what} {quote(str(path))} is not a readable UTF-8 CSV ({clip(str(exc))}); "
+                         "fix the file.") from None
+    frame.columns = [str(c).strip() for c in frame.columns]
+    return path, frame
 
 
 def read_source(root: Path, csv_name: str | None, images: str = "files", not_images: tuple[str, ...] = ()

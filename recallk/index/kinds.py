@@ -25,7 +25,6 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from recallk.checks import integer_problem
 from recallk.errors import InputError, clip
 
 #: The sweep parameters, by the library that has them.
@@ -33,7 +32,9 @@ from recallk.errors import InputError, clip
 HNSWLIB = re.compile(r"^hnswlib(?:,M([0-9]+))?(?:,efc([0-9]+))?$")
 #: Examples named by the messages.
 EXAMPLES = "`Flat`, `IVF1024,Flat`, `IVF1024,PQ32`, `HNSW32`, `hnswlib,M16`"
-#: The largest value a C int holds: FAISS keeps its parameters (efSearch, seeds) in one.
+#: The largest value a C int holds: FAISS keeps its parameters (efSearch, seeds) in one. The bounds on the params
+#: (``index.seed``, ``index.sweep``, the threads) are their rules in :mod:`recallk.index.settings`, checked once
+#: (:func:`recallk.index.settings.index_settings`); this module checks only what depends on the kind or the data.
 C_INT = 2**31 - 1
 #: The longest kind: FAISS's factory parser crashes (a segfault) on a string of some kilobytes.
 MAX_KIND_CHARS = 100
@@ -179,7 +180,8 @@ class Kind:
         As written in params.yaml.
     library : {"faiss", "hnswlib"}
     params : dict
-        Each sweep parameter this kind has -> its largest allowed value (nlist for nprobe, else :data:`C_INT`).
+        Each sweep parameter this kind has -> the largest value the kind takes (nlist for nprobe), or None
+        (efSearch, ef: bounded by the params' rule alone, :func:`recallk.index.settings.values_problem`).
     needs_training : bool
         The index learns from data (IVF centroids, PQ codebooks) before items are added.
     """
@@ -207,7 +209,7 @@ def parse_kind(name: str, dim: int) -> Kind:
         raise InputError(f"`index.kinds` {problem}")
     match = HNSWLIB.match(name)
     if match:
-        return Kind(name, "hnswlib", {"ef": C_INT}, False, dim, int(match.group(1) or 16), int(match.group(2) or 200))
+        return Kind(name, "hnswlib", {"ef": None}, False, dim, int(match.group(1) or 16), int(match.group(2) or 200))
     width = dim
     for part in faiss_parts(name)[0]:
         out = part.numbers.get("d", width) if part.role == "transform" else width
@@ -231,7 +233,7 @@ def parse_kind(name: str, dim: int) -> Kind:
         params["nprobe"] = int(ivf.nlist)
     try:
         faiss.ParameterSpace().set_index_parameter(index, "efSearch", 16)
-        params["efSearch"] = C_INT
+        params["efSearch"] = None
     except RuntimeError:
         pass
     return Kind(name, "faiss", params, not index.is_trained, dim)
@@ -244,14 +246,6 @@ FAISS_PREAMBLE = re.compile(r"^Error in .*? at \S+:[0-9]+: (?:Error: )?", re.S)
 def why(exc: BaseException) -> str:
     """What a FAISS or hnswlib exception says, without FAISS's preamble (:data:`FAISS_PREAMBLE`)."""
     return FAISS_PREAMBLE.sub("", str(exc)).strip() or type(exc).__name__
-
-
-def bounded(param: str, value: Any, low: int, high: int) -> None:
-    """InputError naming ``param`` unless ``value`` is an integer from ``low`` to ``high``: what FAISS and hnswlib
-    take (C ints). The params check has the same rule; a settings object made in Python meets it here."""
-    problem = integer_problem(value, low, high)
-    if problem:
-        raise InputError(f"`{param}` {problem}")
 
 
 @contextmanager
@@ -270,7 +264,8 @@ def library_call(kind: Kind, what: str, fix: str) -> Iterator[None]:
 
 def points(kind: Kind, sweep: dict[str, tuple[int, ...]]) -> list[dict[str, int]]:
     """The operating points of ``kind``: one per value of the sweep parameter it has (``sweep[name]``, when
-    given), or one point at the library's defaults. InputError for a value beyond what the index has."""
+    given), or one point at the library's defaults. InputError for an nprobe beyond the kind's lists (nlist); the
+    values' own bounds are the params' rule (:func:`recallk.index.settings.values_problem`), checked before."""
     given = [(name, values) for name, values in sweep.items() if values and name in kind.params]
     if len(given) > 1:
         raise InputError(f"`index.sweep`: {kind.name} has both {given[0][0]} and {given[1][0]}, and both are swept; "
@@ -280,12 +275,9 @@ def points(kind: Kind, sweep: dict[str, tuple[int, ...]]) -> list[dict[str, int]
     name, values = given[0]
     top = kind.params[name]
     too_big = [v for v in values if top is not None and v > top]
-    if too_big and name == "nprobe":
+    if too_big:
         raise InputError(f"`index.sweep.{name}`: {kind.name} has {top} lists (nlist), so {name} can be 1 to {top}. "
                          f"Got {too_big[0]} instead; remove it or use a kind with more lists.")
-    if too_big:  # the params check bounds them too; a settings object made in Python may not have been checked
-        raise InputError(f"`index.sweep.{name}` can be 1 to {top} (a C int, as the library keeps it). Got "
-                         f"{too_big[0]} instead; remove it.")
     return [{name: int(v)} for v in values]
 
 
@@ -314,11 +306,11 @@ def build(kind: Kind, gallery: np.ndarray, train: np.ndarray, threads: int, seed
     """Train (on ``train``, when the kind needs it) and fill an index with the unit rows ``gallery``.
 
     The build runs on ``threads`` threads (1 gives the same graph every run: FAISS HNSW and hnswlib insert in
-    parallel in an order that depends on timing). InputError when the kind cannot train on so few rows, or when
-    the library fails to make or fill the index (:func:`library_call`).
+    parallel in an order that depends on timing). ``threads`` and ``seed`` are taken as ``index.build_threads`` and
+    ``index.seed`` allow them (checked with the settings: :func:`recallk.index.settings.index_settings`).
+    InputError when the kind cannot train on so few rows, or when the library fails to make or fill the index
+    (:func:`library_call`).
     """
-    bounded("index.seed", seed, 0, C_INT)
-    bounded("index.build_threads", threads, 1, MAX_THREADS)
     start = time.perf_counter()
     fill = (f"add {len(gallery)} rows", "use a smaller kind (fewer lists, a smaller M) or fewer build threads")
     if kind.library == "hnswlib":
@@ -374,7 +366,6 @@ def search(built: Built, queries: np.ndarray, k: int, point: dict[str, int],
     ``efSearch`` below ``k`` runs at ``k``; FAISS gets an ``efSearch`` above the gallery size as that size,
     the same search, without a candidate list of the size asked). InputError when the library fails.
     """
-    bounded("index.threads", threads, 1, C_INT)  # the default, every core, may exceed the params' bound
     k = max(int(k), 1)
     ran = dict(point)
     if built.kind.library == "hnswlib":

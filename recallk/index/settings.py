@@ -1,5 +1,11 @@
 """The ``index`` section: :class:`IndexSettings`, the approximate indexes the ``index`` stage scores against
-the exact run (``index.kinds``, ``index.sweep``), and the rules only this section has."""
+the exact run (``index.kinds``, ``index.sweep``), and the rules only this section has.
+
+Each bound of a param lives in its field's rule alone: the params check runs them on params.yaml, and
+:func:`index_settings` runs the same rules, by the same route, on a settings object made in Python before
+anything is built (:func:`recallk.index.sweep.score_index`). Only what depends on the data is checked when the
+stage runs (:mod:`recallk.index.kinds`: a transform's or PQ's width against the embeddings', nprobe against a
+kind's nlist, efSearch run at most at the gallery's size)."""
 
 from __future__ import annotations
 
@@ -7,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from recallk.checks import integer, is_int
-from recallk.errors import quote
+from recallk.errors import InputError, quote
 from recallk.index.kinds import C_INT, MAX_THREADS, kind_problem
-from recallk.settings.base import setting
+from recallk.settings.base import as_params, checked, from_mapping, setting
 
 
 def kinds_problem(v: Any) -> str | None:
@@ -93,3 +99,18 @@ class IndexSettings:
                                  "inserts in a timing-dependent order on more)")
     seed: int = setting(0, integer(0, C_INT), "seed of the IVF k-means and of hnswlib's levels (below 2^31: "
                         "FAISS keeps it in a C int)")
+
+
+def index_settings(settings: IndexSettings | None = None) -> IndexSettings:
+    """``settings`` (default ``IndexSettings()``) checked by the params check's own route
+    (:func:`recallk.settings.base.checked`: every field's rule, on the params ``settings`` stands for), as the
+    settings object that route makes (lists as tuples); an :class:`~recallk.errors.InputError` names each problem
+    as the params check does (``"`index.seed` must be an integer between 0 and 2147483647. Got -1 instead."``).
+
+    :func:`recallk.index.sweep.score_index` runs it once, so a settings object made in Python meets the bounds
+    params.yaml meets, and :mod:`recallk.index.kinds` keeps no copy of them (it checks what depends on the data)."""
+    errors: list[str] = []
+    values = checked(IndexSettings, as_params(settings if settings is not None else IndexSettings()), "index", errors)
+    if errors:
+        raise InputError(" ".join(errors))
+    return from_mapping(IndexSettings, values)

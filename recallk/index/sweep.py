@@ -23,7 +23,7 @@ from recallk.errors import InputError
 from recallk.index import kinds as kinds_mod
 from recallk.index.knn import ann_benchmarks_recall, big_ann_benchmarks_recall
 from recallk.index.lists import exclusion_bound, label_values, ranked_lists, short_lists, undetermined
-from recallk.index.settings import IndexSettings
+from recallk.index.settings import IndexSettings, index_settings
 from recallk.progress import Progress
 from recallk.score.ranking.scan import exact_pairs
 from recallk.score.registry import metric_keys
@@ -336,11 +336,15 @@ def score_index(problem: IndexProblem, exact: Exact, settings: IndexSettings,
                 score: ScoreSettings) -> tuple[list[dict[str, Any]], list[pd.DataFrame]]:
     """Build, search and score every operating point of ``settings.kinds``.
 
+    ``settings`` is checked first, by the params check's rules (:func:`~recallk.index.settings.index_settings`: one
+    InputError naming every param out of bounds), so a settings object made in Python meets them too.
+
     Returns
     -------
     (points, tables)
         One dict per point (see docs/index.md for every key) and its per-query table, in kind then sweep order.
     """
+    settings = index_settings(settings)
     n, m = problem.queries.shape[0], problem.gallery.shape[0]
     planned = check_kinds(settings, problem.gallery.shape[1])
     depth = min(settings.depth or needed_depth(score.metrics, score.ks, exact, m), m)

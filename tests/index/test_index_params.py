@@ -17,12 +17,17 @@ from extras import extra
 from helpers import assert_user_error, run_module
 from recallk.errors import InputError
 from recallk.index import kinds as kinds_mod
-from recallk.index.settings import IndexSettings
-from recallk.settings.base import checked
+from recallk.index.inputs import exact_run, problem_of
+from recallk.index.settings import IndexSettings, SweepSettings, index_settings
+from recallk.index.sweep import score_index
+from recallk.score.retrieval_data import RetrievalData
+from recallk.score.settings import BootstrapSettings, ScoreSettings
+from recallk.settings.base import as_params, checked
 
 extra("faiss", "faiss")
 extra("hnswlib", "hnswlib")
 
+SCORE = ScoreSettings(ks=(1, 5), bootstrap=BootstrapSettings(resamples=0))
 #: Every kind the docs, the tests and the bench use: the params check accepts each.
 USED_KINDS = ["Flat", "IVF1024,Flat", "IVF1024,PQ32", "HNSW32", "HNSW8", "OPQ16,IVF256,PQ16", "IVF8,PQ4x4",
               "IVF4,Flat", "IVF16,Flat", "hnswlib", "hnswlib,M16", "hnswlib,M8", "hnswlib,M16,efc200"]
@@ -198,7 +203,7 @@ def rows() -> np.ndarray:
     (kinds_mod.Kind("IVF0,Flat", "faiss", {}, False, 16),  # FAISS fills it, then fails every search
      r"`index.kinds`: IVF0,Flat cannot search 20 queries for 5 items at its defaults \(faiss: .*\); use another"),
     # hnswlib cannot link a graph of M 1
-    (kinds_mod.Kind("hnswlib,M1", "hnswlib", {"ef": kinds_mod.C_INT}, False, 16, m=1),
+    (kinds_mod.Kind("hnswlib,M1", "hnswlib", {"ef": None}, False, 16, m=1),
      r"`index.kinds`: hnswlib,M1 cannot add 200 rows \(hnswlib: Not enough memory"),
 ])
 def test_add_and_search_failures_are_one_message(rows, kind, message) -> None:
@@ -207,30 +212,57 @@ def test_add_and_search_failures_are_one_message(rows, kind, message) -> None:
         kinds_mod.search(built, rows[:20], 5, {}, 1)
 
 
-@pytest.mark.parametrize("kind, sweep, message", [
-    ("HNSW8", {"efSearch": (16, 2**64)}, r"`index.sweep.efSearch` can be 1 to 2147483647 \(a C int"),  # FAISS's
-    ("hnswlib", {"ef": (2**31,)}, r"`index.sweep.ef` can be 1 to 2147483647"),  # hnswlib's
-    ("IVF8,Flat", {"nprobe": (16,)}, r"IVF8,Flat has 8 lists \(nlist\), so nprobe can be 1 to 8"),  # as before
-])
-def test_sweep_values_of_unchecked_settings_are_bounded_too(kind, sweep, message) -> None:
-    # IndexSettings made in Python skip the params check: the operating points are bounded where they are made.
-    with pytest.raises(InputError, match=message):
-        kinds_mod.points(kinds_mod.parse_kind(kind, 16), sweep)
+def test_nprobe_beyond_a_kinds_lists_is_refused_where_the_kind_is_made() -> None:
+    # The one sweep bound that depends on the kind (its nlist) is checked at use time, by points alone.
+    with pytest.raises(InputError, match=r"`index.sweep.nprobe`: IVF8,Flat has 8 lists \(nlist\), so nprobe can be "
+                                         r"1 to 8\. Got 16 instead"):
+        kinds_mod.points(kinds_mod.parse_kind("IVF8,Flat", 16), {"nprobe": (16,)})
 
 
-# IndexSettings made in Python skip the params check: a seed or thread count beyond a C int was an
-# OverflowError or TypeError traceback from FAISS's or hnswlib's bindings; now the params check's sentence.
-@pytest.mark.parametrize("name, seed, build_threads, threads, message", [
-    ("IVF8,Flat", 2**70, 1, 1, r"`index.seed` must be an integer between 0 and 2147483647"),  # FAISS's k-means
-    ("hnswlib", -1, 1, 1, r"`index.seed` must be an integer between 0"),  # hnswlib's levels
-    ("Flat", 0, 2**40, 1, r"`index.build_threads` must be an integer between 1 and 1024"),  # the build
-    ("hnswlib", 0, 1, 2**40, r"`index.threads` must be an integer between 1 and 2147483647"),  # the search
+@pytest.fixture(scope="module")
+def tiny(rows):
+    """A retrieval problem on :func:`rows` and its exact run, for :func:`score_index`."""
+    labels = np.arange(len(rows)) % 4
+    data = RetrievalData(rows[:20], rows, labels[:20], labels)
+    return problem_of(data), exact_run(data, SCORE)
+
+
+# IndexSettings made in Python skip the params check; score_index checks them once, by the params check's route
+# (index_settings), before anything is built. A seed, thread count or operating point beyond what FAISS and
+# hnswlib take (C ints) was an OverflowError or TypeError traceback from their bindings; now the params check's
+# sentence, the one each rule has (kinds.py checks only what depends on the kind or the data).
+@pytest.mark.parametrize("settings, message", [
+    (IndexSettings(kinds=("IVF8,Flat",), seed=2**70),  # FAISS's k-means
+     r"`index.seed` must be an integer between 0 and 2147483647\. Got 1180591620717411303424"),
+    (IndexSettings(kinds=("hnswlib",), seed=-1), r"`index.seed` must be an integer between 0"),  # hnswlib's levels
+    (IndexSettings(kinds=("Flat",), build_threads=2**40),  # the build
+     r"`index.build_threads` must be an integer between 1 and 1024"),
+    (IndexSettings(kinds=("hnswlib",), threads=2**40),  # the search: the params' bound, 1024, not a C int's
+     r"`index.threads` must be an integer between 1 and 1024, or null"),
+    (IndexSettings(kinds=("HNSW8",), sweep=SweepSettings(efSearch=(16, 2**64))),  # FAISS's
+     r"`index.sweep.efSearch` must be distinct integers from 1 to 2147483647"),
+    (IndexSettings(kinds=("hnswlib",), sweep=SweepSettings(ef=(2**31,))),  # hnswlib's
+     r"`index.sweep.ef` must be distinct integers from 1 to 2147483647"),
+    (IndexSettings(kinds=("HNSW0",)), r"`index.kinds` entry 'HNSW0': M in 'HNSW0' must be 2 to 10000"),
+    (IndexSettings(kinds=("Flat",), threads=0, seed=-1),  # every problem, in one error
+     r"^`index.threads` must be .* `index.seed` must be an integer between 0"),
 ])
-def test_seeds_and_threads_of_unchecked_settings_are_bounded(rows, name, seed, build_threads, threads,
-                                                             message) -> None:
+def test_settings_made_in_python_meet_the_params_rules(tiny, monkeypatch, settings, message) -> None:
+    problem, exact = tiny
+    monkeypatch.setattr(kinds_mod, "build", lambda *args: pytest.fail("built before the settings were checked"))
+    with pytest.raises(InputError, match=message) as caught:
+        score_index(problem, exact, settings, SCORE)
+    assert str(caught.value) == " ".join(index_errors(as_params(settings)))  # the params check's sentences
     with pytest.raises(InputError, match=message):
-        built = kinds_mod.build(kinds_mod.parse_kind(name, 16), rows, rows, build_threads, seed)
-        kinds_mod.search(built, rows[:5], 5, {}, threads)
+        index_settings(settings)
+
+
+def test_checked_settings_are_the_params_checks_object() -> None:
+    # Lists given in Python become tuples, a sub-section given as a mapping its settings class, as from params.yaml.
+    settings = IndexSettings(kinds=["HNSW8"], sweep={"efSearch": [16, 64]}, threads=4)
+    assert index_settings(settings) == IndexSettings(kinds=("HNSW8",), sweep=SweepSettings(efSearch=(16, 64)),
+                                                     threads=4)
+    assert index_settings() == IndexSettings()
 
 
 def test_the_largest_efsearch_runs_as_the_gallery_size() -> None:
