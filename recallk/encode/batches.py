@@ -5,6 +5,10 @@ only the misses are decoded and encoded, in catalog order, in batches. Decoding
 runs in threads a bounded number of batches ahead of the backbone, so loading
 overlaps inference and memory stays bounded. Every finished batch is committed
 to the cache before the next one, so a killed run resumes where it stopped.
+
+The run through the cache (drop unusable hits, encode the misses batch by batch, verify a sample of the
+hits) serves captions too (:mod:`recallk.encode.captions`, keyed by the sha256 of their text): a
+:class:`CacheRun` says what is encoded (its :class:`Kind`: images or captions, for the messages) and how.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ import hashlib
 import logging
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -102,9 +107,14 @@ def decoded_batches(paths: Sequence[str], shas: Sequence[str], *, batch_size: in
             yield start, [f.result() for f in futures]
 
 
-def run_backbone(backbone: Backbone, images: list[Image.Image], dim: int | None) -> np.ndarray:
+T = TypeVar("T")
+
+
+def guarded(backbone: Backbone, call: Callable[[], T], failed: Callable[[str], str]) -> T:
+    """``call()``; when ``backbone`` runs user code, its error (or sys.exit) is an InputError saying
+    ``failed(what)`` (``what``: "raised ValueError: ..." or "called sys.exit(...)"), never a silent exit."""
     try:
-        out = backbone.encode(images)
+        return call()
     except (KeyboardInterrupt, MemoryError):
         raise
     except BaseException as exc:  # noqa: BLE001 - a user callable's error (or sys.exit) is a message, never a silent exit
@@ -112,8 +122,13 @@ def run_backbone(backbone: Backbone, images: list[Image.Image], dim: int | None)
             raise
         what = (f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit)
                 else f"raised {type(exc).__name__}: {clip(str(exc))}")
-        raise InputError(f"backbone {backbone.name!r} {what} on a batch of {len(images)} image(s); fix the function "
-                         "(it must return an (n, d) array of floats, one row per image).") from None
+        raise InputError(failed(what)) from None
+
+
+def run_backbone(backbone: Backbone, images: list[Image.Image], dim: int | None) -> np.ndarray:
+    out = guarded(backbone, lambda: backbone.encode(images),
+                  lambda what: f"backbone {backbone.name!r} {what} on a batch of {len(images)} image(s); fix the "
+                               "function (it must return an (n, d) array of floats, one row per image).")
     try:
         emb = np.asarray(out, dtype=np.float32)
     except (TypeError, ValueError) as exc:
@@ -133,6 +148,8 @@ def check_shape(name: str, emb: np.ndarray, n: int, dim: int | None) -> np.ndarr
 
 #: An engine's encoder: ``source(todo, paths, dim)`` yields ``(shas, embeddings)`` batches of the files
 #: ``todo`` (sha256s, at ``paths``), each embedding (n, dim) float32, in any order and any batch sizes.
+#: Captions have one too (:func:`recallk.encode.captions.text_source`): ``todo`` their text hashes, ``paths``
+#: their texts.
 BatchSource = Callable[[list[str], list[str], "int | None"], Iterable[tuple[Sequence[str], np.ndarray]]]
 
 
@@ -150,7 +167,38 @@ def local_source(backbone: Backbone, *, batch_size: int, num_workers: int,
     return source
 
 
-def _drop_unusable_hits(known: dict[str, np.ndarray], dim: int | None) -> int:
+@dataclass(frozen=True)
+class Kind:
+    """What a :class:`CacheRun` encodes, in its messages: ``noun`` (``"image"``), ``qualifier`` (before
+    "embedding(s)" and "vectors": ``""`` or ``"caption "``), ``desc`` and ``unit`` of the progress bar,
+    ``encoder`` (what may be not deterministic) and ``show`` (how an item is named: a path clipped, a text quoted)."""
+    noun: str
+    qualifier: str
+    desc: str
+    unit: str
+    encoder: str
+    show: Callable[[str], str]
+
+
+#: Catalog images, keyed by their file's sha256, shown by path.
+IMAGES = Kind("image", "", "encode", "img", "backbone", clip)
+#: Captions, keyed by the sha256 of their UTF-8 text, shown quoted.
+CAPTIONS = Kind("caption", "caption ", "encode text", "caption", "text tower", quote)
+
+
+@dataclass
+class CacheRun:
+    """One encoding through the embedding cache: ``source`` encodes the misses with the backbone called
+    ``name`` into ``cache`` (None: no cache); ``kind`` words the messages; ``committed`` collects the keys
+    put in the cache, in order (what a Ctrl-C leaves there)."""
+    name: str
+    source: BatchSource
+    cache: EmbeddingCache | None
+    kind: Kind = IMAGES
+    committed: list[str] = field(default_factory=list)
+
+
+def drop_unusable_hits(known: dict[str, np.ndarray], dim: int | None, kind: Kind = IMAGES) -> int:
     """Remove cache hits that a fresh vector could never be: NaN, inf, all zero (the rule of fresh
     vectors, :func:`recallk.checks.unusable_rows`) or, when ``dim`` is known, another dimension.
     Returns how many were removed (they are encoded again, and their cache entries replaced)."""
@@ -158,8 +206,8 @@ def _drop_unusable_hits(known: dict[str, np.ndarray], dim: int | None) -> int:
     for sha in bad:
         del known[sha]
     if bad:
-        log.warning("dropped %d unusable cached embedding(s) (NaN, inf, all zero%s); encoding them again",
-                    len(bad), f" or not of dimension {dim}" if dim is not None else "")
+        log.warning("dropped %d unusable cached %sembedding(s) (NaN, inf, all zero%s); encoding them again",
+                    len(bad), kind.qualifier, f" or not of dimension {dim}" if dim is not None else "")
     return len(bad)
 
 
@@ -168,57 +216,68 @@ class EncodeInterrupted(KeyboardInterrupt):
     re-run resumes from them (the encode stage prints it)."""
 
 
-def _encode_into(known: dict[str, np.ndarray], todo: list[str], paths: list[str], backbone: Backbone,
-                 dim: int | None, source: BatchSource, cache: EmbeddingCache | None,
-                 committed: list[str] | None = None) -> tuple[int | None, set[str]]:
-    """Encode the files ``todo`` (at ``paths``) into ``known`` and the cache with ``source``, committing
-    each batch as it arrives (its shas appended to ``committed``); return the dimension and the shas whose
-    embedding was NaN, inf or all zero (kept out of both)."""
+def encode_into(run: CacheRun, known: dict[str, np.ndarray], todo: list[str], items: list[str],
+                dim: int | None) -> tuple[int | None, set[str]]:
+    """Encode ``todo`` (keys; ``items``: the files' paths, or the texts) into ``known`` and the cache with
+    ``run.source``, committing each batch as it arrives (its keys appended to ``run.committed``); return the
+    dimension and the keys whose embedding was NaN, inf or all zero (kept out of both)."""
     failed_shas: set[str] = set()
     if not todo:
         return dim, failed_shas
-    with Progress(len(todo), f"encode {backbone.name}", "img", log) as bar:
-        for batch, emb in source(todo, paths, dim):
-            emb = check_shape(backbone.name, emb, len(batch), dim)
+    with Progress(len(todo), f"{run.kind.desc} {run.name}", run.kind.unit, log) as bar:
+        for batch, emb in run.source(todo, items, dim):
+            emb = check_shape(run.name, emb, len(batch), dim)
             dim = emb.shape[1]
             bad = unusable_rows(emb)
             failed_shas.update(sha for sha, b in zip(batch, bad) if b)
             good, good_emb = [sha for sha, b in zip(batch, bad) if not b], emb[~bad]
             known.update(zip(good, good_emb))
-            if cache is not None and good:
-                cache.put_many(good, good_emb)
-                if committed is not None:
-                    committed.extend(good)
+            if run.cache is not None and good:
+                run.cache.put_many(good, good_emb)
+                run.committed.extend(good)
             bar.update(len(batch))
     return dim, failed_shas
 
 
-def _verify_sample(known: dict[str, np.ndarray], served: dict[str, str], dim: int | None,
-                   source: BatchSource, cache: EmbeddingCache, n: int) -> None:
-    """Re-encode ``n`` of the ``served`` cache hits (sha256 -> path; :func:`recallk.encode.verify.sample`) and
-    raise an InputError when one differs from its cached vector beyond :data:`recallk.encode.verify.TOLERANCE`."""
+def refuse_unusable(name: str, failed: list[str], kind: Kind = IMAGES) -> None:
+    """An InputError naming the ``failed`` items (ids, first 10) whose fresh embedding is NaN, inf or all
+    zero (:func:`encode_into`'s second value), if any."""
+    if failed:
+        raise InputError(f"backbone {name!r} gave NaN, inf or all-zero embeddings for {len(failed)} "
+                         f"{kind.noun}(s): {', '.join(map(kind.show, failed[:10]))}; check those {kind.noun}s or the "
+                         "backbone.")
+
+
+def verify_sample(run: CacheRun, known: dict[str, np.ndarray], served: dict[str, str], dim: int | None,
+                  n: int) -> None:
+    """Re-encode ``n`` of the ``served`` cache hits (key -> path or text; :func:`recallk.encode.verify.sample`)
+    with ``run.source`` and raise an InputError when one differs from its cached vector beyond
+    :data:`recallk.encode.verify.TOLERANCE`. ``run.cache`` must not be None."""
+    cache, kind = run.cache, run.kind
+    if cache is None:  # nothing was served
+        return
     picked = verify.sample(list(served), cache.key, n)
     if not picked:
         return
     fresh: dict[str, np.ndarray] = {}
-    for batch, emb in source(picked, [served[sha] for sha in picked], dim):
+    for batch, emb in run.source(picked, [served[sha] for sha in picked], dim):
         fresh.update(zip(batch, np.asarray(emb, dtype=np.float32)))
     bad = verify.mismatches({sha: known[sha] for sha in picked}, fresh)
-    log.info("verified %d cached embedding(s) against a fresh encoding: %d mismatch(es)", len(picked), len(bad))
+    log.info("verified %d cached %sembedding(s) against a fresh encoding: %d mismatch(es)", len(picked),
+             kind.qualifier, len(bad))
     if bad:
         sha, diff = bad[0]
         raise InputError(
-            f"the embedding cache {quote(str(cache.path))} served {len(bad)} of {len(picked)} sampled vectors "
-            f"unlike a fresh encoding (e.g. image {clip(served[sha])}: max difference {diff:.3g} of "
-            f"its largest value, above {verify.TOLERANCE}): rows written by another model or code, a backbone "
-            "whose output is not deterministic, or rows tampered with by someone who can write the cache; delete "
-            "the file (that only costs re-encoding) and re-run, and keep the cache folder writable only by you "
-            "(docs/backbones.md#the-embedding-cache).")
+            f"the embedding cache {quote(str(cache.path))} served {len(bad)} of {len(picked)} sampled "
+            f"{kind.qualifier}vectors unlike a fresh encoding (e.g. {kind.noun} {kind.show(served[sha])}: max "
+            f"difference {diff:.3g} of its largest value, above {verify.TOLERANCE}): rows written by another model "
+            f"or code, a {kind.encoder} whose output is not deterministic, or rows tampered with by someone who can "
+            "write the cache; delete the file (that only costs re-encoding) and re-run, and keep the cache folder "
+            "writable only by you (docs/backbones.md#the-embedding-cache).")
 
 
 def _checked_encode(catalog: pd.DataFrame, backbone: Backbone, known: dict[str, np.ndarray],
-                    first_row: dict[str, int], source: BatchSource, cache: EmbeddingCache | None,
-                    committed: list[str], *, num_workers: int,
+                    first_row: dict[str, int], run: CacheRun, *, num_workers: int,
                     verify_cache: int) -> tuple[int | None, list[str]]:
     """:func:`encode_catalog`'s work after the cache read: check the files, encode the misses into ``known``,
     verify a sample of the hits; returns the dimension and the shas encoded."""
@@ -230,26 +289,22 @@ def _checked_encode(catalog: pd.DataFrame, backbone: Backbone, known: dict[str, 
                            workers=num_workers)
 
     def encode(todo: list[str], dim: int | None) -> tuple[int | None, set[str]]:
-        return _encode_into(known, todo, [paths[first_row[sha]] for sha in todo], backbone, dim, source, cache,
-                            committed)
+        return encode_into(run, known, todo, [paths[first_row[sha]] for sha in todo], dim)
 
     todo = [sha for sha in first_row if sha not in known]
     dim, failed_shas = encode(todo, backbone.dim)
-    if backbone.dim is None and _drop_unusable_hits(known, dim):  # hits of another dimension than the fresh ones
+    if backbone.dim is None and drop_unusable_hits(known, dim):  # hits of another dimension than the fresh ones
         again = [sha for sha in first_row if sha not in known and sha not in failed_shas]
         dim, more = encode(again, dim)
         failed_shas |= more
         todo += again
-    failed_names = [name for name, sha in zip(names, shas) if sha in failed_shas]
-    if failed_names:
-        raise InputError(f"backbone {backbone.name!r} gave NaN, inf or all-zero embeddings for {len(failed_names)} "
-                        f"image(s): {', '.join(map(clip, failed_names[:10]))}; check those images or the backbone.")
-    if cache is not None:
+    refuse_unusable(backbone.name, [name for name, sha in zip(names, shas) if sha in failed_shas])
+    if run.cache is not None:
         encoded = set(todo)
         served = {sha: paths[row] for sha, row in first_row.items() if sha not in encoded}
         # on the engine that encodes the misses: a backbone may run only where that engine runs it (a Ray
         # worker's environment), so the sample costs one more (small) Ray job when every image was a hit
-        _verify_sample(known, served, dim, source, cache, verify_cache)
+        verify_sample(run, known, served, dim, verify_cache)
     return dim, todo
 
 
@@ -286,14 +341,15 @@ def encode_catalog(catalog: pd.DataFrame, backbone: Backbone, *, batch_size: int
     for i, sha in enumerate(shas):
         first_row.setdefault(sha, i)
     known = cache.get_many(first_row) if cache is not None else {}
-    _drop_unusable_hits(known, backbone.dim)
+    drop_unusable_hits(known, backbone.dim)
     if backbone.dim is None and known and len(known) == len(first_row):
         del known[next(iter(first_row))]  # encode one file: its dimension is the truth the hits are judged by
     hits = set(known)
-    committed: list[str] = []
+    run = CacheRun(backbone.name, source, cache)
+    committed = run.committed
     try:
-        dim, todo = _checked_encode(catalog, backbone, known, first_row, source, cache, committed,
-                                    num_workers=num_workers, verify_cache=verify_cache)
+        dim, todo = _checked_encode(catalog, backbone, known, first_row, run, num_workers=num_workers,
+                                    verify_cache=verify_cache)
     except KeyboardInterrupt:
         cached = len({sha for sha in hits if sha in known} | set(committed))
         where = (f"{cached} of the {len(first_row)} distinct images are in the embedding cache {cache.path} "

@@ -17,19 +17,15 @@ Either way the text embeddings must have the images' dimension (one space), and 
 from __future__ import annotations
 
 import hashlib
-import logging
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
-from recallk.checks import unusable_rows
-from recallk.encode import precomputed, verify
+from recallk.encode import batches, precomputed
 from recallk.encode.base import Backbone, file_sha256
+from recallk.encode.batches import CAPTIONS, BatchSource, CacheRun
 from recallk.encode.cache import EmbeddingCache
 from recallk.errors import InputError, clip, quote
-from recallk.progress import Progress
-
-log = logging.getLogger(__name__)
 
 #: The backbones that embed text, for the refusal of one that does not.
 TEXT_BACKBONES = ("`open_clip:<model>` of a model with a text tower (CLIP, SigLIP, CoCa); `hf:<dir>` of a CLIP-style "
@@ -53,19 +49,11 @@ def caption_sha256(caption: str) -> str:
 def run_text_tower(backbone: Backbone, texts: Sequence[str], dim: int) -> np.ndarray:
     """``backbone.encode_text(texts)`` as float32 ``(len(texts), dim)``; a user callable's failure (or a wrong
     shape) is an InputError naming it."""
-    try:
-        out = backbone.encode_text(list(texts))
-        emb = np.asarray(out, dtype=np.float32)
-    except (KeyboardInterrupt, MemoryError):
-        raise
-    except BaseException as exc:  # noqa: BLE001 - a user callable's error (or sys.exit) is a message
-        if not backbone.user_code:
-            raise
-        what = (f"called sys.exit({exc.code!r})" if isinstance(exc, SystemExit)
-                else f"raised {type(exc).__name__}: {clip(str(exc))}")
-        raise InputError(f"the text function of backbone {backbone.name!r} (encode.callable.text_function) {what} "
-                         f"on {len(texts)} caption(s); fix it (it must return an (n, d) array of floats, one row per "
-                         "caption).") from None
+    emb = batches.guarded(
+        backbone, lambda: np.asarray(backbone.encode_text(list(texts)), dtype=np.float32),
+        lambda what: f"the text function of backbone {backbone.name!r} (encode.callable.text_function) {what} on "
+                     f"{len(texts)} caption(s); fix it (it must return an (n, d) array of floats, one row per "
+                     "caption).")
     if emb.shape != (len(texts), dim):
         raise InputError(f"backbone {backbone.name!r} embedded {len(texts)} caption(s) as shape {emb.shape}; expected "
                          f"{(len(texts), dim)}: one row per caption, of the image embeddings' dimension {dim} (one "
@@ -73,11 +61,22 @@ def run_text_tower(backbone: Backbone, texts: Sequence[str], dim: int) -> np.nda
     return emb
 
 
+def text_source(backbone: Backbone, *, dim: int, batch_size: int) -> BatchSource:
+    """The captions' :data:`~recallk.encode.batches.BatchSource`: ``source(keys, texts, _)`` yields batches of
+    ``batch_size`` texts, in order, embedded by :func:`run_text_tower` of the images' dimension ``dim``."""
+    def source(todo: list[str], texts: list[str], _: int | None) -> Iterator[tuple[Sequence[str], np.ndarray]]:
+        for start in range(0, len(todo), batch_size):
+            yield todo[start:start + batch_size], run_text_tower(backbone, texts[start:start + batch_size], dim)
+    return source
+
+
 def encode_texts(captions: Sequence[str], caption_ids: Sequence[str], backbone: Backbone, cache: EmbeddingCache,
                  *, dim: int, batch_size: int, verify_cache: int) -> tuple[np.ndarray, int, int]:
     """Embed ``captions`` (named by ``caption_ids`` in messages) with ``backbone``'s text tower, each distinct text
     once, through ``cache`` (keyed by the backbone's text fingerprint and :func:`caption_sha256`), in batches of
-    ``batch_size`` committed one at a time; ``verify_cache`` hits are embedded again and compared.
+    ``batch_size`` committed one at a time; ``verify_cache`` hits are embedded again and compared. The images'
+    run through the cache does it (:mod:`recallk.encode.batches`), with the same rules: an unusable hit (NaN, inf,
+    all zero, another dimension) is dropped with a warning and embedded again, an unusable fresh vector is an error.
 
     Returns ``(embeddings, n_encoded, n_cached)``: float32 ``(len(captions), dim)`` in caption order, the distinct
     texts embedded now and those served by the cache.
@@ -85,49 +84,14 @@ def encode_texts(captions: Sequence[str], caption_ids: Sequence[str], backbone: 
     keys = [caption_sha256(c) for c in captions]
     text = dict(zip(keys, captions))  # distinct texts, in caption order
     known = cache.get_many(text)
-    for sha in [sha for sha, v in known.items() if v.size != dim or unusable_rows(v[None, :])[0]]:
-        del known[sha]  # a vector a fresh one could never be: embedded again, and replaced
+    batches.drop_unusable_hits(known, dim, CAPTIONS)
     hits = list(known)
     todo = [sha for sha in text if sha not in known]
-    failed: set[str] = set()
-    with Progress(len(todo), f"encode text {backbone.name}", "caption", log) as bar:
-        for start in range(0, len(todo), batch_size):
-            batch = todo[start:start + batch_size]
-            emb = run_text_tower(backbone, [text[sha] for sha in batch], dim)
-            bad = unusable_rows(emb)
-            failed.update(sha for sha, b in zip(batch, bad) if b)
-            good = [sha for sha, b in zip(batch, bad) if not b]
-            known.update(zip(good, emb[~bad]))
-            if good:
-                cache.put_many(good, emb[~bad])
-            bar.update(len(batch))
-    if failed:
-        named = [cid for cid, sha in zip(caption_ids, keys) if sha in failed]
-        raise InputError(f"backbone {backbone.name!r} gave NaN, inf or all-zero embeddings for {len(named)} "
-                         f"caption(s): {', '.join(map(quote, named[:10]))}; check those captions or the backbone.")
-    _verify(known, {sha: text[sha] for sha in hits}, backbone, cache, dim, verify_cache)
+    run = CacheRun(backbone.name, text_source(backbone, dim=dim, batch_size=batch_size), cache, CAPTIONS)
+    _, failed = batches.encode_into(run, known, todo, [text[sha] for sha in todo], dim)
+    batches.refuse_unusable(backbone.name, [cid for cid, sha in zip(caption_ids, keys) if sha in failed], CAPTIONS)
+    batches.verify_sample(run, known, {sha: text[sha] for sha in hits}, dim, verify_cache)
     return np.stack([known[sha] for sha in keys]).astype(np.float32, copy=False), len(todo), len(hits)
-
-
-def _verify(known: dict[str, np.ndarray], served: dict[str, str], backbone: Backbone, cache: EmbeddingCache,
-            dim: int, n: int) -> None:
-    """Embed ``n`` of the ``served`` hits (sha256 -> caption) again; an InputError when one differs from its cached
-    vector beyond :data:`recallk.encode.verify.TOLERANCE` (as for images)."""
-    picked = verify.sample(list(served), cache.key, n)
-    if not picked:
-        return
-    fresh = dict(zip(picked, run_text_tower(backbone, [served[sha] for sha in picked], dim)))
-    bad = verify.mismatches({sha: known[sha] for sha in picked}, fresh)
-    log.info("verified %d cached caption embedding(s) against a fresh encoding: %d mismatch(es)", len(picked),
-             len(bad))
-    if bad:
-        sha, diff = bad[0]
-        raise InputError(
-            f"the embedding cache {quote(str(cache.path))} served {len(bad)} of {len(picked)} sampled caption vectors "
-            f"unlike a fresh encoding (e.g. caption {quote(served[sha])}: max difference {diff:.3g} of its largest "
-            f"value, above {verify.TOLERANCE}): rows written by another model or code, a text tower whose output is "
-            "not deterministic, or rows tampered with; delete the file (that only costs re-encoding) and re-run "
-            "(docs/backbones.md#the-embedding-cache).")
 
 
 def read_precomputed_texts(path: str, caption_ids: Sequence[str], dim: int) -> tuple[np.ndarray, str]:
