@@ -519,3 +519,19 @@ def tiny_project(where: Path, labels: Sequence[str] = ("a", "b", "c", "d"), per_
         for i in range(per_label):
             save_image(proj / "data" / "digits" / label / f"{i}.png", seed=100 * j + i, size=(8, 8))
     return proj
+
+
+def caption_encoders(letter: str = "a", extra: str = "") -> str:
+    """The text of a user module for `encode.backbone: callable:encoders:image` with `encode.callable.text_function:
+    text`: 3-d image vectors (the mean colour plus one) and 3-d caption vectors (its length, the count of
+    ``letter`` plus one, and 1); ``extra`` is appended (more functions)."""
+    return f'''import numpy as np
+
+
+def image(images):
+    return np.array([np.asarray(im, dtype=np.float32).mean(axis=(0, 1)) + 1 for im in images])
+
+
+def text(captions):
+    return np.array([[len(c), c.count("{letter}") + 1, 1.0] for c in captions], dtype=np.float32)
+{extra}'''

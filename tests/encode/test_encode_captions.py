@@ -13,7 +13,7 @@ import pytest
 import yaml
 from test_text_towers import open_clip_tiny  # noqa: F401  (the tiny OpenCLIP model, a module-scoped fixture)
 
-from helpers import assert_no_outputs, run_fails, run_ok, set_params, tiny_project
+from helpers import assert_no_outputs, caption_encoders, run_fails, run_ok, set_params, tiny_project
 from recallk.encode.base import NO_FILE
 from recallk.encode.registry import get_backbone
 
@@ -92,20 +92,11 @@ def test_every_tracked_path_param_of_encode_is_a_dep_in_dvc_yaml():
     assert [name for name in tracked if f"${{encode.{name}}}" not in deps] == []
 
 
-ENCODERS = '''import numpy as np
-
-
-def image(images):
-    return np.array([np.asarray(im, dtype=np.float32).mean(axis=(0, 1)) + 1 for im in images])
-
-
-def text(captions):
-    return np.array([[len(c), c.count("a") + 1, 1.0] for c in captions], dtype=np.float32)
-
+ENCODERS = caption_encoders("a", extra="""
 
 def wrong(captions):
     return np.ones((len(captions), 5), dtype=np.float32)
-'''
+""")
 
 
 def test_a_callable_embeds_captions_with_its_text_function(tmp_path):

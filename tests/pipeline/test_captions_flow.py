@@ -10,20 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import commit, copy_pipeline, git_init, repro, set_params
+from helpers import caption_encoders, commit, copy_pipeline, git_init, repro, set_params
 
 pytestmark = pytest.mark.pipeline
 
-ENCODERS = '''import numpy as np
-
-
-def image(images):
-    return np.array([np.asarray(im, dtype=np.float32).mean(axis=(0, 1)) + 1 for im in images])
-
-
-def text(captions):
-    return np.array([[len(c), c.count("e") + 1, 1.0] for c in captions], dtype=np.float32)
-'''
+ENCODERS = caption_encoders("e")
 
 
 def write_captions(repo: Path, last: str) -> None:
