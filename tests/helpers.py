@@ -418,7 +418,8 @@ def plant_stale(project: Path, outputs: Iterable[str]) -> None:
 # ---------------------------------------------------------------------------------------------- pipelines (dvc)
 
 
-PROJECT_FILES = (".dvc/config", ".dvc/.gitignore", ".dvcignore", ".gitignore", "dvc.yaml", "params.yaml")
+PROJECT_FILES = (".dvc/config", ".dvc/.gitignore", ".dvcignore", ".gitignore", "dvc.yaml", "params.yaml",
+                 "plots/offline/template.html")  # .dvc/config names it: dvc plots render offline
 RAN_RE = re.compile(r"Running stage '([^']+)'")
 SKIPPED_RE = re.compile(r"Stage '([^']+)' didn't change, skipping")
 

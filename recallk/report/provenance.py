@@ -42,8 +42,9 @@ def provenance(split: dict[str, Any] | None, encode: dict[str, Any] | None, scor
                               "(data/scores/embedding_copies.csv)")
     boot = score["bootstrap"]
     # text <-> image: resampled by image, each with its captions (recallk.score.crossmodal.crossmodal_intervals)
-    unit = "image (with its captions)" if (split or {}).get("protocol") == "text_image" else boot["unit"]
-    intervals = (f"{boot['resamples']} bootstrap resamples by {unit}, {boot['confidence']:.0%}"
+    text_image = (split or {}).get("protocol") == "text_image"
+    intervals = (f"{boot['resamples']} bootstrap resamples by "
+                 f"{'image (with its captions)' if text_image else boot['unit']}, {boot['confidence']:.0%}"
                  if boot["resamples"] else "off")
     rules = "".join(f", {k} {score[k]}" for k in OPTIONAL_WHAT if score.get(k))
     out["scoring"] = (f"exclude_same {list(score['exclude_same'])}{rules}, whiten {score['whiten']}, "
