@@ -108,11 +108,13 @@ def _share_a_value(q: np.ndarray, g: np.ndarray) -> bool:
     """Whether the number arrays ``q`` and ``g`` (one dtype) share a value: through a table of the gallery's
     values for int64 labels in ``[0, _TABLE_SPAN)`` (a training loop's class indices), else ``np.intersect1d``."""
     if q.dtype == np.int64 and q.size and g.size:
-        low, top = min(int(q.min()), int(g.min())), max(int(q.max()), int(g.max()))
-        if 0 <= low and top < _TABLE_SPAN:
-            seen = np.zeros(top + 1, dtype=bool)
+        # every value in [0, _TABLE_SPAN) exactly when their bits' union is (a negative value has the sign bit);
+        # the union is at least the largest value, so it sizes the table
+        span = int(np.bitwise_or.reduce(q)) | int(np.bitwise_or.reduce(g))
+        if 0 <= span < _TABLE_SPAN:
+            seen = np.zeros(span + 1, dtype=bool)
             seen[g] = True
-            return bool(seen[q].any())
+            return bool(np.logical_or.reduce(seen[q]))
     return np.intersect1d(q, g).size > 0
 
 

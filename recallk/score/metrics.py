@@ -39,7 +39,7 @@ from recallk.checks import as_list
 from recallk.errors import InputError
 from recallk.score.passes import Pass
 from recallk.score.ranking import Ranking, rank_data
-from recallk.score.registry import METRICS, metric_keys, serving_pass
+from recallk.score.registry import METRICS, keys_and_pass, metric_keys, serving_pass
 from recallk.score.retrieval_data import RetrievalData
 from recallk.score.settings import ScoreSettings
 from recallk.score.values import per_query, summarize
@@ -150,8 +150,7 @@ class Scorer:
                  backend: str | None = None, device: str | None = None) -> None:
         self.settings = score_settings(settings, ks=ks, metrics=metrics, max_memory_mb=max_memory_mb,
                                        backend=backend, device=device)
-        self.keys = metric_keys(self.settings.metrics, self.settings.ks)
-        self.ranks = serving_pass(self.settings.metrics, self.settings.depth, capped=True)
+        self.keys, self.ranks = keys_and_pass(self.settings.metrics, self.settings.ks)
 
     def __repr__(self) -> str:
         return f"Scorer({self.settings!r})"

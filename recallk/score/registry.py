@@ -21,7 +21,7 @@ No import but numpy and the errors: the settings read this module.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -168,9 +168,10 @@ def names() -> tuple[str, ...]:
     return tuple(m.name for m in TABLE)
 
 
-def rows(metrics: Iterable[str]) -> list[Metric]:
-    """The rows of ``metrics`` (names already checked, :func:`check_metrics`), in the order given."""
-    by_name = {m.name: m for m in TABLE}
+def rows(metrics: Iterable[str], table: Sequence[Metric] | None = None) -> list[Metric]:
+    """The rows of ``metrics`` (names already checked, :func:`check_metrics`), in the order given, from ``table``
+    (default: :data:`TABLE` as it is now)."""
+    by_name = {m.name: m for m in (TABLE if table is None else table)}
     return [by_name[name] for name in metrics]
 
 
@@ -182,7 +183,11 @@ FIRST_ONLY = frozenset(m.name for m in TABLE if m.ranks is Ranks.FIRST)
 
 def metric_keys(metrics: Sequence[str], ks: Sequence[int]) -> list[str]:
     """Flat keys in report order: ``name@K`` per K for a per-K metric (recall, precision), the others once."""
-    return [key for m in rows(metrics) for key in m.keys(ks)]
+    return _keys_of(rows(metrics), ks)
+
+
+def _keys_of(needed: Sequence[Metric], ks: Sequence[int]) -> list[str]:
+    return [key for m in needed for key in m.keys(ks)]
 
 
 def serving_pass(metrics: Sequence[str], depth: int, capped: bool = False) -> Pass:
@@ -192,7 +197,10 @@ def serving_pass(metrics: Sequence[str], depth: int, capped: bool = False) -> Pa
     metrics alone), unless a metric reads the exact first rank (MRR) or every rank (full MAP). The score
     stage's tables read first ranks beyond ``max(ks)`` (the recall curve), so it ranks uncapped.
     """
-    needed = rows(metrics)
+    return _pass_of(rows(metrics), depth, capped)
+
+
+def _pass_of(needed: Sequence[Metric], depth: int, capped: bool) -> Pass:
     ranks = max((m.ranks for m in needed), default=Ranks.FIRST)
     cap = depth if capped and not any(m.exact_first for m in needed) else None
     if ranks is Ranks.FIRST:
@@ -200,6 +208,40 @@ def serving_pass(metrics: Sequence[str], depth: int, capped: bool = False) -> Pa
     if ranks is Ranks.TOP:
         return Pass.top(depth, cap)
     return Pass.every()
+
+
+def keys_and_pass(metrics: tuple[str, ...], ks: tuple[int, ...]) -> tuple[list[str], Pass]:
+    """:func:`metric_keys` and the capped :func:`serving_pass` (the Python API's) of checked settings: ``metrics``
+    and ``ks`` as :class:`~recallk.score.settings.ScoreSettings` holds them (tuples of names and of ints).
+
+    Memoized (``functools.lru_cache``, :func:`_keys_and_pass`): both are pure functions of :data:`TABLE` and the two
+    tuples, and a :class:`~recallk.score.passes.Pass` is immutable, so a training loop's call derives them once,
+    not per batch. The table is part of the key, by identity (a patched table has entries of its own)."""
+    keys, ranks = _keys_and_pass(_Same(TABLE), metrics, ks)
+    return list(keys), ranks
+
+
+class _Same:
+    """A key that is its object by identity (hashing a table of rows would cost more than the derivation); it holds
+    the object, so the id in a cache key cannot name another one while the entry lives."""
+
+    __slots__ = ("of",)
+
+    def __init__(self, of: Any) -> None:
+        self.of = of
+
+    def __hash__(self) -> int:
+        return id(self.of)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.of is self.of
+
+
+@lru_cache(maxsize=256)
+def _keys_and_pass(table: _Same, metrics: tuple[str, ...], ks: tuple[int, ...]) -> tuple[tuple[str, ...], Pass]:
+    """:func:`keys_and_pass` of the table ``table.of``, computed (the cache's one function)."""
+    needed = rows(metrics, table.of)
+    return tuple(_keys_of(needed, ks)), _pass_of(needed, max(ks), capped=True)
 
 
 # ------------------------------------------------------------------------------------------ the rule

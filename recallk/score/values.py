@@ -106,7 +106,7 @@ def capped_ks(ks: Sequence[int], n_retrievable: np.ndarray) -> list[int]:
 def warn_if_k_beyond_gallery(ks: Sequence[int], n_retrievable: np.ndarray) -> None:
     """One warning naming every K larger than what any query may retrieve: at such a K recall is 1 for every
     query with a positive and precision@K divides by K items that do not exist, so the number says nothing."""
-    most = int(n_retrievable.max()) if n_retrievable.size else 0
+    most = int(np.maximum.reduce(n_retrievable)) if n_retrievable.size else 0
     beyond = [k for k in ks if k > most]
     if beyond and n_retrievable.size:
         warnings.warn(f"K = {', '.join(map(str, beyond))} is larger than every query's gallery (at most {most} "

@@ -10,6 +10,7 @@ rule across its fields (``split.fractions`` must sum to 1), run once every field
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, Iterator
 
 from recallk.checks import ray_address_problem
@@ -170,18 +171,50 @@ def with_values(obj: Any, given: dict[str, Any], errors: list[str]) -> Any:
     with ``given`` in them, with the same sentences in ``errors`` (prefix ``""``: the bare field names, as the
     Python API's arguments are named), at the cost of the given fields' rules alone: a training loop's call
     checks its few arguments, not every field of the section again. None when a problem was found."""
-    fields_ok = True
-    for f in dataclasses.fields(obj):
-        if f.name in given:
-            problem = field_problem(f, given[f.name], f.name)
+    by_name = _fields_by_name(type(obj))
+    problems = []  # (field's place, sentence): in field order, as checked() writes them
+    for name, value in given.items():
+        if name in by_name:
+            place, f = by_name[name]
+            problem = field_problem(f, value, name)
             if problem:
-                errors.append(problem)
-                fields_ok = False
-    if not fields_ok:
+                problems.append((place, problem))
+    if problems:
+        errors.extend(problem for _, problem in sorted(problems))
         return None
-    out = dataclasses.replace(obj, **{name: tuple(v) if isinstance(v, list) else v for name, v in given.items()})
+    out = _replaced(obj, {name: tuple(v) if isinstance(v, list) else v for name, v in given.items()})
     problem = whole_problem(out, "")
     if problem:
         errors.append(problem)
         return None
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _fields_by_name(cls: type) -> dict[str, tuple[int, dataclasses.Field]]:
+    """Each field of ``cls`` by name, with its place (memoized per class: a class's fields never change; the dict is
+    only read)."""
+    return {f.name: (i, f) for i, f in enumerate(dataclasses.fields(cls))}
+
+
+@functools.lru_cache(maxsize=None)
+def _plain_copy_names(cls: type) -> frozenset[str]:
+    """The fields of a ``cls`` object that a copy may replace in its ``__dict__``: every field, when the dataclass's
+    own ``__init__`` sets each as given and nothing runs after it (no ``__post_init__``, no slots); else none
+    (memoized per class)."""
+    plain = cls.__dataclass_params__.init and not hasattr(cls, "__post_init__") and not hasattr(cls, "__slots__") \
+        and all(f.init for f in dataclasses.fields(cls))
+    return frozenset(f.name for f in dataclasses.fields(cls)) if plain else frozenset()
+
+
+def _replaced(obj: Any, changes: dict[str, Any]) -> Any:
+    """``dataclasses.replace(obj, **changes)``, without calling ``__init__`` again where a copy of the object's
+    ``__dict__`` is the same (:func:`_plain_copy_names`): for a section of many fields ``__init__`` costs more than
+    the rest of the check."""
+    if not changes.keys() <= _plain_copy_names(type(obj)):
+        return dataclasses.replace(obj, **changes)
+    out = object.__new__(type(obj))
+    out.__dict__.update(obj.__dict__)
+    for name, value in changes.items():
+        object.__setattr__(out, name, value)
     return out

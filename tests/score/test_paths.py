@@ -1,11 +1,13 @@
 """Every way to rank, on every seeded case, against the brute-force oracle: one test per case.
 
 The paths: the numpy engine's direct path and its tiles (both forced, ``Budget.DIRECT_CELLS``), for the
-complete ranking, the first-positive pass, the capped recall pass and the top-L pass; the torch backend (CPU
-torch, the GPU's code); and the FAISS oracle's complete ranking (tests/faiss_oracle.py). Each is held to the
-oracle (every metric, the ranks, M_q, the opposite-rule first rank), and every field of the direct and tiled
-rankings is identical. (Three matrices once ran these cases apart: the direct path against the tiles, the top-L
-pass against the oracle, FAISS against numpy.)
+complete ranking, the first-positive pass, the capped recall pass and the top-L pass; a plain batch's first
+positives straight from its arrays (float32 copies of the cases without ids or exclusions,
+``direct.plain_first_ranks``); the torch backend (CPU torch, the GPU's code); and the FAISS oracle's complete
+ranking (tests/faiss_oracle.py). Each is held to the oracle (every metric, the ranks, M_q, the opposite-rule first
+rank), and every field of the direct and tiled rankings (and of a plain batch's) is identical. (Three matrices
+once ran these cases apart: the direct path against the tiles, the top-L pass against the oracle, FAISS against
+numpy.)
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from ranking_cases import (
 )
 from recallk.score.metrics import METRICS, metric_keys, retrieval_metrics
 from recallk.score.passes import Pass
-from recallk.score.ranking import Budget, Ranking
+from recallk.score.ranking import Budget, Ranking, engine
 
 #: Every seeded case, and the big ones (large enough that the smallest memory bound splits every path).
 CASES = [(k, s) for k in KINDS for s in SEEDS] + [(k, 0) for k in BIG_KINDS]
@@ -53,6 +55,16 @@ def _forced(monkeypatch, caplog, path: str, fn):
         out = fn()
         assert ("direct path" in ranking_logs(caplog)[0]) is (path == "direct")
     return out
+
+
+def _assert_same_fields(a: Ranking, b: Ranking) -> None:
+    """Every field of two rankings identical: values, types and dtypes."""
+    for field in dataclasses.fields(Ranking):
+        x, y = getattr(a, field.name), getattr(b, field.name)
+        assert type(x) is type(y), field.name
+        np.testing.assert_array_equal(x, y, err_msg=field.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype, field.name
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # K above the gallery, same rows: warned, and tested elsewhere
@@ -91,12 +103,7 @@ def test_every_path_matches_the_oracle(kind, seed, monkeypatch, caplog):
         ranks = None if cap is None else Pass.first(cap)
         direct, tiles = (_forced(monkeypatch, caplog, path, lambda n=names, r=ranks: rank_case(case, n, ranks=r))
                          for path in ("direct", "tiles"))
-        for field in dataclasses.fields(Ranking):
-            a, b = getattr(direct, field.name), getattr(tiles, field.name)
-            assert type(a) is type(b), field.name
-            np.testing.assert_array_equal(a, b, err_msg=field.name)
-            if isinstance(a, np.ndarray):
-                assert a.dtype == b.dtype, field.name
+        _assert_same_fields(direct, tiles)
         np.testing.assert_array_equal(direct.first_rank, first if cap is None else np.minimum(first, cap))
         assert direct.n_retrievable.tolist() == detail["n_retrievable"]
         if direct.complete:
@@ -127,3 +134,43 @@ def test_the_faiss_oracle_at_the_smallest_memory_bound():
     # one query per FAISS search block
     case = make_case("exclude_two_pairs", 0)
     assert case_summary(case, backend="faiss", max_memory_mb=1e-6) == case_summary(case)
+
+
+#: The first-positive passes a plain batch's route serves (recall and mrr; recall alone, capped).
+FIRST_PASSES = ((["recall", "mrr"], None), (["recall"], 1), (["recall"], 5))
+
+
+def _plain(case: dict) -> dict:
+    """The case as a training loop's batch: float32 embeddings, integer labels, no ids and no exclusions."""
+    return {**case, "query_emb": np.asarray(case["query_emb"], dtype=np.float32),
+            "gallery_emb": np.asarray(case["gallery_emb"], dtype=np.float32), "query_ids": None, "gallery_ids": None,
+            "exclude": ()}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # K above the gallery, same rows: warned, and tested elsewhere
+@pytest.mark.parametrize("kind, seed", [c for c in CASES if c[0] != "string_labels"])
+def test_the_plain_batch_route_matches_the_oracle(kind, seed, monkeypatch, caplog):
+    # a plain batch's first positives straight from its arrays (direct.plain_first_ranks, no Problem) when the raw
+    # product decides, else the Problem's route from the unit rows: every field of the Ranking that of the Problem's
+    # route (direct.plain_data refused) and of the tiles, and the oracle's
+    case = _plain(make_big_case(kind, seed) if kind in BIG_KINDS else make_case(kind, seed))
+    expected, detail = case_oracle(case)
+    first = np.array([r[0] if r else -1 for r in detail["ranks"]])
+    taken = []
+    for names, cap in FIRST_PASSES:
+        ranks = None if cap is None else Pass.first(cap)
+        plain = _forced(monkeypatch, caplog, "direct", lambda n=names, r=ranks: rank_case(case, n, ranks=r))
+        taken.append("plain data" in ranking_logs(caplog)[0])
+        with monkeypatch.context() as patch:
+            patch.setattr(engine, "plain_data", lambda data: False)
+            problem = _forced(monkeypatch, caplog, "direct", lambda n=names, r=ranks: rank_case(case, n, ranks=r))
+        tiles = _forced(monkeypatch, caplog, "tiles", lambda n=names, r=ranks: rank_case(case, n, ranks=r))
+        _assert_same_fields(plain, problem)
+        _assert_same_fields(plain, tiles)
+        np.testing.assert_array_equal(plain.first_rank, first if cap is None else np.minimum(first, cap))
+        assert plain.n_retrievable.tolist() == detail["n_retrievable"]
+        assert_matches_oracle(case_summary(case, metrics=names), expected)
+    if kind in ("gaussian", "absent_labels"):  # no ties: the raw product decides every query
+        assert all(taken)
+    if kind in ("duplicates", "zero_rows"):  # exact ties, zero rows: the unit rows decide
+        assert not any(taken)

@@ -1,15 +1,17 @@
 """The training-loop call's cheap parts give what their general forms give: label codes through the text
-table, integer ids looked up as numbers, one-chunk unit rows, ``same_values``, and ``summarize``'s means-only
-recall."""
+table, integer ids looked up as numbers, one-chunk unit rows, ``same_values``, ``summarize``'s means-only
+recall, the labels' shared value through a table, the settings' copy and the memoized keys and pass."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import numpy as np
 import pytest
 
 from recallk.checks import distinct_ids, same_values
+from recallk.score.labels import _share_a_value
 from recallk.score.metrics import summarize
 from recallk.score.passes import Pass
 from recallk.score.ranking import rank_positives
@@ -17,6 +19,7 @@ from recallk.score.ranking.problem import code_columns, own_rows
 from recallk.score.retrieval_data import ids_match
 from recallk.score.settings import ScoreSettings
 from recallk.score.similarity import l2_normalize
+from recallk.settings.base import _replaced
 
 
 def _text_codes(*columns):
@@ -113,3 +116,42 @@ def test_means_only_recall_is_summarize_recall(kind):
     assert repr({k: fast[k] for k in fast}) == repr({k: full[k] for k in fast})  # values and types
     assert not any(k.startswith("tie_sensitive@") for k in fast)
 
+
+
+@pytest.mark.parametrize("low, high", [(0, 16), (0, 2**16), (2**16 - 8, 2**16 + 8), (-5, 5), (-2**40, 2**40)])
+def test_the_labels_shared_value_is_intersect1d(low, high):
+    # the table of the labels' bits (a training loop's class indices) and np.intersect1d give the same answer
+    rng = np.random.default_rng([low % 97, high % 89])
+    for n, m in ((64, 64), (1, 50), (30, 1)):
+        for _ in range(20):
+            q, g = rng.integers(low, high, n), rng.integers(low, high, m)
+            assert _share_a_value(q, g) is (np.intersect1d(q, g).size > 0)
+    assert _share_a_value(np.array([0]), np.array([0])) and not _share_a_value(np.array([1]), np.array([2]))
+
+
+def test_score_settings_copy_is_dataclasses_replace():
+    # with_values copies a section's fields without calling __init__ again: the same object dataclasses.replace makes
+    defaults = ScoreSettings()
+    for given in ({}, {"ks": (1, 5)}, {"ks": (3,), "metrics": ("recall", "mrr"), "max_memory_mb": 64.0}):
+        got, expected = _replaced(defaults, given), dataclasses.replace(defaults, **given)
+        assert type(got) is ScoreSettings and got == expected and hash(got) == hash(expected)
+        assert vars(got) == vars(expected) and got is not defaults
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.ks = (2,)
+
+
+def test_keys_and_pass_are_metric_keys_and_the_capped_pass(monkeypatch):
+    # the memoized derivation gives what metric_keys and serving_pass give, for the table as it is now
+    from recallk.score import registry
+    from recallk.score.registry import keys_and_pass, metric_keys, serving_pass
+
+    for metrics in (("recall",), ("recall", "mrr"), ("precision", "map@r"), ("map",), tuple(registry.METRICS)):
+        for ks in ((1, 5, 10), (3,), (10, 1)):
+            for _ in range(2):  # computed, then from the cache
+                keys, ranks = keys_and_pass(metrics, ks)
+                assert keys == metric_keys(metrics, ks) and ranks == serving_pass(metrics, max(ks), capped=True)
+    keys.append("changed")  # a fresh list each call
+    assert "changed" not in keys_and_pass(metrics, ks)[0]
+    renamed = tuple(dataclasses.replace(m, name="hit") if m.name == "recall" else m for m in registry.TABLE)
+    monkeypatch.setattr(registry, "TABLE", renamed)  # another table: entries of its own
+    assert keys_and_pass(("hit",), (1, 5))[0] == ["hit@1", "hit@5"]

@@ -4,6 +4,7 @@ giving byte-identical files to one process, and a rank that sends fewer samples 
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -67,9 +68,18 @@ def test_a_validation_step_without_the_index_is_one_error():
         trainer.fit(NoIndex())
 
 
+def _free_port() -> str:
+    """A port no one listens on now: each DDP run rendezvous on its own (two runs on Lightning's default port, in
+    two pytest workers at once, would meet each other)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
 def _run(out: Path, *args: str) -> tuple[subprocess.CompletedProcess, float]:
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, str(SCRIPT), str(out), *args], env=tool_env(), capture_output=True,
+    env = tool_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=_free_port())
+    proc = subprocess.run([sys.executable, str(SCRIPT), str(out), *args], env=env, capture_output=True,
                           text=True, timeout=300)
     return proc, time.monotonic() - start
 

@@ -32,6 +32,7 @@ from recallk.score.passes import Pass
 from recallk.score.ranking.problem import Problem, UnitRows
 from recallk.score.ranking.scan import exact_pairs
 from recallk.score.ranking.schedule import single_threaded_blas
+from recallk.score.retrieval_data import RetrievalData
 from recallk.score.similarity import cosine_block
 
 #: Below every real key: a cell the query may not retrieve (the complete ranking's sorted rows), and the
@@ -43,10 +44,12 @@ _WINDOW_SHARE = 16
 _ROUNDING = 2.0**-50
 
 
-def direct_ranks(p: Problem, ranks: Pass) -> tuple[np.ndarray, ...]:
+def direct_ranks(p: Problem, ranks: Pass, raw: bool = True) -> tuple[np.ndarray, ...]:
     """The pass ``ranks`` (``Pass.every()`` or ``Pass.first(cap)``) for the whole problem from one product
     (exact, or float32 with the near cells re-scored exactly for the first positive): (positives per query,
-    offsets, ranks, first ranks under the opposite tie rule)."""
+    offsets, ranks, first ranks under the opposite tie rule). ``raw`` False: the first positive's raw product
+    (:func:`_raw_first_ranks`) was tried already and left a doubt (:func:`plain_first_ranks`), so it starts with
+    the unit rows."""
     n, m, complete, cap = p.q.shape[0], p.gp.shape[0], not ranks.first_only, ranks.cap
     positive = p.q_label[:, None] == p.g_label
     if p.groups or np.maximum.reduce(p.self_col) >= 0:  # some cells may not be retrieved
@@ -56,7 +59,7 @@ def direct_ranks(p: Problem, ranks: Pass) -> tuple[np.ndarray, ...]:
     else:
         retrievable, n_pos = None, p.hi - p.lo
     has = n_pos > 0
-    found = None if complete else _raw_first_ranks(p, positive, retrievable, has)
+    found = None if complete or not raw else _raw_first_ranks(p, positive, retrievable, has)
     if found is None:
         q, g = p.q[:], p.gp[:]  # [:]: unit rows held or normalised now
         if not complete:
@@ -65,15 +68,55 @@ def direct_ranks(p: Problem, ranks: Pass) -> tuple[np.ndarray, ...]:
         with single_threaded_blas(n * m * q.shape[1]):
             sims = cosine_block(q, g.astype(np.float64).T)
         found = _first_ranks(sims, positive, retrievable, p.gindex, has)
+    if not complete:
+        return _first_pass(n_pos, has, found, cap)
     first, opposite = found
     offsets = np.empty(n + 1, dtype=np.int64)
     offsets[0] = 0
-    np.add.accumulate(n_pos if complete else has, dtype=np.int64, out=offsets[1:])
-    if cap is not None:  # first positive only (cap needs it); without ties both rules share one array
+    np.add.accumulate(n_pos, dtype=np.int64, out=offsets[1:])
+    ranked = _every_rank(sims, positive, retrievable, p.gindex)
+    return n_pos, offsets, ranked, opposite if has.all() else np.where(has, opposite, -1)
+
+
+def _first_pass(n_pos: np.ndarray, has: np.ndarray, found: tuple[np.ndarray, np.ndarray],
+                cap: int | None) -> tuple[np.ndarray, ...]:
+    """:func:`direct_ranks`' result for the first positive from each row's first ranks ``found`` (under the tie
+    rule and the opposite one; any value in rows without positives): one entry per query with positives, first
+    ranks of ``cap`` or more read ``cap``."""
+    first, opposite = found
+    if cap is not None:  # without ties both rules share one array
         capped = np.minimum(first, cap)
         first, opposite = capped, capped if opposite is first else np.minimum(opposite, cap)
-    ranks = _every_rank(sims, positive, retrievable, p.gindex) if complete else first[has]
-    return n_pos, offsets, ranks, opposite if has.all() else np.where(has, opposite, -1)
+    if has.all():  # every query has positives (a training loop's batch, usually): one entry each
+        return n_pos, np.arange(n_pos.size + 1, dtype=np.int64), first.copy(), opposite
+    offsets = np.empty(n_pos.size + 1, dtype=np.int64)
+    offsets[0] = 0
+    np.add.accumulate(has, dtype=np.int64, out=offsets[1:])
+    return n_pos, offsets, first[has], np.where(has, opposite, -1)
+
+
+def plain_data(data: RetrievalData) -> bool:
+    """Whether ``data`` is a plain batch, whose first positives :func:`plain_first_ranks` may rank without a
+    :class:`Problem`: float32 embeddings, integer labels of one dtype (held by value, so equal values are equal
+    labels), no ids and no exclusions (every cell retrievable)."""
+    ql, gl = data.query_labels, data.gallery_labels
+    return (data.query_ids is None and not data.exclude and data.query_emb.dtype == np.float32
+            and data.gallery_emb.dtype == np.float32 and isinstance(ql, np.ndarray) and isinstance(gl, np.ndarray)
+            and ql.dtype == gl.dtype and ql.dtype.kind in "iu")
+
+
+def plain_first_ranks(data: RetrievalData, cap: int | None) -> tuple[np.ndarray, ...] | None:
+    """:func:`direct_ranks` with ``Pass.first(cap)`` for plain data (:func:`plain_data`), straight from the checked
+    arrays when the raw product leaves no doubt (:func:`_raw_window`): a training loop's batch. No label codes,
+    no gallery sorted by label, no unit rows: the positives are the cells of equal labels, and a first rank is a
+    count of the cells above the best positive, whatever the columns' order, so the gallery's own order gives the
+    sorted gallery's ranks. None when the raw product leaves a doubt: the caller builds the :class:`Problem` and
+    goes on from the unit rows (``direct_ranks(p, ranks, raw=False)``)."""
+    positive = data.gallery_labels[:, None] == data.query_labels  # gallery x queries, as _raw_window takes it
+    n_pos = np.add.reduce(positive, axis=0)
+    has = n_pos > 0
+    first = _raw_window(data.query_emb, data.gallery_emb, positive, None, has)
+    return None if first is None else _first_pass(n_pos, has, (first, first), cap)
 
 
 def raw_error_bound(d: int) -> float:
@@ -102,36 +145,50 @@ def _raw_first_ranks(p: Problem, positive: np.ndarray, retrievable: np.ndarray |
     decided) when it does not, or when the rows are not float32 rows read lazily, ``d`` is too large, or a squared
     norm leaves ``[2**-40, 2**40]`` (zero rows, huge values)."""
     if not (isinstance(p.q, UnitRows) and isinstance(p.gp, UnitRows)) or p.q.x.dtype != np.float32 \
-            or p.gp.x.dtype != np.float32 or p.q.shape[1] * 2.0**-24 >= 0.01:
+            or p.gp.x.dtype != np.float32:
         return None
     x, y = (p.q.x if p.q.whole else p.q.x[p.q.order]), p.gp.x[p.gp.order]
-    squares = np.concatenate((np.einsum("ij,ij->i", x, x), np.einsum("ij,ij->i", y, y)))
+    first = _raw_window(x, y, positive.T, None if retrievable is None else retrievable.T, has)
+    return None if first is None else (first, first)
+
+
+def _raw_window(x: np.ndarray, y: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | None,
+                has: np.ndarray) -> np.ndarray | None:
+    """:func:`_raw_first_ranks` of the caller's rows ``x`` (queries) and ``y`` (gallery), with ``positive`` and
+    ``retrievable`` gallery x queries (a query's cells are a column: the product is ``y @ x.T``, whose reductions
+    over columns run across the rows at once, twice as fast as along each row): the first ranks, or None when the
+    rows are not float32, ``d`` is too large, a squared norm leaves ``[2**-40, 2**40]`` or a window holds more than
+    its best positive."""
+    n, d = x.shape
+    if x.dtype != np.float32 or y.dtype != np.float32 or d * 2.0**-24 >= 0.01:
+        return None
+    squares = np.empty(n + y.shape[0], dtype=np.float32)
+    np.einsum("ij,ij->i", x, x, out=squares[:n])
+    np.einsum("ij,ij->i", y, y, out=squares[n:])
     if not 2.0**-40 <= np.minimum.reduce(squares) <= np.maximum.reduce(squares) <= 2.0**40:
         return None
     scale = 1 / np.sqrt(squares.astype(np.float64))
-    with single_threaded_blas(x.shape[0] * y.shape[0] * x.shape[1]):
-        sims = (x @ y.T).astype(np.float64)  # exact; then scaled in place (no mixed-type loop)
-    sims *= scale[:x.shape[0], None]
-    sims *= scale[None, x.shape[0]:]
-    first, _, _, alone = _window(sims, positive, retrievable, 2 * raw_error_bound(x.shape[1]) + _ROUNDING, has)
-    return (first, first) if alone else None
+    with single_threaded_blas(n * y.shape[0] * d):
+        sims = (y @ x.T).astype(np.float64)  # exact; then scaled in place (no mixed-type loop)
+    sims *= scale[n:, None]
+    sims *= scale[None, :n]
+    first, _, _, alone = _window(sims, positive, retrievable, 2 * raw_error_bound(d) + _ROUNDING, has, axis=0)
+    return first if alone else None
 
 
 def _window(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | None, half: float,
-            has: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
-    """Per row of the scores ``sims``: the retrievable cells more than ``half`` above its best positive's score
-    (a boolean mask ``above`` and their count ``first``) and those at or above that score less ``half`` (``near``,
-    which holds ``above``); and whether every row with positives (``has``) holds one cell in its window, ``near``
-    less ``above`` (its best positive: the others are above or below it for sure). Returns (first, above, near,
-    alone).
+            has: np.ndarray, axis: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """Per query of the scores ``sims`` (a row, ``axis`` 1; a column, ``axis`` 0): the retrievable cells more than
+    ``half`` above its best positive's score (a boolean mask ``above`` and their count ``first``) and those at or
+    above that score less ``half`` (``near``, which holds ``above``); and whether every query with positives
+    (``has``) holds one cell in its window, ``near`` less ``above`` (its best positive: the others are above or
+    below it for sure). Returns (first, above, near, alone).
 
-    Every such row's best positive lies in its own window, so the windows hold one cell each exactly when they
-    hold ``has.sum()`` cells in all: two counts of the whole masks, no count per row. A row without positives
+    Every such query's best positive lies in its own window, so the windows hold one cell each exactly when they
+    hold ``has.sum()`` cells in all: two counts of the whole masks, no count per query. A query without positives
     (its best score -inf) has every retrievable cell above and none in its window."""
-    masked = np.empty_like(sims)  # the positives' scores, -inf elsewhere
-    masked.fill(-np.inf)
-    np.copyto(masked, sims, where=positive)
-    top = np.maximum.reduce(masked, axis=1, keepdims=True).astype(np.float64)
+    top = np.maximum.reduce(sims, axis=axis, keepdims=True, where=positive, initial=-np.inf)  # best positive's
+    top = top.astype(np.float64, copy=False)
     # scores compare exactly against float64 ends; _ROUNDING (in ``half``) covers the ends' own float64 rounding
     above = sims > top + half
     near = sims >= top - half
@@ -139,7 +196,7 @@ def _window(sims: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | No
         above &= retrievable
         near &= retrievable
     alone = np.count_nonzero(near) - np.count_nonzero(above) == np.count_nonzero(has)
-    return np.add.reduce(above, axis=1), above, near, alone
+    return np.add.reduce(above, axis=axis), above, near, alone
 
 
 def _window_first_ranks(q: np.ndarray, g: np.ndarray, positive: np.ndarray, retrievable: np.ndarray | None,

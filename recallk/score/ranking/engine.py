@@ -58,11 +58,11 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from recallk.checks import check_memory
+from recallk.checks import check_memory, same_values
 from recallk.score.passes import Pass, Ranks
 from recallk.score.ranking.budget import Budget
 from recallk.score.ranking.counting import HAND_OVER, RankCounter
-from recallk.score.ranking.direct import direct_ranks
+from recallk.score.ranking.direct import direct_ranks, plain_data, plain_first_ranks
 from recallk.score.ranking.exact import exact_tiles
 from recallk.score.ranking.fast import fast_tiles
 from recallk.score.ranking.positives import find_positives, positive_counts
@@ -209,12 +209,22 @@ def rank_data(data: RetrievalData, ranks: Pass, max_memory_mb: float,
     tiles_pass = ranks if ranks.first_only else Pass.every()
     # small: one product, no tiles, no threads (unless the tiles run elsewhere)
     direct = count_tiles is None and budget.direct(n, m, 4 * d * (n + m))
+    raw = True  # the direct path's first positive: its raw product not tried yet
+    if direct and tiles_pass.first_only and plain_data(data):  # a training loop's batch: no Problem when it decides
+        found = plain_first_ranks(data, tiles_pass.cap)
+        if found is not None:
+            n_pos, offsets, ranked, opposite = found
+            if log.isEnabledFor(logging.DEBUG):
+                path = "leave-one-out" if _plain_same_set(data) else "query x gallery"
+                log.debug("ranked %d queries x %d gallery items: direct path (raw product of the plain data), %s, "
+                          "%s, %.3f s", n, m, _kind(ranks), path, time.perf_counter() - started)
+            return Ranking(n_pos, np.full(n, m, dtype=np.int64), offsets, ranked, opposite, False, tiles_pass.cap)
+        raw = False
     # the direct path's first positive normalises the rows only when its raw product leaves a doubt
     p = Problem.build(data, unit_bytes=0 if direct and tiles_pass.first_only else budget.unit_bytes())
-    kind = ("exact pass (every positive)" if not tiles_pass.first_only else "fast pass (first positive)"
-            if ranks.cap is None else f"fast pass (first positive, cap {ranks.cap})")
+    kind = _kind(ranks)
     if direct:
-        n_pos, offsets, ranked, opposite = direct_ranks(p, tiles_pass)
+        n_pos, offsets, ranked, opposite = direct_ranks(p, tiles_pass, raw)
         log.debug("ranked %d queries x %d gallery items: direct path (one exact product), %s, %s, %.3f s", n, m,
                   kind, "leave-one-out" if p.same_set else "query x gallery", time.perf_counter() - started)
         return Ranking(n_pos, m - p.n_excluded(), offsets, ranked, opposite, not tiles_pass.first_only, tiles_pass.cap)
@@ -231,6 +241,22 @@ def rank_data(data: RetrievalData, ranks: Pass, max_memory_mb: float,
     log.debug("ranked %d queries x %d gallery items: %s, %s, %d chunk(s), %d jobs, %d tiles, %.3f s", n, m, kind,
               path, part.chunks, part.jobs, part.tiles, time.perf_counter() - started)
     return result
+
+
+def _kind(ranks: Pass) -> str:
+    """The pass as the engine's debug line names it."""
+    if not ranks.first_only:
+        return "exact pass (every positive)"
+    return "fast pass (first positive)" if ranks.cap is None else f"fast pass (first positive, cap {ranks.cap})"
+
+
+def _plain_same_set(data: RetrievalData) -> bool:
+    """For the log: whether plain data (:func:`~recallk.score.ranking.direct.plain_data`) is leave-one-out, as
+    :meth:`Problem.build` detects it (the same rows and labels; no ids and no exclusions to compare)."""
+    if data.same_set is not None:
+        return bool(data.same_set)
+    q, g = data.query_emb, data.gallery_emb
+    return (q is g or same_values(q, g)) and bool(np.array_equal(data.query_labels, data.gallery_labels))
 
 
 def rank_problem(p: Problem, budget: Budget, ranks: Pass) -> Ranking:
