@@ -1,5 +1,6 @@
 """The encode stage with captions (split.captions, split.protocol: text_image), run in process: a tiny OpenCLIP
-model made offline embeds the captions with its text tower (through the embedding cache), ``precomputed`` reads
+model made offline embeds the captions with its text tower (through the embedding cache), as does a tiny
+transformers CLIPModel saved to a folder (``hf:<dir>``, ``pooling: pooler``), ``precomputed`` reads
 them from ``encode.precomputed.text``, a ``callable:`` embeds them with ``encode.callable.text_function``, and a
 backbone without a text tower is refused before any image is encoded."""
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from test_text_towers import open_clip_tiny  # noqa: F401  (the tiny OpenCLIP model, a module-scoped fixture)
+from test_text_towers import hf_clip, open_clip_tiny  # noqa: F401  (the tiny models, module-scoped fixtures)
 
 from helpers import assert_no_outputs, caption_encoders, run_fails, run_ok, set_params, tiny_project
 from recallk.encode.base import NO_FILE
@@ -62,6 +63,20 @@ def test_open_clip_embeds_the_captions_in_caption_order_once_each(tmp_path, requ
     assert "encoded 0 distinct captions, served 4 from the cache" in proc.stderr, proc.stderr
     assert "verified 4 cached caption embedding(s) against a fresh encoding: 0 mismatch(es)" in proc.stderr
     assert (proj / EMB / "text_embeddings.npy").read_bytes() == first
+
+
+def test_a_transformers_clip_saved_to_a_folder_embeds_images_and_captions(tmp_path, request):
+    # test_text_towers' tiny CLIPModel with its CLIPTokenizer and image processor, saved with save_pretrained
+    folder, _, _ = request.getfixturevalue("hf_clip")
+    proj = captioned(tmp_path, **{"encode.backbone": f"hf:{folder}", "encode.hf.dir": str(folder),
+                                  "encode.hf.pooling": "pooler", "encode.device": "cpu"})
+    run_ok(proj, "split", "encode")
+    texts, ids, provenance = outputs(proj)
+    backbone = get_backbone(f"hf:{folder}", {"dir": str(folder), "pooling": "pooler"})
+    assert ids.tolist() == CAPTION_IDS and texts.shape == (5, 8)
+    np.testing.assert_array_equal(texts, backbone.encode_text(TEXTS))
+    assert provenance["text_fingerprint"] == backbone.text_fingerprint
+    assert np.load(proj / EMB / "embeddings.npy").shape == (12, 8)  # the images in the same 8-d space
 
 
 def test_without_captions_no_text_file_is_written(tmp_path):
