@@ -1,6 +1,6 @@
 """Retrieval metrics inside a training loop: :class:`~recallk.training.evaluator.Evaluator` (built once from the
 ``score`` settings and the validation set, called with each epoch's embeddings), what one call says
-(:class:`~recallk.training.evaluator.EpochResult`) and where it goes for DVC (:mod:`recallk.training.live`,
+(:class:`~recallk.training.decisions.EpochResult`) and where it goes for DVC (:mod:`recallk.training.live`,
 :mod:`recallk.training.layout`). The core imports none of the extras; the Lightning and transformers adapters
 build on it. docs/training.md.
 
@@ -14,11 +14,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from recallk.training.evaluator import DecisionSettings, EpochResult, Evaluator
+    from recallk.training.decisions import DecisionSettings, EpochResult
+    from recallk.training.evaluator import Evaluator
     from recallk.training.live import LiveFiles
 
 #: Public name -> the module that defines it.
-_API = {"DecisionSettings": "recallk.training.evaluator", "EpochResult": "recallk.training.evaluator",
+_API = {"DecisionSettings": "recallk.training.decisions", "EpochResult": "recallk.training.decisions",
         "Evaluator": "recallk.training.evaluator", "LiveFiles": "recallk.training.live"}
 
 __all__ = ["DecisionSettings", "EpochResult", "Evaluator", "LiveFiles"]
