@@ -87,7 +87,7 @@ def test_float32_candidates_ignore_a_callers_reduced_matmul_precision():
     def top():
         with tt.matmul_mode(torch, q.device, "float32"):
             inside = torch.backends.mkldnn.matmul.fp32_precision
-            vals, cols = tt.candidates(torch, p, q, g, rows, 0, 900, 50, 900, "float32")
+            vals, cols = tt.candidates(torch, p, q, g, rows, (0, 900), tt.Keep(50, 900, "float32"))
         return inside, vals.numpy().tobytes(), cols.numpy().tobytes()
 
     before = torch.get_float32_matmul_precision()

@@ -259,7 +259,8 @@ class _Runner:
             parts = [(torch.tensor(v, device=q.device), torch.tensor(c, device=q.device))  # copies: read-only
                      for v, c in self.ray(q.cpu().numpy(), rows, k, self.width, self.options.precision)]
         else:
-            parts = [tt.candidates(torch, p, q.to(dev), g, rows, a, b, k, self.width, self.options.precision)
+            keep = tt.Keep(k, self.width, self.options.precision)
+            parts = [tt.candidates(torch, p, q.to(dev), g, rows, (a, b), keep)
                      for (a, b, dev), g in zip(self.shards, self.shard_g)]
         vals, cols = tt.merge(torch, parts, k)
         at = torch.as_tensor(depth - 1, device=vals.device)

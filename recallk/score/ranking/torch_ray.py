@@ -19,8 +19,8 @@ from recallk.score.ranking import torch_tiles as tt
 from recallk.score.ranking.problem import Problem
 
 
-def shard_candidates(p: Problem, shard: np.ndarray, q: np.ndarray, rows: np.ndarray, c0: int, k: int, width: int,
-                     precision: str, num_threads: int) -> tuple[np.ndarray, np.ndarray, int, int]:
+def shard_candidates(p: Problem, shard: np.ndarray, q: np.ndarray, rows: np.ndarray, c0: int, keep: tt.Keep,
+                     num_threads: int) -> tuple[np.ndarray, np.ndarray, int, int]:
     """One task: :func:`~recallk.score.ranking.torch_tiles.candidates` of the queries ``q`` (their positions
     ``rows``) against ``shard`` (gallery columns from ``c0``) on CPU torch; (values, columns) as arrays, the
     worker's peak resident memory in bytes so far, and its resident memory when the task began (its Python,
@@ -36,8 +36,8 @@ def shard_candidates(p: Problem, shard: np.ndarray, q: np.ndarray, rows: np.ndar
     with warnings.catch_warnings():  # the object store's arrays are read-only; candidates never writes them
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         left, right = torch.from_numpy(q), torch.from_numpy(shard)
-    with tt.matmul_mode(torch, left.device, precision):  # a reused worker may hold another process-wide setting
-        vals, cols = tt.candidates(torch, p, left, right, rows, c0, c0 + shard.shape[0], k, width, precision)
+    with tt.matmul_mode(torch, left.device, keep.precision):  # a reused worker may hold another process-wide setting
+        vals, cols = tt.candidates(torch, p, left, right, rows, (c0, c0 + shard.shape[0]), keep)
     return vals.numpy(), cols.numpy(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, start
 
 
@@ -74,7 +74,8 @@ class RayShards:
     def __call__(self, q: np.ndarray, rows: np.ndarray, k: int, width: int, precision: str) -> list[tuple]:
         """Every shard's (values, columns) for one block of queries."""
         block = self.ray.put(np.ascontiguousarray(q))
-        pending = [self.task.remote(self.rest, ref, block, rows, a, k, width, precision, self.num_cpus)
+        keep = tt.Keep(k, width, precision)
+        pending = [self.task.remote(self.rest, ref, block, rows, a, keep, self.num_cpus)
                    for a, ref in self.refs]
         self.tasks += len(pending)
         out = self.ray.get(pending)

@@ -24,6 +24,7 @@ Everything here runs on one torch device (``cpu`` or ``cuda:N``) and holds no nu
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
@@ -107,9 +108,18 @@ def unit_rows(torch, x, device, order: np.ndarray | None = None):
     return out
 
 
-def candidates(torch, p: Problem, q, g, rows: np.ndarray, c0: int, c1: int, k: int, width: int,
-               precision: str) -> tuple:
-    """The ``k`` highest candidate scores of each query ``rows`` among gallery columns ``[c0, c1)``.
+@dataclass(frozen=True)
+class Keep:
+    """What a candidate pass keeps (:func:`candidates`): ``k`` cells per query row, over tiles of ``width`` gallery
+    columns, the products in ``precision`` (``score.matmul``)."""
+
+    k: int
+    width: int
+    precision: str
+
+
+def candidates(torch, p: Problem, q, g, rows: np.ndarray, span: tuple[int, int], keep: Keep) -> tuple:
+    """The ``keep.k`` highest candidate scores of each query ``rows`` among gallery columns ``span`` = ``[c0, c1)``.
 
     Parameters
     ----------
@@ -117,8 +127,8 @@ def candidates(torch, p: Problem, q, g, rows: np.ndarray, c0: int, c1: int, k: i
         (len(rows), d) float32 unit rows of the queries ``rows`` (positions in ``p``), on the device.
     g : tensor
         (c1 - c0, d) float32 unit rows of those gallery columns (sorted by label), on the device.
-    k, width : int
-        Cells kept per row; gallery columns per tile.
+    keep : Keep
+        Cells kept per row, gallery columns per tile, the products' precision.
 
     Returns
     -------
@@ -126,6 +136,7 @@ def candidates(torch, p: Problem, q, g, rows: np.ndarray, c0: int, c1: int, k: i
         (len(rows), min(k, c1 - c0)) float32 scores, highest first (``-inf``: a cell the query may not
         retrieve), and their gallery columns (int64, sorted positions).
     """
+    (c0, c1), k, width, precision = span, keep.k, keep.width, keep.precision
     device = q.device
     narrow = {"bfloat16": torch.bfloat16}.get(precision)
     left = q.to(narrow) if narrow is not None else q
